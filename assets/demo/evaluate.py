@@ -1,0 +1,120 @@
+"""Score any demo-compatible model folder on the toy tasks with deterministic greedy decoding.
+
+Usage: python -m assets.demo.evaluate MODEL_DIR [--tasks code,tool,memory] [--split test]
+       [--limit N] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+from .generation import MAX_NEW_TOKENS, generate
+from .modeling import load_checkpoint
+from .tasks import TASKS, Example, eval_set, verify
+
+BATCH_SIZE = 64
+
+
+def score_examples(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
+                   examples: Sequence[Example], batch_size: int = BATCH_SIZE) -> list[bool]:
+    """Greedy-decode each example (batched, prompts sorted by length) and verify the output."""
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i].prompt))
+    correct = [False] * len(examples)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        batch = [examples[i] for i in idx]
+        _, _, texts = generate(model, tokenizer, [e.prompt for e in batch],
+                               MAX_NEW_TOKENS[batch[0].task])
+        for i, e, text in zip(idx, batch, texts):
+            correct[i] = verify(e, text)
+    return correct
+
+
+def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
+                    tasks: Sequence[str] = TASKS, split: str = "test",
+                    limit: int | None = None) -> pd.DataFrame:
+    """Tidy accuracy table for an already-loaded model (used during training too)."""
+    rows = []
+    torch.manual_seed(0)
+    for task in tasks:
+        examples = eval_set(task, split, limit)
+        ok = score_examples(model, tokenizer, examples)
+        frame = pd.DataFrame({"subset": [e.subset for e in examples], "ok": ok})
+        rows.append({"task": task, "subset": "all", "n": len(ok), "correct": int(sum(ok))})
+        if task == "memory":
+            for subset, grp in sorted(frame.groupby("subset"), key=lambda kv: int(kv[0])):
+                rows.append({"task": task, "subset": subset, "n": len(grp),
+                             "correct": int(grp["ok"].sum())})
+    df = pd.DataFrame(rows, columns=["task", "subset", "n", "correct"])
+    df["accuracy"] = df["correct"] / df["n"]
+    return df
+
+
+def evaluate_model(model_dir: Path, tasks: Sequence[str] = TASKS, split: str = "test",
+                   limit: int | None = None) -> pd.DataFrame:
+    """Load a model folder (bf16 weights upcast to fp32) and return its tidy accuracy table."""
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    model, tokenizer = load_checkpoint(Path(model_dir))
+    return evaluate_loaded(model, tokenizer, tasks, split, limit)
+
+
+def summary_row(df: pd.DataFrame) -> dict[str, float]:
+    """One wide row: accuracy (%) per task, per memory length, and the mean over the three tasks."""
+    row: dict[str, float] = {}
+    for rec in df.itertuples():
+        key = rec.task if rec.subset == "all" else f"{rec.task}@{rec.subset}"
+        row[key] = round(100.0 * rec.accuracy, 2)
+    tasks = [t for t in TASKS if t in row]
+    if tasks:
+        row["avg"] = round(sum(row[t] for t in tasks) / len(tasks), 2)
+    return row
+
+
+def summary_table(results: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Wide table (rows = model names) from several tidy evaluation frames."""
+    return pd.DataFrame({name: summary_row(df) for name, df in results.items()}).T
+
+
+def format_table(table: pd.DataFrame) -> str:
+    """Markdown rendering of a summary table (no extra dependencies)."""
+    cols = ["model"] + [str(c) for c in table.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for name, row in table.iterrows():
+        cells = [f"{v:.2f}" if isinstance(v, float) else str(v) for v in row.tolist()]
+        lines.append("| " + " | ".join([str(name)] + cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; `merging evaluate` delegates here after resolving MODEL_REF to a folder."""
+    parser = argparse.ArgumentParser(prog="evaluate", description=__doc__.splitlines()[0])
+    parser.add_argument("model", help="model folder (base, agent or merged export)")
+    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--split", default="test", choices=["train", "validation", "test"])
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--json", dest="json_path", default=None)
+    args = parser.parse_args(argv)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        parser.error(f"unknown task(s) {unknown}; choose from {list(TASKS)}")
+    if not Path(args.model).is_dir():
+        parser.error(f"model folder not found: {args.model}")
+    df = evaluate_model(Path(args.model), tasks, args.split, args.limit)
+    print(df.to_string(index=False))
+    if args.json_path:
+        payload = {"model": str(args.model), "split": args.split, "results": df.to_dict("records"),
+                   "summary": summary_row(df)}
+        Path(args.json_path).write_text(json.dumps(payload, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""Batched left-padded generation shared by evaluation (greedy) and RL rollouts (sampling)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+MAX_NEW_TOKENS: dict[str, int] = {"code": 8, "tool": 128, "memory": 5}
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerFast, prompts: Sequence[str]
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad prompts into (input_ids, attention_mask)."""
+    tokenizer.padding_side = "left"
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True)
+    return enc["input_ids"], enc["attention_mask"]
+
+
+@torch.no_grad()
+def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, prompts: Sequence[str],
+             max_new_tokens: int, sample: bool = False, num_return_sequences: int = 1,
+             temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """Generate completions; returns (prompt_ids, completion_ids padded with EOS, texts)."""
+    ids, mask = encode_prompts(tokenizer, prompts)
+    kwargs = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if sample else \
+        dict(do_sample=False)
+    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                         num_return_sequences=num_return_sequences,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         **kwargs)
+    completion = out[:, ids.shape[1]:]
+    texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
+    return ids, completion, texts

@@ -1,0 +1,224 @@
+"""Toy agentic tasks (code / tool / memory) with deterministic generators and programmatic verifiers.
+
+Splits are disjoint by construction: every prompt is assigned to exactly one split by a stable hash
+of its text (train 80 %, validation 10 %, test 10 %); each split's generator only keeps prompts
+whose hash bucket belongs to that split, and each split draws from its own seed range.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+TASKS: tuple[str, ...] = ("code", "tool", "memory")
+SPLITS: tuple[str, ...] = ("train", "validation", "test")
+MEMORY_LENGTHS: tuple[int, ...] = (64, 128, 256)
+SEPARATOR = ">"  # ends every prompt; the answer follows it
+_SPLIT_SEED_BASE = {"train": 1_000_000, "validation": 2_000_000, "test": 3_000_000}
+_TASK_SEED_OFFSET = {"code": 0, "tool": 100_000, "memory": 200_000}
+
+
+@dataclass(frozen=True)
+class Example:
+    """One prompt/answer pair; `subset` groups results (memory: context length)."""
+
+    task: str
+    subset: str
+    prompt: str
+    answer: str
+
+
+def split_of(prompt: str) -> str:
+    """Assign a prompt to a split by a stable hash, so no prompt can appear in two splits."""
+    bucket = int.from_bytes(hashlib.sha256(prompt.encode()).digest()[:4], "big") % 10
+    return "train" if bucket < 8 else ("validation" if bucket == 8 else "test")
+
+
+# ---------------------------------------------------------------- code: run a tiny program
+_VARS = "abcxyz"
+
+
+def _gen_code(rng: random.Random) -> tuple[str, str, str]:
+    """A straight-line program of 1-3 assignments and a print of a small expression."""
+    n_assign = rng.randint(1, 3)
+    env: dict[str, int] = {}
+    stmts = []
+    for _ in range(n_assign):
+        var = rng.choice(_VARS)
+        if env and rng.random() < 0.6:
+            src = rng.choice(sorted(env))
+            op = rng.choice("+-*")
+            k = rng.randint(1, 4) if op == "*" else rng.randint(1, 9)
+            val = _apply(env[src], op, k)
+            stmts.append(f"{var}={src}{op}{k}")
+        else:
+            val = rng.randint(0, 9)
+            stmts.append(f"{var}={val}")
+        env[var] = val
+    src = rng.choice(sorted(env))
+    op = rng.choice("+-*")
+    k = rng.randint(1, 3) if op == "*" else rng.randint(1, 9)
+    stmts.append(f"print({src}{op}{k})")
+    prog = ";".join(stmts)
+    return "C:" + prog + SEPARATOR, str(_apply(env[src], op, k)), f"{n_assign}stmt"
+
+
+def _apply(a: int, op: str, b: int) -> int:
+    """Evaluate one binary operation of the toy language."""
+    return a + b if op == "+" else (a - b if op == "-" else a * b)
+
+
+def verify_code(example: Example, output: str) -> bool:
+    """Correct iff the output parses as exactly the program's printed integer."""
+    text = output.strip()
+    return bool(re.fullmatch(r"-?\d+", text)) and int(text) == int(example.answer)
+
+
+# ---------------------------------------------------------------- tool: request -> function calls
+_CITIES = ["paris", "oslo", "tokyo", "lima", "rome", "cairo", "delhi", "quito", "seoul", "dubai",
+           "milan", "porto", "kyiv", "dakar", "perth", "hanoi"]
+_NAMES = ["ana", "bob", "eve", "ian", "kim", "leo", "mia", "noa", "sam", "zoe"]
+_CUR = ["usd", "eur", "gbp", "jpy", "inr"]
+
+
+def _gen_call(rng: random.Random) -> tuple[str, str]:
+    """One request phrase and its function call (Python call syntax)."""
+    kind = rng.randrange(4)
+    if kind == 0:
+        c = rng.choice(_CITIES)
+        return f"weather in {c}", f"weather(city='{c}')"
+    if kind == 1:
+        c = rng.choice(_CITIES)
+        return f"time in {c}", f"time(city='{c}')"
+    if kind == 2:
+        n = rng.randint(1, 99)
+        a, b = rng.sample(_CUR, 2)
+        return f"convert {n} {a} to {b}", f"convert(amount={n},src='{a}',dst='{b}')"
+    who = rng.choice(_NAMES)
+    return f"call {who}", f"call(name='{who}')"
+
+
+def _gen_tool(rng: random.Random) -> tuple[str, str, str]:
+    """A request with 1-3 parallel intents; the answer is a list of calls."""
+    k = rng.choice((1, 2, 2, 3))
+    pairs = [_gen_call(rng) for _ in range(k)]
+    prompt = "T:" + " and ".join(p for p, _ in pairs) + SEPARATOR
+    answer = "[" + ",".join(c for _, c in pairs) + "]"
+    return prompt, answer, "single" if k == 1 else "parallel"
+
+
+def parse_calls(text: str) -> list[tuple[str, tuple[tuple[str, object], ...]]] | None:
+    """Parse `[f(k=v,...),...]` into sorted (name, sorted kwargs) tuples; None if malformed."""
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError):
+        return None
+    if not isinstance(node, ast.List):
+        return None
+    calls = []
+    for item in node.elts:
+        if not (isinstance(item, ast.Call) and isinstance(item.func, ast.Name)) or item.args:
+            return None
+        kwargs = []
+        for kw in item.keywords:
+            if kw.arg is None or not isinstance(kw.value, ast.Constant):
+                return None
+            kwargs.append((kw.arg, kw.value.value))
+        if len({k for k, _ in kwargs}) != len(kwargs):
+            return None
+        calls.append((item.func.id, tuple(sorted(kwargs, key=lambda kv: kv[0]))))
+    return sorted(calls, key=repr)
+
+
+def verify_tool(example: Example, output: str) -> bool:
+    """Correct iff the parsed calls equal the expected multiset of calls (order-free, typed args)."""
+    got = parse_calls(output)
+    return got is not None and got == parse_calls(example.answer)
+
+
+# ---------------------------------------------------------------- memory: needle among distractors
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _gen_memory(rng: random.Random, length: int) -> tuple[str, str, str]:
+    """`key:value` pairs filling about `length` characters; query one key, answer its value."""
+    n_pairs = max(2, (length + 1) // 7)  # "ab:123," is 7 characters
+    keys = rng.sample([a + b for a in _LETTERS for b in _LETTERS], n_pairs)
+    values = [f"{rng.randint(0, 999):03d}" for _ in keys]
+    target = rng.randrange(n_pairs)
+    ctx = ",".join(f"{k}:{v}" for k, v in zip(keys, values))
+    return f"M:{ctx}?{keys[target]}{SEPARATOR}", values[target], str(length)
+
+
+def verify_memory(example: Example, output: str) -> bool:
+    """Correct iff the output is exactly the hidden value (three digits)."""
+    return output.strip() == example.answer
+
+
+VERIFIERS: dict[str, Callable[[Example, str], bool]] = {
+    "code": verify_code, "tool": verify_tool, "memory": verify_memory}
+
+
+def verify(example: Example, output: str) -> bool:
+    """Dispatch to the task's verifier."""
+    return VERIFIERS[example.task](example, output)
+
+
+def _draw(task: str, rng: random.Random, index: int) -> tuple[str, str, str]:
+    """Draw one raw example; memory cycles through its context lengths."""
+    if task == "code":
+        return _gen_code(rng)
+    if task == "tool":
+        return _gen_tool(rng)
+    if task == "memory":
+        return _gen_memory(rng, MEMORY_LENGTHS[index % len(MEMORY_LENGTHS)])
+    raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
+
+
+def iter_examples(task: str, split: str, seed: int = 0) -> Iterator[Example]:
+    """Endless deterministic stream of unique examples of `task` belonging to `split`."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+    rng = random.Random(_SPLIT_SEED_BASE[split] + _TASK_SEED_OFFSET[task] + seed)
+    seen: set[str] = set()
+    index = 0
+    while True:
+        prompt, answer, subset = _draw(task, rng, index)
+        if prompt in seen or split_of(prompt) != split:
+            continue
+        seen.add(prompt)
+        index += 1
+        yield Example(task, subset, prompt, answer)
+
+
+def make_split(task: str, split: str, n: int, seed: int = 0) -> list[Example]:
+    """The first `n` examples of a split (fixed for a given seed)."""
+    stream = iter_examples(task, split, seed)
+    return [next(stream) for _ in range(n)]
+
+
+EVAL_SIZES: dict[str, int] = {"validation": 150, "test": 300}
+
+
+def eval_set(task: str, split: str, limit: int | None = None) -> list[Example]:
+    """The fixed evaluation set of a split (memory: balanced over context lengths)."""
+    n = EVAL_SIZES.get(split, 300)
+    if limit is not None:
+        n = min(n, limit)
+    return make_split(task, split, n)
+
+
+def all_prompts(examples: Sequence[Example]) -> set[str]:
+    """Set of prompt strings (used by disjointness checks)."""
+    return {e.prompt for e in examples}
+
+
+def sample_train(task: str, rng: random.Random) -> Example:
+    """One training example drawn with replacement from the train split (hash-filtered)."""
+    while True:
+        prompt, answer, subset = _draw(task, rng, rng.randrange(len(MEMORY_LENGTHS)))
+        if split_of(prompt) == "train":
+            return Example(task, subset, prompt, answer)
