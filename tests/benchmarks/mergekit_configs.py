@@ -57,11 +57,18 @@ def write_config(path: str, cfg: dict[str, Any]) -> str:
 
 
 def mergekit_command(config_path: str, out_dir: str, venv: str = MERGEKIT_VENV,
-                     extra: tuple[str, ...] = ()) -> list[str]:
-    """argv for mergekit-yaml on CPU: lazy unpickle, no tokenizer copy, no model card."""
+                     shard_size: str | None = None, extra: tuple[str, ...] = ()) -> list[str]:
+    """argv for mergekit-yaml on CPU: lazy unpickle, no tokenizer copy (inputs have none), no card.
+
+    shard_size None keeps mergekit's default ("5B"; compared with bytes, and the current output
+    shard is held in RAM until it is flushed, so it bounds mergekit's output buffer).
+    """
     exe = os.path.abspath(os.path.join(venv, "bin", "mergekit-yaml"))
-    return [exe, config_path, out_dir, "--lazy-unpickle", "--no-copy-tokenizer",
-            "--no-write-model-card", "--quiet", "--out-shard-size", "1B", *extra]
+    argv = [exe, config_path, out_dir, "--lazy-unpickle", "--no-copy-tokenizer",
+            "--no-write-model-card", "--quiet"]
+    if shard_size:
+        argv += ["--out-shard-size", shard_size]
+    return argv + list(extra)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,262 @@
+"""Benchmark runner: our CLI vs mergekit 0.1.5 vs the read floor F on synthetic checkpoints.
+
+Usage: python -m tests.benchmarks.run_benchmark [--shape qwen2.5-0.5b] [--only ram,ties,...]
+       [--skip-mergekit] [--skip-ours] [--skip-check] [--keep-data] [--keep-outputs]
+Each command runs as a subprocess; wall time and peak VmRSS / RssAnon of its process tree are
+sampled from /proc. Times are reported as multiples of F and, per method, of mergekit's time.
+Output folders are deleted right after measuring. Inputs the runner generated itself are deleted
+at the end unless --keep-data; inputs that already existed are never touched.
+Caveat: the machine may be shared; repeat runs and treat single numbers as noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .compare import compare_dirs
+from .mergekit_configs import MERGEKIT_VENV, mergekit_command, mergekit_config, write_config
+from .procmon import run_measured
+from .sparsity import AGENTS
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BENCH = os.path.join(REPO, ".bench")
+
+# our method name -> (extra CLI args, mergekit method compared against or None)
+OUR_METHODS: dict[str, tuple[list[str], Optional[str]]] = {
+    "ram_plus": (["--method", "ram_plus"], "ramplus_tl"),
+    "ram": (["--method", "ram"], "ram"),
+    "ties": (["--method", "ties", "--density", "0.5", "--lambda", "1"], "ties"),
+    "dare_ties": (["--method", "dare_ties", "--drop-rate", "0.5"], None),
+    "task_arithmetic": (["--method", "task_arithmetic", "--lambda", "1"], "task_arithmetic"),
+}
+MERGEKIT_METHODS = ("ram", "ramplus_tl", "ties", "task_arithmetic")
+# correctness pairs: (label, our extra args, mergekit method); both float32 compute and output
+CHECKS = (
+    ("ram_plus_tensor_vs_ramplus_tl",
+     ["--method", "ram_plus", "--rho-scope", "tensor", "--alpha", "0.2", "--out-dtype", "float32"],
+     "ramplus_tl"),
+    ("ram_vs_ram", ["--method", "ram", "--out-dtype", "float32"], "ram"),
+)
+
+
+@dataclass
+class Row:
+    """One benchmark line: a measured command, or a pending/skipped one."""
+
+    name: str
+    group: str  # floor | ours | mergekit | check
+    method: str
+    status: str = "pending"
+    wall_s: Optional[float] = None
+    peak_vmrss_mb: Optional[float] = None
+    peak_rssanon_mb: Optional[float] = None
+    out_gb: Optional[float] = None
+    argv: list[str] = field(default_factory=list)
+    log: Optional[str] = None
+    note: str = ""
+
+
+def dir_size_gb(path: str) -> float:
+    """Total size of files under path, in GB."""
+    total = 0
+    for root, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total / 1e9
+
+
+def ours_cli_ready(timeout: float = 120) -> tuple[bool, str]:
+    """True when `python -m merging --help` works and lists analyze and merge."""
+    try:
+        p = subprocess.run([sys.executable, "-m", "merging", "--help"], cwd=REPO, capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, "`python -m merging --help` timed out"
+    text = p.stdout + p.stderr
+    if p.returncode != 0:
+        return False, "CLI not ready: " + (text.strip().splitlines() or [""])[-1][:90]
+    if "analyze" not in text or "merge" not in text:
+        return False, "CLI has no analyze/merge subcommands yet"
+    return True, ""
+
+
+class Runner:
+    """Holds paths and options; measures rows one by one."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        """Set up data, output and log folders for one shape."""
+        self.args = args
+        self.data = os.path.abspath(args.data or os.path.join(BENCH, "data", args.shape))
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        self.work = os.path.join(BENCH, "runs", f"{args.shape}-{stamp}")
+        os.makedirs(self.work, exist_ok=True)
+        self.inputs = [os.path.join(self.data, "base")] + [os.path.join(self.data, a) for a in AGENTS]
+        self.rows: list[Row] = []
+        self.checks: list[dict[str, Any]] = []
+
+    def measure(self, row: Row, argv: list[str], out_dir: Optional[str] = None, keep: bool = False) -> Row:
+        """Run argv, fill row, delete out_dir afterwards (unless keep)."""
+        row.argv, row.log = argv, os.path.join(self.work, f"{row.name}.log")
+        print(f"[{time.strftime('%H:%M:%S')}] {row.name}: {' '.join(argv)}", flush=True)
+        env = dict(os.environ, PYTHONPATH=REPO)
+        m = run_measured(argv, log_path=row.log, env=env, cwd=REPO, timeout=self.args.timeout)
+        row.wall_s, row.peak_vmrss_mb, row.peak_rssanon_mb = m.wall_s, m.peak_vmrss_mb, m.peak_rssanon_mb
+        row.status = "ok" if m.rc == 0 else f"rc={m.rc}"
+        if out_dir and os.path.isdir(out_dir):
+            row.out_gb = dir_size_gb(out_dir)
+            if not keep and not self.args.keep_outputs:
+                shutil.rmtree(out_dir, ignore_errors=True)
+        print(f"    -> {row.status} {row.wall_s:.1f} s, VmRSS {row.peak_vmrss_mb:.0f} MB, "
+              f"RssAnon {row.peak_rssanon_mb:.0f} MB", flush=True)
+        self.rows.append(row)
+        return row
+
+    def ensure_data(self) -> bool:
+        """Generate the input set if missing; True when this run generated it."""
+        if all(os.path.exists(os.path.join(p, "config.json")) for p in self.inputs):
+            return False
+        argv = [sys.executable, "-m", "tests.benchmarks.make_checkpoints", "--shape", self.args.shape,
+                "--out", self.data, "--seed", str(self.args.seed)]
+        self.measure(Row("generate", "setup", "-"), argv)
+        return True
+
+    def floor(self) -> None:
+        """Measure F."""
+        self.measure(Row("floor F", "floor", "floor"), [sys.executable, "-m", "tests.benchmarks.floor", *self.inputs])
+
+    def ours(self, analyze: bool, methods: list[str]) -> None:
+        """Measure `merging analyze` and `merging merge` per method, or mark them pending."""
+        if not analyze and not methods:
+            return
+        ready, why = (False, "--skip-ours") if self.args.skip_ours else ours_cli_ready()
+        cli = [sys.executable, "-m", "merging"]
+        if not ready:
+            if analyze:
+                self.rows.append(Row("ours analyze", "ours", "analyze", note=why))
+            for m in methods:
+                self.rows.append(Row(f"ours {m}", "ours", m, note=why))
+            return
+        if analyze:
+            self.measure(Row("ours analyze", "ours", "analyze"), cli + ["analyze", *self.inputs])
+        for m in methods:
+            out = os.path.join(self.work, f"out-ours-{m}")
+            self.measure(Row(f"ours {m}", "ours", m), cli + ["merge", *self.inputs, *OUR_METHODS[m][0], "--out", out], out)
+
+    def mergekit(self, methods: list[str], float32: bool = False, keep: bool = False) -> dict[str, str]:
+        """Measure mergekit-yaml per method; returns method -> output dir (kept only if keep)."""
+        outs = {}
+        for m in methods:
+            tag = f"{m}-f32" if float32 else m
+            cfg = write_config(os.path.join(self.work, f"mergekit-{tag}.yaml"),
+                               mergekit_config(self.data, m, float32=float32))
+            out = os.path.join(self.work, f"out-mergekit-{tag}")
+            argv = mergekit_command(cfg, out, shard_size=self.args.mergekit_shard_size)
+            self.measure(Row(f"mergekit {tag}", "check" if float32 else "mergekit", m), argv, out, keep)
+            outs[m] = out
+        return outs
+
+    def correctness(self) -> None:
+        """Ours vs mergekit in float32 for ram / ram_plus(tensor-local); streamed per-tensor diff."""
+        ready, why = (False, "--skip-ours") if self.args.skip_ours else ours_cli_ready()
+        for label, our_args, mk_method in CHECKS:
+            if not ready:
+                self.checks.append({"check": label, "status": "pending", "note": why})
+                continue
+            ours_out = os.path.join(self.work, f"out-check-ours-{label}")
+            row = self.measure(Row(f"check ours {label}", "check", mk_method),
+                               [sys.executable, "-m", "merging", "merge", *self.inputs, *our_args, "--out", ours_out],
+                               ours_out, keep=True)
+            mk_out = self.mergekit([mk_method], float32=True, keep=True)[mk_method]
+            if row.status == "ok" and self.rows[-1].status == "ok":
+                res = compare_dirs(ours_out, mk_out)
+                with open(os.path.join(self.work, f"check-{label}.json"), "w") as f:
+                    json.dump(res, f, indent=2)
+                summary = {k: v for k, v in res.items() if k != "per_tensor"}
+                self.checks.append({"check": label, "status": "ok", **summary})
+            else:
+                self.checks.append({"check": label, "status": "failed"})
+            if not self.args.keep_outputs:
+                shutil.rmtree(ours_out, ignore_errors=True)
+                shutil.rmtree(mk_out, ignore_errors=True)
+
+
+def ratio(a: Optional[float], b: Optional[float]) -> str:
+    """a / b formatted, or '-'."""
+    return f"{a / b:.2f}" if a is not None and b else "-"
+
+
+def print_table(rows: list[Row]) -> None:
+    """Print times with ratios to F and to mergekit's time for the same method."""
+    floor = next((r.wall_s for r in rows if r.group == "floor" and r.status == "ok"), None)
+    mk = {r.method: r.wall_s for r in rows if r.group == "mergekit" and r.status == "ok"}
+    our_to_mk = {m: v[1] for m, v in OUR_METHODS.items()}
+    print(f"\n{'command':34} {'status':8} {'wall s':>8} {'xF':>6} {'xMK':>6} {'VmRSS MB':>9} {'Anon MB':>8} {'out GB':>7}")
+    for r in rows:
+        mk_t = mk.get(our_to_mk.get(r.method, "")) if r.group == "ours" else mk.get(r.method) if r.group == "mergekit" else None
+        wall = f"{r.wall_s:.1f}" if r.wall_s is not None else "-"
+        rss = f"{r.peak_vmrss_mb:.0f}" if r.peak_vmrss_mb is not None else "-"
+        anon = f"{r.peak_rssanon_mb:.0f}" if r.peak_rssanon_mb is not None else "-"
+        out = f"{r.out_gb:.2f}" if r.out_gb is not None else "-"
+        print(f"{r.name:34} {r.status:8} {wall:>8} {ratio(r.wall_s, floor):>6} {ratio(r.wall_s, mk_t):>6} "
+              f"{rss:>9} {anon:>8} {out:>7}  {r.note}")
+
+
+def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
+    """Command-line options."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="qwen2.5-0.5b")
+    ap.add_argument("--data", help="input set folder (default .bench/data/SHAPE)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", help="comma list of methods (ours and/or mergekit names, 'floor', 'analyze', 'check')")
+    ap.add_argument("--skip-mergekit", action="store_true")
+    ap.add_argument("--skip-ours", action="store_true")
+    ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--keep-data", action="store_true", help="keep inputs this run generated")
+    ap.add_argument("--keep-outputs", action="store_true", help="keep merge output folders")
+    ap.add_argument("--mergekit-shard-size", default=None, help="mergekit --out-shard-size (default: its 5B)")
+    ap.add_argument("--timeout", type=float, default=None, help="per-command timeout in seconds")
+    ap.add_argument("--results", help="results JSON path (default under .bench/results)")
+    return ap.parse_args(argv)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Run the selected benchmarks, print the table, write the JSON results."""
+    args = parse_args(argv)
+    only = set(args.only.split(",")) if args.only else None
+    want = (lambda m: only is None or m in only)
+    if not os.path.exists(os.path.join(MERGEKIT_VENV, "bin", "mergekit-yaml")) and not args.skip_mergekit:
+        sys.exit("mergekit venv missing: run tests/benchmarks/setup_mergekit.sh (or pass --skip-mergekit)")
+    r = Runner(args)
+    generated = r.ensure_data()
+    try:
+        if want("floor"):
+            r.floor()
+        r.ours(want("analyze"), [m for m in OUR_METHODS if want(m)])
+        if not args.skip_mergekit:
+            r.mergekit([m for m in MERGEKIT_METHODS if want(m)])
+            if not args.skip_check and want("check"):
+                r.correctness()
+    finally:
+        print_table(r.rows)
+        for c in r.checks:
+            print("check:", json.dumps(c))
+        os.makedirs(os.path.join(BENCH, "results"), exist_ok=True)
+        path = args.results or os.path.join(BENCH, "results", os.path.basename(r.work) + ".json")
+        with open(path, "w") as f:
+            json.dump({"shape": args.shape, "data": r.data, "host_cpus": os.cpu_count(),
+                       "note": "shared machine; timings noisy; page cache warm unless stated",
+                       "rows": [vars(x) for x in r.rows], "checks": r.checks}, f, indent=2)
+        print(f"results: {path}")
+        if generated and not args.keep_data:
+            shutil.rmtree(r.data, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
