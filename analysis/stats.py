@@ -1,0 +1,182 @@
+"""The analysis pass: one streaming read of base + agents → tidy per-agent × tensor × ε statistics."""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import pandas as pd
+import torch
+
+from merging.checkpoint import Checkpoint, open_checkpoint
+from merging.compat import ModelHeaders, check_compatibility
+from merging.device import pick_device
+from merging.dtypes import FLOAT_CODES, ITEMSIZE
+from merging.engine import ProgressFn, ProgressTracker, build_taus, check_finite, tensor_order
+from merging.errors import MergeCancelled, RamStudioError
+from merging.stream import DEFAULT_CHUNK_ELEMS, AlignedReader, prefetch, row_spans
+
+from . import cache
+from .names import layer_of, module_of
+from .overlap import DEFAULT_LADDER, OverlapAccumulator
+
+STAT_COLUMNS = ["changed", "shared", "unique", "norm_unique", "norm_shared", "sign_conflicts"]
+
+
+@dataclass
+class AnalysisResult:
+    """Statistics of one base + agents set; `frame` has one row per agent × tensor × ε."""
+
+    base: str
+    agents: list[str]
+    ladder: tuple[float, ...]
+    total_params: int
+    frame: pd.DataFrame
+    seconds: float
+    fingerprint: str = ""
+    from_cache: bool = False
+    refs: list[str] = field(default_factory=list)
+
+    def counts_at(self, eps: float) -> dict[str, list[int]]:
+        """Whole-model shared/unique counts per agent at ε (what global ρ_t needs)."""
+        rows = self.frame[self.frame["eps"] == eps]
+        if rows.empty:
+            raise RamStudioError(f"ε={eps:g} is not in the analysed ladder {list(self.ladder)}.",
+                                 "Re-run the analysis with this ε in --eps-ladder.")
+        g = rows.groupby("agent", sort=False)[["shared", "unique"]].sum()
+        g = g.reindex(self.agents)
+        return {"shared": [int(v) for v in g["shared"]], "unique": [int(v) for v in g["unique"]]}
+
+    def to_payload(self) -> dict:
+        return {"base": self.base, "agents": self.agents, "ladder": list(self.ladder),
+                "total_params": self.total_params, "seconds": self.seconds, "refs": self.refs,
+                "frame": self.frame.to_dict(orient="split", index=False)}
+
+    @classmethod
+    def from_payload(cls, p: dict, fingerprint: str) -> "AnalysisResult":
+        f = p["frame"]
+        frame = pd.DataFrame(f["data"], columns=f["columns"])
+        expected = {"agent", "tensor", "eps", *STAT_COLUMNS}
+        if not expected <= set(frame.columns) or frame.empty:
+            raise ValueError("incomplete cached frame")
+        return cls(p["base"], list(p["agents"]), tuple(p["ladder"]), int(p["total_params"]), frame,
+                   float(p["seconds"]), fingerprint, True, list(p.get("refs", [])))
+
+
+def _open_all(base: Checkpoint | str, agents: Sequence[Checkpoint | str]) -> tuple[Checkpoint, list[Checkpoint]]:
+    b = base if isinstance(base, Checkpoint) else open_checkpoint(base)
+    return b, [a if isinstance(a, Checkpoint) else open_checkpoint(a) for a in agents]
+
+
+def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
+            ladder: Sequence[float] = DEFAULT_LADDER, device: str = "auto",
+            chunk_elems: int = DEFAULT_CHUNK_ELEMS, policy: str = "error", use_cache: bool = True,
+            progress: ProgressFn | None = None, cancel: threading.Event | None = None) -> AnalysisResult:
+    """Compute overlap statistics for every agent × tensor × ε in one streaming pass (cached on disk)."""
+    ladder = validate_ladder(ladder)
+    b, ags = _open_all(base, agents)
+    if not ags:
+        raise RamStudioError("no agents given.", "Give the base and at least one agent.")
+    report = check_compatibility(ModelHeaders.from_checkpoint(b), [ModelHeaders.from_checkpoint(a) for a in ags])
+    report.enforce(policy)
+    labels = unique_labels([a.label for a in ags])
+    key = cache.fingerprint(b, ags, ladder, policy)
+    if use_cache:
+        payload = cache.load(key)
+        if payload is not None:
+            try:
+                result = AnalysisResult.from_payload(payload, key)
+                result.agents = labels
+                return result
+            except (KeyError, ValueError, TypeError):
+                pass  # a damaged entry is rebuilt below
+    result = _run_pass(b, ags, labels, ladder, pick_device(device), chunk_elems, progress, cancel)
+    result.fingerprint = key
+    result.refs = [b.ref.raw] + [a.ref.raw for a in ags]
+    if use_cache:
+        cache.save(key, result.to_payload())
+    return result
+
+
+def validate_ladder(ladder: Sequence[float]) -> tuple[float, ...]:
+    """ε values must be finite, ≥ 0 and distinct; they are sorted."""
+    try:
+        values = sorted({float(e) for e in ladder})
+    except (TypeError, ValueError):
+        raise RamStudioError(f"cannot read the ε ladder {ladder!r}.", "Give numbers like 0,1e-6,1e-5.") from None
+    if not values:
+        raise RamStudioError("the ε ladder is empty.", "Give at least one ε, e.g. 1e-5.")
+    if any(e < 0 or e != e or e == float("inf") for e in values):
+        raise RamStudioError(f"invalid ε in {values}: each ε must be a finite number ≥ 0.", "E.g. 0,1e-6,1e-5.")
+    return tuple(values)
+
+
+def unique_labels(labels: list[str]) -> list[str]:
+    """Make agent labels distinct (two folders both named 'model' become model, model-2)."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label}-{seen[label]}")
+    return out
+
+
+def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], ladder: tuple[float, ...],
+              device: torch.device, chunk_elems: int, progress: ProgressFn | None,
+              cancel: threading.Event | None) -> AnalysisResult:
+    names = [n for n in tensor_order(base) if base.tensors[n].dtype in FLOAT_CODES]
+    reader = AlignedReader(base, agents)
+    spans = [s for n in names for s in row_spans(n, base.tensors[n].shape, chunk_elems)]
+    step_of = {n: sum(ITEMSIZE[c.tensors[n].dtype] for c in [base, *agents] if n in c.tensors) for n in names}
+    tracker = ProgressTracker("analyze", sum(s.numel * step_of[s.tensor] for s in spans), len(names), progress)
+    acc = OverlapAccumulator(len(agents), ladder)
+    rows: list[dict] = []
+    last_of = {n: row_spans(n, base.tensors[n].shape, chunk_elems)[-1].start for n in names}
+    try:
+        for data in prefetch(reader.read(s) for s in spans):
+            if cancel is not None and cancel.is_set():
+                raise MergeCancelled()
+            _, taus = build_taus(data, device)
+            if not acc.add(taus):
+                check_finite(data, taus, labels, base.label)  # raises, naming the model and index
+            span = data.span
+            done = span.start == last_of[span.tensor]
+            if done:
+                rows.extend(_rows(span.tensor, base.tensors[span.tensor].numel, labels, ladder, acc.result()))
+            tracker.advance(span.numel * step_of[span.tensor], span.tensor, tensor_finished=done)
+    finally:
+        reader.release()
+    tracker.advance(0, "", force=True)
+    frame = pd.DataFrame(rows)
+    result = AnalysisResult(base.label, labels, ladder, sum(base.tensors[n].numel for n in names), frame,
+                            time.perf_counter() - tracker.start)
+    _refuse_unchanged(result)
+    return result
+
+
+def _rows(tensor: str, numel: int, labels: list[str], ladder: tuple[float, ...], st) -> list[dict]:
+    layer, module = layer_of(tensor), module_of(tensor)
+    out = []
+    for t, agent in enumerate(labels):
+        for j, eps in enumerate(ladder):
+            row = {"agent": agent, "tensor": tensor, "layer": layer, "module": module, "numel": numel,
+                   "eps": eps, "changed": int(st.changed[t, j]), "shared": int(st.shared[t, j]),
+                   "unique": int(st.unique[t, j]),
+                   "norm_unique": float(st.sq_unique[t, j]) ** 0.5, "norm_shared": float(st.sq_shared[t, j]) ** 0.5,
+                   "sign_conflicts": int(st.conflicts[t, j])}
+            for k in range(len(labels)):
+                row[f"k{k + 1}"] = int(st.hist[t, j, k])
+            out.append(row)
+    return out
+
+
+def _refuse_unchanged(result: AnalysisResult) -> None:
+    """An agent that changed nothing (at the smallest ε) is almost surely a wrong path: say so."""
+    eps0 = result.ladder[0]
+    changed = result.frame[result.frame["eps"] == eps0].groupby("agent")["changed"].sum()
+    idle = [a for a in result.agents if int(changed.get(a, 0)) == 0]
+    if idle:
+        raise RamStudioError(
+            f"agent {', '.join(idle)} is identical to the base (no parameter differs by more than ε={eps0:g}).",
+            "Check the paths: an agent must be a fine-tuned model, not a copy of the base.")

@@ -1,0 +1,118 @@
+"""Derived views of an analysis result: tidy frames for the paper's figures, ρ_t and λ_t. No weights read."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from merging.methods.ram import lambda_for, rho
+
+from .names import MODULE_ORDER
+from .stats import AnalysisResult
+
+
+def _at(result: AnalysisResult, eps: float) -> pd.DataFrame:
+    rows = result.frame[result.frame["eps"] == eps]
+    if rows.empty:
+        raise KeyError(f"ε={eps:g} is not in the analysed ladder {list(result.ladder)}")
+    return rows
+
+
+def global_density(result: AnalysisResult, eps: float) -> pd.DataFrame:
+    """Fraction of all parameters each agent changed by more than ε (paper Fig. 2, left)."""
+    g = _at(result, eps).groupby("agent", sort=False)[["changed", "shared", "unique"]].sum().reindex(result.agents)
+    g["total"] = result.total_params
+    g["density"] = g["changed"] / result.total_params
+    return g.reset_index()
+
+
+def overlap_distribution(result: AnalysisResult, eps: float) -> pd.DataFrame:
+    """Of each agent's changed elements, the share changed by exactly k agents (paper Fig. 2, right)."""
+    rows = _at(result, eps)
+    ks = [c for c in rows.columns if c.startswith("k") and c[1:].isdigit()]
+    g = rows.groupby("agent", sort=False)[ks].sum().reindex(result.agents)
+    out = g.reset_index().melt(id_vars="agent", var_name="k", value_name="count")
+    out["k"] = out["k"].str[1:].astype(int)
+    totals = out.groupby("agent")["count"].transform("sum")
+    out["fraction"] = (out["count"] / totals.where(totals > 0)).fillna(0.0)
+    return out.sort_values(["agent", "k"], key=lambda s: s.map({a: i for i, a in enumerate(result.agents)})
+                           if s.name == "agent" else s).reset_index(drop=True)
+
+
+def density_by_layer_module(result: AnalysisResult, eps: float) -> pd.DataFrame:
+    """Density per agent × layer × module kind (layer −1 holds embeddings, final norm, lm_head)."""
+    rows = _at(result, eps)
+    g = rows.groupby(["agent", "layer", "module"], sort=False)[["changed", "numel"]].sum().reset_index()
+    g["density"] = g["changed"] / g["numel"]
+    g["module"] = pd.Categorical(g["module"], [m for m in MODULE_ORDER if m in set(g["module"])], ordered=True)
+    return g.sort_values(["agent", "layer", "module"]).reset_index(drop=True)
+
+
+def unique_shared_by_layer(result: AnalysisResult, eps: float) -> pd.DataFrame:
+    """Unique vs shared changed elements per agent and layer, with the unique share."""
+    g = _at(result, eps).groupby(["agent", "layer"], sort=False)[["unique", "shared"]].sum().reset_index()
+    total = g["unique"] + g["shared"]
+    g["unique_share"] = (g["unique"] / total.where(total > 0)).fillna(0.0)
+    return g.sort_values(["agent", "layer"]).reset_index(drop=True)
+
+
+def eps_sensitivity(result: AnalysisResult) -> pd.DataFrame:
+    """Density of each agent at every ε of the ladder."""
+    g = result.frame.groupby(["agent", "eps"], sort=False)["changed"].sum().reset_index()
+    g["density"] = g["changed"] / result.total_params
+    return g.sort_values(["agent", "eps"]).reset_index(drop=True)
+
+
+def rho_table(result: AnalysisResult, eps: float, scope: str = "global") -> pd.DataFrame:
+    """ρ_t = shared_t / unique_t (Eq. 2) per agent (global) or per agent × tensor (tensor scope)."""
+    keys = ["agent"] if scope == "global" else ["agent", "tensor"]
+    g = _at(result, eps).groupby(keys, sort=False)[["shared", "unique"]].sum().reset_index()
+    g["rho"] = [rho(int(s), int(u)) for s, u in zip(g["shared"], g["unique"])]
+    return g
+
+
+def lambda_table(result: AnalysisResult, eps: float, r: float, alpha: float, rule: str = "clip",
+                 scope: str = "global") -> pd.DataFrame:
+    """λ_t for any (r, α, rule, scope) from cached counts (Eq. 6 or 8); tensor scope also gives spread."""
+    g = rho_table(result, eps, scope)
+    g["lambda"] = [lambda_for(int(s), int(u), r, alpha, rule) for s, u in zip(g["shared"], g["unique"])]
+    if scope == "global":
+        return g
+    # Tensor scope: summarise per agent, weighting each tensor's λ by its unique count (what it scales).
+    g["weighted"] = g["lambda"] * g["unique"]
+    s = g.groupby("agent", sort=False).agg(shared=("shared", "sum"), unique=("unique", "sum"),
+                                           weighted=("weighted", "sum"), lambda_min=("lambda", "min"),
+                                           lambda_max=("lambda", "max"))
+    s["lambda"] = (s["weighted"] / s["unique"].where(s["unique"] > 0)).fillna(1.0)
+    s["rho"] = [rho(int(a), int(b)) for a, b in zip(s["shared"], s["unique"])]
+    return s.drop(columns="weighted").reset_index()
+
+
+def signal_retention(result: AnalysisResult, eps: float, r: float, alpha: float, rule: str = "clip",
+                     scope: str = "global", ta_lambda: float | None = None) -> pd.DataFrame:
+    """Share of each agent's unique update that survives each method: 1/N, λ_TA, 1 (RAM), λ_t (RAM+)."""
+    n = len(result.agents)
+    lam = lambda_table(result, eps, r, alpha, rule, scope).set_index("agent")["lambda"]
+    norms = _at(result, eps).groupby("agent", sort=False)["norm_unique"].apply(lambda s: math.sqrt((s ** 2).sum()))
+    ta = 1.0 / n if ta_lambda is None else ta_lambda
+    rows = []
+    for agent in result.agents:
+        for method, factor in [("average", 1.0 / n), (f"task arithmetic (λ={ta:g})", ta), ("RAM", 1.0),
+                               ("RAM+", float(lam.get(agent, 1.0)))]:
+            rows.append({"agent": agent, "method": method, "retention": factor,
+                         "unique_norm": float(norms.get(agent, 0.0)),
+                         "retained_norm": factor * float(norms.get(agent, 0.0))})
+    return pd.DataFrame(rows)
+
+
+def agents_json(result: AnalysisResult) -> list[dict]:
+    """One record per agent per ε: name, eps, changed, shared, unique, density, rho (the CLI's --json)."""
+    out = []
+    for eps in result.ladder:
+        g = global_density(result, eps)
+        for _, row in g.iterrows():
+            rho_v = rho(int(row["shared"]), int(row["unique"]))
+            out.append({"name": row["agent"], "eps": eps, "changed": int(row["changed"]),
+                        "shared": int(row["shared"]), "unique": int(row["unique"]),
+                        "density": float(row["density"]), "rho": rho_v if math.isfinite(rho_v) else None})
+    return out

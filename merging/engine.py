@@ -1,0 +1,235 @@
+"""The streaming merge engine: read aligned chunks, compute τ_m in float32 on the device, write the output.
+
+Reading (a prefetch thread), compute (this thread) and writing (a writer thread) overlap. Memory is
+bounded by the chunk size: at most a few chunks of (1 + N) models are alive at once.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+
+from .checkpoint import Checkpoint
+from .device import to_compute
+from .dtypes import FLOAT_CODES, ITEMSIZE, ST_TO_TORCH
+from .errors import MergeCancelled, RamStudioError
+from .methods.base import MergeMethod
+from .stream import DEFAULT_CHUNK_ELEMS, AlignedReader, BackgroundWriter, ChunkData, prefetch, row_spans
+from .tensor_merge import TensorMerger
+from .writer import PlannedTensor, ShardSetWriter
+
+
+@dataclass
+class Progress:
+    """Where a streaming job stands; `done`/`total` count bytes of input processed (passes included)."""
+
+    phase: str
+    done: int
+    total: int
+    tensors_done: int
+    tensors_total: int
+    tensor: str
+    elapsed: float
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 1.0
+
+    @property
+    def eta(self) -> float | None:
+        if self.done <= 0 or self.elapsed <= 0:
+            return None
+        return self.elapsed * (self.total - self.done) / self.done
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+class ProgressTracker:
+    """Calls a progress callback at most every `interval` seconds, and always at the end."""
+
+    def __init__(self, phase: str, total: int, tensors_total: int, callback: ProgressFn | None,
+                 interval: float = 0.2) -> None:
+        self.phase, self.total, self.tensors_total = phase, total, tensors_total
+        self.callback, self.interval = callback, interval
+        self.done = 0
+        self.tensors_done = 0
+        self.start = time.perf_counter()
+        self._last = 0.0
+
+    def advance(self, nbytes: int, tensor: str, tensor_finished: bool = False, force: bool = False) -> None:
+        self.done += nbytes
+        self.tensors_done += int(tensor_finished)
+        now = time.perf_counter()
+        if self.callback and (force or now - self._last >= self.interval):
+            self._last = now
+            self.callback(Progress(self.phase, self.done, self.total, self.tensors_done, self.tensors_total,
+                                   tensor, now - self.start))
+
+
+def tensor_order(base: Checkpoint) -> list[str]:
+    """Base tensors in on-disk order (file, offset): sequential reads, and a stable output order."""
+    return sorted(base.tensors, key=lambda n: (base.tensors[n].file.name, base.tensors[n].begin))
+
+
+def build_taus(data: ChunkData, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Base chunk and task vectors τ_t = θ_t − θ0 as float32 (N, E) on `device`; absent agents give 0."""
+    base = to_compute(data.base, device).reshape(-1)
+    taus = torch.empty((len(data.agents), base.numel()), dtype=torch.float32, device=device)
+    for t, a in enumerate(data.agents):
+        if a is None:
+            taus[t].copy_(base)
+        else:
+            to_compute(a, device, out=taus[t])
+    taus.sub_(base)
+    return base, taus
+
+
+def check_finite(data: ChunkData, taus: torch.Tensor, labels: list[str], base_label: str) -> torch.Tensor:
+    """Per-agent max |τ| of a chunk; a NaN/Inf anywhere in the inputs stops the run with its location."""
+    peak = taus.abs().amax(1) if taus.numel() else torch.zeros(taus.shape[0], device=taus.device)
+    if bool(torch.isfinite(peak).all()):
+        return peak
+    span = data.span
+    for label, t in [(base_label, data.base)] + list(zip(labels, data.agents)):
+        if t is None:
+            continue
+        bad = ~torch.isfinite(t.float().reshape(-1))
+        if bool(bad.any()):
+            idx = span.offset + int(bad.nonzero()[0])
+            raise RamStudioError(
+                f"tensor {span.tensor!r} of {label} holds NaN or Inf (first at flat index {idx:,}).",
+                "Merging would spread it; repair or re-download that checkpoint.")
+    raise RamStudioError(f"task vectors of tensor {span.tensor!r} overflow float32.", "Check the inputs.")
+
+
+@dataclass
+class EngineResult:
+    seconds: float
+    bytes_read: int
+    bytes_written: int
+    max_abs_tau: list[float] = field(default_factory=list)
+
+
+def output_plan(base: Checkpoint, out_dtype: str | None) -> list[PlannedTensor]:
+    """What the merged model holds: the base's tensors, float ones in the output dtype."""
+    plan = []
+    for name in tensor_order(base):
+        e = base.tensors[name]
+        dtype = out_dtype if (out_dtype and e.dtype in FLOAT_CODES) else e.dtype
+        plan.append(PlannedTensor(name, dtype, e.shape))
+    return plan
+
+
+def _work(reader: AlignedReader, base: Checkpoint, rounds: int, chunk_elems: int,
+          cancel: threading.Event | None) -> Iterator[tuple[int, bool, ChunkData]]:
+    """Yield (round, last_span_of_round, chunk) for every tensor: each pass round, then the merge round."""
+    for name in tensor_order(base):
+        e = base.tensors[name]
+        spans = row_spans(name, e.shape, chunk_elems)
+        n_rounds = rounds if e.dtype in FLOAT_CODES else 1
+        if len(spans) == 1:
+            data = reader.read(spans[0])  # one read serves every round of a one-chunk tensor
+            for r in range(n_rounds):
+                yield r, True, data
+            continue
+        for r in range(n_rounds):
+            for i, span in enumerate(spans):
+                if cancel is not None and cancel.is_set():
+                    return
+                yield r, i == len(spans) - 1, reader.read(span)
+
+
+def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod, params: dict[str, Any],
+                 shared: dict[str, Any], sink: ShardSetWriter, *, out_dtype: str | None, device: torch.device,
+                 chunk_elems: int = DEFAULT_CHUNK_ELEMS, agent_keys: tuple[str, ...] | None = None,
+                 progress: ProgressFn | None = None, cancel: threading.Event | None = None) -> EngineResult:
+    """Merge every tensor of `base` with `agents` into `sink`; raises MergeCancelled when `cancel` is set."""
+    labels = [a.label for a in agents]
+    keys = agent_keys or tuple(labels)
+    rounds = len(method.passes(params)) + 1
+    reader = AlignedReader(base, agents)
+    per_elem = [sum(ITEMSIZE[c.tensors[n].dtype] if n in c.tensors else 0 for c in [base, *agents])
+                for n in tensor_order(base)]
+    total = 0
+    for n, b in zip(tensor_order(base), per_elem):
+        e = base.tensors[n]
+        total += e.numel * b * (rounds if e.dtype in FLOAT_CODES else 1)
+    tracker = ProgressTracker("merge", total, len(base.tensors), progress)
+    writer = BackgroundWriter()
+    peaks = torch.zeros(len(agents), dtype=torch.float64)
+    merger: TensorMerger | None = None
+    cached: tuple[int, ChunkData, torch.Tensor, torch.Tensor] | None = None
+    written = 0
+    try:
+        for r, last, data in prefetch(_work(reader, base, rounds, chunk_elems, cancel)):
+            if cancel is not None and cancel.is_set():
+                raise MergeCancelled()
+            span = data.span
+            entry = base.tensors[span.tensor]
+            step = span.numel * sum(ITEMSIZE[c.tensors[span.tensor].dtype] if span.tensor in c.tensors else 0
+                                    for c in [base, *agents])
+            if entry.dtype not in FLOAT_CODES:
+                _check_equal_non_float(data, labels)
+                out = data.base
+                r = rounds - 1
+            else:
+                if merger is None or merger.ctx.tensor != span.tensor:
+                    merger = TensorMerger(method, params, span.tensor, entry.numel, keys, shared)
+                    cached = None
+                if cached is not None and cached[1] is data:
+                    base_f, taus = cached[2], cached[3]
+                else:
+                    base_f, taus = build_taus(data, device)
+                    cached = (r, data, base_f, taus)
+                if r < rounds - 1:
+                    merger.reduce(r, span.offset, taus)
+                    if last:
+                        merger.finish_round(r)
+                    tracker.advance(step, span.tensor)
+                    continue
+                peaks = torch.maximum(peaks, check_finite(data, taus, labels, base.label).double().cpu())
+                tau_m = merger.merge(span.offset, taus)
+                target = ST_TO_TORCH[out_dtype] if out_dtype else data.base.dtype
+                out = (base_f + tau_m).to(target).cpu()
+            written += _submit(writer, sink, span, out)
+            tracker.advance(step, span.tensor, tensor_finished=last and span.stop == (entry.shape[0] if entry.shape else 1))
+        writer.close()
+    except BaseException:
+        try:
+            writer.close()
+        except BaseException:
+            pass
+        sink.abort()
+        raise
+    finally:
+        reader.release()
+    tracker.advance(0, "", force=True)
+    return EngineResult(time.perf_counter() - tracker.start, tracker.done, written, peaks.tolist())
+
+
+def _submit(writer: BackgroundWriter, sink: ShardSetWriter, span: Any, out: torch.Tensor) -> int:
+    """Queue the bytes of one output chunk (starting the tensor on its first span)."""
+    flat = out.contiguous().reshape(-1)
+    data = flat.view(torch.uint8).numpy() if flat.numel() else b""
+    first = span.start == 0
+
+    def job() -> None:
+        if first:
+            sink.begin(span.tensor)
+        sink.write(data)
+
+    writer.submit(job)
+    return flat.numel() * flat.element_size()
+
+
+def _check_equal_non_float(data: ChunkData, labels: list[str]) -> None:
+    """Integer/bool tensors (buffers, ids) are copied from the base; agents must hold the same values."""
+    for label, a in zip(labels, data.agents):
+        if a is not None and not torch.equal(a, data.base):
+            raise RamStudioError(
+                f"non-float tensor {data.span.tensor!r} differs between the base and {label}.",
+                "Integer or boolean tensors cannot be merged; the models must share them.")

@@ -1,0 +1,71 @@
+"""DARE (drop and rescale) combined with Task Arithmetic or TIES.
+
+Choices (README "Maths and deviations"): each element is kept with probability 1−p and kept entries are
+scaled by 1/(1−p) (DARE paper, MergeLM, peft; mergekit instead rescales to preserve the L1 norm). The
+keep mask comes from a counter-based hash of (seed, agent, tensor name, flat element index), so it is
+the same whatever the tensor order, the chunk size or the device. DARE+TIES then elects signs and takes
+the disjoint mean of the rescaled vectors (no further top-k trim).
+"""
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from . import register
+from .base import ChunkContext, MergeMethod, Param, in_unit_closed_open
+from .linear import LAMBDA
+from .ties import elect_and_mean
+
+_M1 = -4658895280553007687  # 0xbf58476d1ce4e5b9 as signed int64 (splitmix64 constants)
+_M2 = -7723592293110705685  # 0x94d049bb133111eb
+_LOW34, _LOW37, _LOW33 = (1 << 34) - 1, (1 << 37) - 1, (1 << 33) - 1
+
+
+def stream_key(seed: int, agent_key: str, tensor: str) -> int:
+    """A 63-bit key for one (seed, agent, tensor) stream, independent of processing order."""
+    digest = hashlib.sha256(f"{seed}\x00{agent_key}\x00{tensor}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def uniform(key: int, offset: int, count: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Uniform [0, 1) floats for flat indices offset..offset+count−1 of one stream (splitmix64 finaliser)."""
+    x = torch.arange(offset, offset + count, dtype=torch.int64, device=device) + key
+    # Logical right shifts on int64: shift, then clear the bits an arithmetic shift copied from the sign.
+    x = (x ^ ((x >> 30) & _LOW34)) * _M1
+    x = (x ^ ((x >> 27) & _LOW37)) * _M2
+    x = x ^ ((x >> 31) & _LOW33)
+    return ((x >> 40) & 0xFFFFFF).to(torch.float32) * (1.0 / (1 << 24))
+
+
+def keep_mask(ctx: ChunkContext, agent: int, count: int, device: torch.device) -> torch.Tensor:
+    key = stream_key(ctx.params["seed"], ctx.agent_keys[agent], ctx.tensor)
+    return uniform(key, ctx.offset, count, device) >= ctx.params["drop_rate"]
+
+
+def drop_and_rescale(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
+    """Zero each element with probability p and scale survivors by 1/(1−p)."""
+    p = ctx.params["drop_rate"]
+    if p == 0:
+        return taus
+    flat = taus.reshape(taus.shape[0], -1)
+    masks = torch.stack([keep_mask(ctx, t, flat.shape[1], taus.device) for t in range(taus.shape[0])])
+    return (flat * masks * (1.0 / (1.0 - p))).view_as(taus)
+
+
+def dare_ta(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
+    return drop_and_rescale(taus, ctx).sum(0) * ctx.params["lambda"]
+
+
+def dare_ties(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
+    return elect_and_mean(drop_and_rescale(taus, ctx)) * ctx.params["lambda"]
+
+
+DROP = Param("drop_rate", 0.5, float, "Drop rate p of DARE, in [0, 1) (paper's grid: 0.1 … 0.9).",
+             in_unit_closed_open)
+SEED = Param("seed", 0, int, "Seed of the DARE keep masks (per seed, agent and tensor).")
+
+register(MergeMethod("dare_ta", "DARE + Task Arithmetic: drop with rate p, rescale by 1/(1−p), then λ·Σ.",
+                     dare_ta, (DROP, LAMBDA, SEED)))
+register(MergeMethod("dare_ties", "DARE + TIES: drop and rescale, elect sign, disjoint mean, scale by λ.",
+                     dare_ties, (DROP, LAMBDA, SEED)))

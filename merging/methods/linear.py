@@ -1,0 +1,24 @@
+"""Task Arithmetic (τ_m = λ·Σ_t τ_t) and plain averaging (λ = 1/N): the methods that dilute unique updates."""
+from __future__ import annotations
+
+import torch
+
+from . import register
+from .base import ChunkContext, MergeMethod, Param
+
+
+def task_arithmetic(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
+    """λ·Σ_t τ_t (Ilharco et al.)."""
+    return taus.sum(0) * ctx.params["lambda"]
+
+
+def average(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
+    """Element-wise mean of the task vectors, i.e. the mean of the agents' weights."""
+    return taus.sum(0) / taus.shape[0]
+
+
+LAMBDA = Param("lambda", 1.0, float, "Scaling λ of the summed task vectors (paper's grid: 0.1 … 1.0).",
+               lambda v: None if v >= 0 else "must be ≥ 0")
+
+register(MergeMethod("task_arithmetic", "Task Arithmetic: θ0 + λ·Σ_t τ_t.", task_arithmetic, (LAMBDA,)))
+register(MergeMethod("average", "Averaging: θ0 + (1/N)·Σ_t τ_t (the mean of the agents).", average))

@@ -1,0 +1,120 @@
+"""TIES-Merging: trim each τ_t to its top-k magnitudes per tensor, elect a sign, take the disjoint mean.
+
+Choices (README "Maths and deviations"): k = int(density·n) per tensor, exactly k kept; ties at the
+threshold are broken by flat index (lowest first), so the result does not depend on chunking. The
+threshold is found exactly by a two-pass radix select on the float32 bit pattern of |τ| (16 high,
+then 16 low bits), so no full sort and memory bounded by the chunk size. A zero sign sum elects +
+(mergekit, peft). θ = θ0 + λ·τ_m.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import register
+from .base import ChunkContext, MergeMethod, Param, TensorPass, in_unit_open_closed
+from .linear import LAMBDA
+
+_HI = 1 << 15  # |τ| has its sign bit clear, so the high 16 bits of its float32 pattern are < 2^15
+_LO = 1 << 16
+
+
+def _bits(taus: torch.Tensor) -> torch.Tensor:
+    """float32 |τ| reinterpreted as int32: the order of non-negative floats equals the order of their bits."""
+    return taus.abs().contiguous().view(torch.int32)
+
+
+def _per_agent_bincount(keys: torch.Tensor, bins: int, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Histogram of `keys` (N, E) per agent in one bincount, optionally only where `valid`."""
+    n = keys.shape[0]
+    offsets = (torch.arange(n, device=keys.device, dtype=torch.int64) * bins).view(-1, 1)
+    flat = (keys.to(torch.int64) + offsets)
+    if valid is not None:
+        flat = flat[valid]
+    return torch.bincount(flat.reshape(-1), minlength=n * bins).view(n, bins).cpu()
+
+
+def _coarse_reduce(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
+    return _per_agent_bincount(_bits(taus) >> 16, _HI)
+
+
+def _select_bin(hist: torch.Tensor, rank: int) -> tuple[int, int]:
+    """Bin holding the rank-th largest element (rank ≥ 1) and that element's rank inside the bin."""
+    above = torch.flip(hist, [0]).cumsum(0)  # counts of elements in bins ≥ each bin, from the top
+    pos = int(torch.searchsorted(above, torch.tensor(rank, dtype=above.dtype)))
+    b = hist.numel() - 1 - pos
+    before = int(above[pos - 1]) if pos > 0 else 0
+    return b, rank - before
+
+
+def _coarse_finish(total: torch.Tensor, ctx: ChunkContext) -> None:
+    k = int(ctx.params["density"] * ctx.numel)
+    sel = []
+    for t in range(total.shape[0]):
+        sel.append(_select_bin(total[t], k) if 0 < k < ctx.numel else (None, 0))
+    ctx.state["k"] = k
+    ctx.state["hi"] = sel
+
+
+def _fine_reduce(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
+    bits = _bits(taus)
+    his = torch.tensor([h if h is not None else -1 for h, _ in ctx.state["hi"]], device=bits.device).view(-1, 1)
+    return _per_agent_bincount(bits & 0xFFFF, _LO, (bits >> 16) == his)
+
+
+def _fine_finish(total: torch.Tensor, ctx: ChunkContext) -> None:
+    thresholds, keep_equal = [], []
+    for t, (hi, rank) in enumerate(ctx.state["hi"]):
+        if hi is None:
+            thresholds.append(None)
+            keep_equal.append(0)
+            continue
+        lo, rank_in = _select_bin(total[t], rank)
+        thresholds.append((hi << 16) | lo)
+        keep_equal.append(rank_in)  # how many elements equal to the threshold are kept
+    ctx.state["threshold"] = thresholds
+    ctx.state["keep_equal"] = keep_equal
+    ctx.state["seen_equal"] = [0] * len(thresholds)
+
+
+def trim_mask(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
+    """Top-k mask per agent for this chunk, using the thresholds found by the passes (chunks in order)."""
+    k = ctx.state["k"]
+    if k >= ctx.numel:
+        return torch.ones_like(taus, dtype=torch.bool)
+    if k <= 0:
+        return torch.zeros_like(taus, dtype=torch.bool)
+    bits = _bits(taus)
+    rows = []
+    for t, thr in enumerate(ctx.state["threshold"]):
+        equal = bits[t] == thr
+        rank = equal.to(torch.int64).cumsum(0) + ctx.state["seen_equal"][t]  # 1-based rank among equals
+        rows.append((bits[t] > thr) | (equal & (rank <= ctx.state["keep_equal"][t])))
+        ctx.state["seen_equal"][t] += int(equal.sum())
+    return torch.stack(rows)
+
+
+def elect_and_mean(taus: torch.Tensor) -> torch.Tensor:
+    """Sign election (zero sum elects +) and the disjoint mean over agents agreeing with it (0 if none)."""
+    elected = torch.where(taus.sum(0) >= 0, 1.0, -1.0).to(taus.dtype)
+    agree = (torch.sign(taus) == elected) & (taus != 0)
+    count = agree.sum(0)
+    total = (taus * agree).sum(0)
+    return torch.where(count > 0, total / count.clamp(min=1).to(taus.dtype), torch.zeros_like(total))
+
+
+def ties(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
+    """θ0 + λ·disjoint_mean(elect(trim(τ)))."""
+    trimmed = taus * trim_mask(taus, ctx)
+    return elect_and_mean(trimmed) * ctx.params["lambda"]
+
+
+def _passes(p: dict) -> tuple[TensorPass, ...]:
+    return (TensorPass("topk_coarse", _coarse_reduce, _coarse_finish),
+            TensorPass("topk_fine", _fine_reduce, _fine_finish))
+
+
+DENSITY = Param("density", 0.2, float, "Fraction of each task vector kept per tensor (paper's grid: 0.1-0.3).",
+                in_unit_open_closed)
+
+register(MergeMethod("ties", "TIES: trim to top-k per tensor, elect sign, disjoint mean, scale by λ.",
+                     ties, (DENSITY, LAMBDA), _passes))

@@ -1,0 +1,45 @@
+"""The merged model's README.md: YAML front matter for the Hub, then method, parameters, ρ_t/λ_t and recipe."""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from .methods import get_method
+from .recipe import MergeSpec
+
+
+def _yaml_str(s: str) -> str:
+    return json.dumps(s)  # a JSON string is a valid YAML scalar
+
+
+def render_card(spec: MergeSpec, agent_labels: list[str], lambdas: list[dict[str, Any]] | None,
+                recipe_text: str, notes: list[str]) -> str:
+    """Markdown model card; `lambdas` rows hold agent, shared, unique, rho, lambda when RAM+ used them."""
+    method = get_method(spec.method)
+    models = [spec.base, *spec.agents]
+    lines = ["---", "base_model:"]
+    lines += [f"- {_yaml_str(m)}" for m in models]
+    lines += ["base_model_relation: merge", "library_name: transformers", "tags:", "- merge", "- ram",
+              f"- {spec.method}", "---", "", f"# Merged model ({spec.method})", "",
+              f"Made with RAM Studio from base `{spec.base}` and {len(spec.agents)} agents:", ""]
+    lines += [f"- `{ref}` ({label})" for ref, label in zip(spec.agents, agent_labels)]
+    lines += ["", "## Method", "", method.summary, "", "| parameter | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in spec.params.items()]
+    lines += [f"| output dtype | {spec.out_dtype or 'same as base'} |", ""]
+    if lambdas:
+        lines += ["## Overlap-unique ratio ρ_t and rescale λ_t", "",
+                  "| agent | shared | unique | ρ_t | λ_t |", "|---|---:|---:|---:|---:|"]
+        for row in lambdas:
+            rho = row["rho"]
+            rho_s = "∞" if rho is None or (isinstance(rho, float) and math.isinf(rho)) else f"{rho:.4f}"
+            lines.append(f"| {row['agent']} | {row['shared']:,} | {row['unique']:,} | {rho_s} | {row['lambda']:.4f} |")
+        lines.append("")
+    if notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    lines += ["## Use", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
+              'model = AutoModelForCausalLM.from_pretrained("PATH_TO_THIS_FOLDER")',
+              'tokenizer = AutoTokenizer.from_pretrained("PATH_TO_THIS_FOLDER")', "```", "",
+              "## Recipe", "", "Reproduce with `python -m merging run ram_recipe.json`:", "", "```json",
+              recipe_text.strip(), "```", ""]
+    return "\n".join(lines)

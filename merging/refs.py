@@ -1,0 +1,82 @@
+"""Model references: local folders, Hugging Face repo ids (`org/name@rev`) and the bundled demo (`demo:name`)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import RamStudioError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEMO_ROOT = REPO_ROOT / "assets" / "demo" / "models"
+DEMO_PREFIX = "demo:"
+_HUB_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
+
+# What snapshot_download fetches: weights as safetensors only, configs, tokenizer and chat templates.
+HUB_ALLOW_PATTERNS = [
+    "*.safetensors", "*.json", "tokenizer*", "*.model", "*.tiktoken", "vocab.*", "merges.txt",
+    "chat_template*", "*.jinja",
+]
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A parsed model reference; `label` is the short name used in tables and charts."""
+
+    raw: str
+    kind: str  # "local" | "hub" | "demo"
+    path: Path | None = None
+    repo_id: str | None = None
+    revision: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind == "demo":
+            return self.raw[len(DEMO_PREFIX):]
+        if self.kind == "hub":
+            return self.repo_id.split("/", 1)[1] if self.repo_id else self.raw
+        return self.path.name if self.path else self.raw
+
+
+def parse_ref(text: str) -> ModelRef:
+    """Classify a reference: an existing path wins, then `demo:NAME`, then `org/name[@rev]`."""
+    text = (text or "").strip()
+    if not text:
+        raise RamStudioError("empty model reference.", "Give a folder path, a Hub id like org/name, or demo:base.")
+    if text.startswith(DEMO_PREFIX):
+        name = text[len(DEMO_PREFIX):]
+        return ModelRef(text, "demo", path=DEMO_ROOT / name)
+    path = Path(text).expanduser()
+    if path.exists():
+        return ModelRef(text, "local", path=path.resolve())
+    m = _HUB_RE.match(text)
+    if m and not text.startswith((".", "/", "~")):
+        return ModelRef(text, "hub", repo_id=m["repo"], revision=m["rev"])
+    raise RamStudioError(f"model path {text!r} does not exist.",
+                         "Check the path, or use a Hub id (org/name[@revision]) or demo:base.")
+
+
+def demo_names() -> list[str]:
+    """Names of the bundled demo models that are present (base first)."""
+    if not DEMO_ROOT.is_dir():
+        return []
+    names = sorted(p.name for p in DEMO_ROOT.iterdir() if (p / "config.json").exists())
+    return sorted(names, key=lambda n: (n != "base", n))
+
+
+def resolve(ref: ModelRef | str, *, download: bool = True) -> Path:
+    """Return a local folder holding the model, downloading a Hub snapshot when allowed."""
+    if isinstance(ref, str):
+        ref = parse_ref(ref)
+    if ref.kind == "demo":
+        if not (ref.path and ref.path.is_dir()):
+            have = ", ".join(f"demo:{n}" for n in demo_names()) or "none (build it: python -m assets.demo.build)"
+            raise RamStudioError(f"unknown demo model {ref.raw!r}.", f"Available: {have}.")
+        return ref.path
+    if ref.kind == "local":
+        if not ref.path.is_dir():
+            raise RamStudioError(f"{ref.path} is a file, not a model folder.",
+                                 "Point at the folder holding config.json and the .safetensors files.")
+        return ref.path
+    from .hub import download_snapshot  # imported lazily: only Hub references need the client
+    return download_snapshot(ref.repo_id, ref.revision, allow_download=download)
