@@ -1,6 +1,7 @@
 """Model references: local folders, Hugging Face repo ids (`org/name@rev`) and the bundled demo (`demo:name`)."""
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 from .errors import RamStudioError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEMO_ROOT = REPO_ROOT / "assets" / "demo" / "models"
+BUNDLED_DEMO_ROOT = REPO_ROOT / "assets" / "demo" / "models"
 DEMO_PREFIX = "demo:"
 _HUB_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
 
@@ -45,7 +46,7 @@ def parse_ref(text: str) -> ModelRef:
         raise RamStudioError("empty model reference.", "Give a folder path, a Hub id like org/name, or demo:base.")
     if text.startswith(DEMO_PREFIX):
         name = text[len(DEMO_PREFIX):]
-        return ModelRef(text, "demo", path=DEMO_ROOT / name)
+        return ModelRef(text, "demo", path=demo_root() / name)
     path = Path(text).expanduser()
     if path.exists():
         return ModelRef(text, "local", path=path.resolve())
@@ -56,11 +57,18 @@ def parse_ref(text: str) -> ModelRef:
                          "Check the path, or use a Hub id (org/name[@revision]) or demo:base.")
 
 
+def demo_root() -> Path:
+    """Folder of the demo models: $RAM_STUDIO_DEMO_ROOT (e.g. a quick build in tests) or the bundled one."""
+    override = os.environ.get("RAM_STUDIO_DEMO_ROOT")
+    return Path(override) if override else BUNDLED_DEMO_ROOT
+
+
 def demo_names() -> list[str]:
-    """Names of the bundled demo models that are present (base first)."""
-    if not DEMO_ROOT.is_dir():
+    """Names of the demo models that are present (base first)."""
+    root = demo_root()
+    if not root.is_dir():
         return []
-    names = sorted(p.name for p in DEMO_ROOT.iterdir() if (p / "config.json").exists())
+    names = sorted(p.name for p in root.iterdir() if (p / "config.json").exists())
     return sorted(names, key=lambda n: (n != "base", n))
 
 
