@@ -103,9 +103,10 @@ class Runner:
 
     def measure(self, row: Row, argv: list[str], out_dir: Optional[str] = None, keep: bool = False) -> Row:
         """Run argv, fill row, delete out_dir afterwards (unless keep)."""
-        row.argv, row.log = argv, os.path.join(self.work, f"{row.name}.log")
+        row.argv, row.log = argv, os.path.join(self.work, row.name.replace(" ", "_") + ".log")
         print(f"[{time.strftime('%H:%M:%S')}] {row.name}: {' '.join(argv)}", flush=True)
-        env = dict(os.environ, PYTHONPATH=REPO)
+        # fresh analysis cache per run: `analyze` is measured cold, later merges may reuse it
+        env = dict(os.environ, PYTHONPATH=REPO, RAM_STUDIO_CACHE=os.path.join(self.work, "analysis-cache"))
         m = run_measured(argv, log_path=row.log, env=env, cwd=REPO, timeout=self.args.timeout)
         row.wall_s, row.peak_vmrss_mb, row.peak_rssanon_mb = m.wall_s, m.peak_vmrss_mb, m.peak_rssanon_mb
         row.status = "ok" if m.rc == 0 else f"rc={m.rc}"
