@@ -13,8 +13,8 @@ def task_arithmetic(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
 
 
 def average(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
-    """Element-wise mean of the task vectors, i.e. the mean of the agents' weights."""
-    return taus.sum(0) / taus.shape[0]
+    """Element-wise mean of the task vectors, i.e. the mean of the agents' weights (TA with λ = 1/N)."""
+    return taus.sum(0) * (1.0 / taus.shape[0])
 
 
 LAMBDA = Param("lambda", 1.0, float, "Scaling λ of the summed task vectors (paper's grid: 0.1 … 1.0).",
