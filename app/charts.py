@@ -1,0 +1,220 @@
+"""Plotly figure builders (pure: frames in, figures out) and the one palette used by every chart."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+from plotly.subplots import make_subplots
+
+# Okabe-Ito: colour-blind safe; agent i always gets AGENT_PALETTE[i] in every chart.
+AGENT_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+METHOD_COLORS = {"average": "#B0B0B0", "task arithmetic": "#7F7F7F", "RAM": "#2C3E50", "RAM+": "#C0392B"}
+FONT = dict(family="Source Sans Pro, Arial, sans-serif", size=13)
+
+
+def agent_colors(agents: list[str]) -> dict[str, str]:
+    """Colour of each agent, by its position in the selection (the same on every page)."""
+    return {a: AGENT_PALETTE[i % len(AGENT_PALETTE)] for i, a in enumerate(agents)}
+
+
+def method_color(method: str) -> str:
+    for key in ("RAM+", "RAM", "task arithmetic", "average"):
+        if method.startswith(key):
+            return METHOD_COLORS[key]
+    return "#555555"
+
+
+def _layout(fig: go.Figure, height: int = 360, legend: bool = True, **kw) -> go.Figure:
+    fig.update_layout(template="plotly_white", height=height, font=FONT, margin=dict(l=10, r=10, t=40, b=10),
+                      showlegend=legend, legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0,
+                                                     title_text=""), **kw)
+    return fig
+
+
+def eps_label(eps: float) -> str:
+    return "0" if eps == 0 else f"{eps:.0e}".replace("e-0", "e-")
+
+
+# ---------------------------------------------------------------- Heterogeneity
+
+def density_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
+    """Paper Fig. 2 left: share of parameters each agent changed."""
+    colors = agent_colors(agents)
+    fig = go.Figure(go.Bar(x=df["agent"], y=100 * df["density"], marker_color=[colors[a] for a in df["agent"]],
+                           text=[f"{100 * d:.1f}%" for d in df["density"]], textposition="outside",
+                           hovertemplate="%{x}: %{y:.2f}% of parameters changed<extra></extra>", cliponaxis=False))
+    fig.update_yaxes(title="changed parameters (% of all)", rangemode="tozero")
+    fig.update_xaxes(title="agent")
+    return _layout(fig, legend=False)
+
+
+def overlap_stacked(df: pd.DataFrame, agents: list[str]) -> go.Figure:
+    """Paper Fig. 2 right: of each agent's changed elements, how many agents changed them too."""
+    n = int(df["k"].max())
+    shades = ["#1B9E77"] + [c for c in ["#FDB863", "#E66101", "#B2182B", "#67001F", "#40004B"]][: max(0, n - 1)]
+    fig = go.Figure()
+    for k in range(1, n + 1):
+        part = df[df["k"] == k].set_index("agent").reindex(agents)
+        name = "unique (only this agent)" if k == 1 else f"shared by {k} agents"
+        fig.add_bar(x=agents, y=100 * part["fraction"], name=name, marker_color=shades[(k - 1) % len(shades)],
+                    text=[f"{100 * v:.0f}%" if v >= 0.06 else "" for v in part["fraction"]], textposition="inside",
+                    hovertemplate=f"%{{x}}: %{{y:.1f}}% {name}<extra></extra>")
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title="share of the agent's changed elements (%)", range=[0, 100])
+    fig.update_xaxes(title="agent")
+    return _layout(fig)
+
+
+def layer_module_heatmaps(df: pd.DataFrame, agents: list[str]) -> go.Figure:
+    """Density per layer × module kind, one panel per agent, one shared colour scale."""
+    colors = agent_colors(agents)
+    fig = make_subplots(rows=1, cols=len(agents), shared_yaxes=True, horizontal_spacing=0.03,
+                        subplot_titles=[f"<b style='color:{colors[a]}'>{a}</b>" for a in agents])
+    zmax = max(1e-9, float(df["density"].max()) * 100)
+    modules = [str(m) for m in df["module"].cat.categories] if hasattr(df["module"], "cat") else sorted(df["module"].unique())
+    for i, agent in enumerate(agents, start=1):
+        part = df[df["agent"] == agent]
+        grid = part.pivot_table(index="module", columns="layer", values="density", aggfunc="sum", observed=False)
+        grid = grid.reindex(modules)
+        xs = ["emb/head" if c == -1 else str(c) for c in grid.columns]
+        fig.add_trace(go.Heatmap(z=100 * grid.values, x=xs, y=modules, coloraxis="coloraxis",
+                                 hovertemplate=f"{agent} · layer %{{x}} · %{{y}}: %{{z:.2f}}% changed<extra></extra>"),
+                      row=1, col=i)
+        fig.update_xaxes(title_text="layer", row=1, col=i, type="category")
+    fig.update_yaxes(title_text="module", row=1, col=1, autorange="reversed")
+    fig.update_layout(coloraxis=dict(colorscale="Viridis", cmin=0, cmax=zmax,
+                                     colorbar=dict(title=dict(text="changed<br>(%)", side="top"), thickness=12)))
+    return _layout(fig, height=360, legend=False)
+
+
+def unique_share_lines(df: pd.DataFrame, agents: list[str]) -> go.Figure:
+    """Unique share of each agent's changed elements per layer (−1 = embeddings / head)."""
+    colors = agent_colors(agents)
+    fig = go.Figure()
+    for agent in agents:
+        part = df[df["agent"] == agent].sort_values("layer")
+        fig.add_scatter(x=["emb/head" if v == -1 else str(v) for v in part["layer"]], y=100 * part["unique_share"],
+                        mode="lines+markers", name=agent, line=dict(color=colors[agent], width=2.5),
+                        hovertemplate=f"{agent} · layer %{{x}}: %{{y:.1f}}% unique<extra></extra>")
+    fig.update_yaxes(title="unique share of changed elements (%)", range=[0, 105])
+    fig.update_xaxes(title="layer", type="category")
+    return _layout(fig)
+
+
+def eps_curve(df: pd.DataFrame, agents: list[str], chosen: float | None = None) -> go.Figure:
+    """Density against the threshold ε, one line per agent; the chosen ε is marked."""
+    colors = agent_colors(agents)
+    fig = go.Figure()
+    for agent in agents:
+        part = df[df["agent"] == agent].sort_values("eps")
+        fig.add_scatter(x=[eps_label(e) for e in part["eps"]], y=100 * part["density"], mode="lines+markers",
+                        name=agent, line=dict(color=colors[agent], width=2.5),
+                        hovertemplate=f"{agent} · ε=%{{x}}: %{{y:.2f}}% changed<extra></extra>")
+    if chosen is not None:
+        fig.add_vline(x=eps_label(chosen), line_dash="dot", line_color="#555")
+    fig.update_yaxes(title="changed parameters (% of all)", rangemode="tozero")
+    fig.update_xaxes(title="ε (|τ| threshold, weight units)", type="category")
+    return _layout(fig)
+
+
+# ---------------------------------------------------------------- Tune
+
+def lambda_curve(lam: pd.DataFrame, agents: list[str], r: float, alpha: float, rule: str) -> go.Figure:
+    """λ as a function of ρ for the chosen rule, with each agent's (ρ_t, λ_t) marked."""
+    colors = agent_colors(agents)
+    finite = [v for v in lam["rho"] if math.isfinite(v)]
+    top = max([3.0, alpha * 1.5] + [v * 1.15 for v in finite])
+    xs = [top * i / 200 for i in range(201)]
+    ys = [1 + r * (min(max(x, 0), alpha) if rule == "clip" else x / (1 + x)) for x in xs]
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines", name=f"λ(ρ), {rule} rule",
+                               line=dict(color="#555", width=2), hoverinfo="skip"))
+    for _, row in lam.iterrows():
+        rho_v = row["rho"] if math.isfinite(row["rho"]) else top
+        fig.add_scatter(x=[rho_v], y=[row["lambda"]], mode="markers", name=row["agent"],
+                        marker=dict(color=colors.get(row["agent"], "#333"), size=13, line=dict(color="white", width=1.5)),
+                        hovertemplate=f"{row['agent']}: ρ=%{{x:.3f}}, λ=%{{y:.3f}}<extra></extra>")
+    fig.update_xaxes(title="ρ = shared / unique changed elements (ratio)", range=[0, top])
+    fig.update_yaxes(title="λ (unique-update scale, ×)", range=[0.98, max(ys) + 0.02 + 0.05 * r])
+    return _layout(fig, height=340)
+
+
+def retention_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
+    """Share of each agent's unique update that survives each method (agents keep their colours)."""
+    colors = agent_colors(agents)
+    methods = list(dict.fromkeys(df["method"]))
+    fig = go.Figure()
+    for agent in agents:
+        part = df[df["agent"] == agent].set_index("method").reindex(methods)
+        fig.add_bar(x=methods, y=100 * part["retention"], name=agent, marker_color=colors[agent],
+                    text=[f"{100 * v:.0f}%" for v in part["retention"]], textposition="outside", cliponaxis=False,
+                    hovertemplate=f"{agent} · %{{x}}: %{{y:.1f}}% of its unique update kept<extra></extra>")
+    fig.add_hline(y=100, line_dash="dot", line_color="#555", annotation_text="fine-tuned agent", annotation_position="top left")
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title="unique update kept (% of the agent's)", range=[0, max(140, 100 * df["retention"].max() + 20)])
+    fig.update_xaxes(title="merge method")
+    return _layout(fig, height=340)
+
+
+# ---------------------------------------------------------------- Signal dilution toy
+
+def toy_heatmaps(panels: list[tuple[str, object]], zmax: float, colors: list[str | None]) -> go.Figure:
+    """Small grids of task-vector values (one panel each), one diverging colour scale centred at 0."""
+    cols = min(4, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    titles = [f"<b style='color:{c}'>{t}</b>" if c else f"<b>{t}</b>" for (t, _), c in zip(panels, colors)]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.03, vertical_spacing=0.12)
+    for i, (title, grid) in enumerate(panels):
+        r, c = i // cols + 1, i % cols + 1
+        fig.add_trace(go.Heatmap(z=grid, coloraxis="coloraxis", xgap=1, ygap=1,
+                                 hovertemplate=f"{title} · row %{{y}}, col %{{x}}: τ=%{{z:.2f}}<extra></extra>"),
+                      row=r, col=c)
+        fig.update_xaxes(showticklabels=False, row=r, col=c)
+        fig.update_yaxes(showticklabels=False, autorange="reversed", row=r, col=c)
+    fig.update_layout(coloraxis=dict(colorscale="RdBu", cmid=0, cmin=-zmax, cmax=zmax,
+                                     colorbar=dict(title=dict(text="τ (weight Δ)", side="top"), thickness=12)))
+    return _layout(fig, height=190 * rows + 40, legend=False)
+
+
+def toy_magnitude_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
+    """Mean |τ_m| on each agent's unique elements relative to the agent's own, per method."""
+    return retention_bars(df, agents)
+
+
+# ---------------------------------------------------------------- Demo evidence
+
+def table1_bars(df: pd.DataFrame, model_col: str, metrics: list[str]) -> go.Figure:
+    """Grouped bars: one group per model row, one bar per metric."""
+    palette = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00"]
+    fig = go.Figure()
+    for i, m in enumerate(metrics):
+        fig.add_bar(x=df[model_col].astype(str), y=df[m], name=m, marker_color=palette[i % len(palette)],
+                    hovertemplate=f"%{{x}} · {m}: %{{y:.1f}}<extra></extra>")
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title="accuracy (%)", rangemode="tozero")
+    fig.update_xaxes(title="model")
+    return _layout(fig, height=360)
+
+
+def reward_curves(df: pd.DataFrame, agents: list[str], x: str, y: str, group: str) -> go.Figure:
+    colors = agent_colors(agents)
+    fig = go.Figure()
+    for name, part in df.groupby(group, sort=False):
+        fig.add_scatter(x=part[x], y=part[y], mode="lines", name=str(name),
+                        line=dict(color=colors.get(str(name), None), width=2.5))
+    fig.update_xaxes(title=f"{x} (RL updates)")
+    fig.update_yaxes(title=f"{y.replace('_', ' ')} (fraction correct)")
+    return _layout(fig, height=340)
+
+
+# ---------------------------------------------------------------- rendering helper
+
+def show(fig: go.Figure, data: pd.DataFrame, caption: str, name: str) -> None:
+    """A chart with its one-line caption and a CSV download of exactly the data it draws."""
+    st.plotly_chart(fig, width="stretch", theme=None, key=f"chart_{name}",
+                    config={"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]})
+    c1, c2 = st.columns([5, 1], vertical_alignment="center")
+    c1.caption(caption)
+    c2.download_button("CSV", data.to_csv(index=False).encode(), file_name=f"{name}.csv", mime="text/csv",
+                       key=f"csv_{name}", icon=":material/download:", width="stretch")

@@ -1,0 +1,166 @@
+"""Models: pick the demo, a paper preset, or local folders / Hub ids; see the compatibility report first."""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app import state
+from merging.compat import ModelHeaders, check_compatibility, estimate_bytes
+from merging.errors import RamStudioError
+from merging.refs import demo_names, parse_ref
+
+# Throughput assumptions for the estimate (shown to the user next to the numbers).
+DOWNLOAD_BPS = 50e6
+READ_BPS = 400e6
+
+SOURCES = ["Bundled demo", *state.PRESETS, "Custom: local folders or Hub ids"]
+
+
+@st.cache_data(show_spinner=False, ttl=900, max_entries=64)
+def headers_for(ref: str) -> tuple[ModelHeaders, str, bool]:
+    """Headers of one model without reading weights: (headers, kind, needs_download)."""
+    from merging.checkpoint import open_checkpoint
+    from merging.hub import remote_headers
+
+    r = parse_ref(ref)
+    if r.kind != "hub":
+        with open_checkpoint(r, download=False) as ckpt:
+            return ModelHeaders.from_checkpoint(ckpt), r.kind, False
+    try:  # already in the local Hub cache: exact headers, nothing to download
+        with open_checkpoint(r, download=False) as ckpt:
+            return ModelHeaders.from_checkpoint(ckpt), "hub", False
+    except RamStudioError:
+        pass
+    meta = remote_headers(r.repo_id, r.revision)
+    tensors = {n: (t["dtype"], tuple(t["shape"])) for n, t in meta["tensors"].items()}
+    size = sum(v for k, v in meta["file_sizes"].items() if k.endswith(".safetensors"))
+    return ModelHeaders(r.label, tensors, meta["config"], size, f"{r.repo_id}@{meta['revision']}"), "hub", True
+
+
+def draft_refs(source: str) -> tuple[str, list[str]]:
+    """The base and agents currently entered on this page (not yet in use)."""
+    if source == "Bundled demo":
+        demo = state.demo_selection()
+        return (demo.base, list(demo.agents)) if demo else ("", [])
+    if source in state.PRESETS:
+        base, agents = state.PRESETS[source]
+        return base, list(agents)
+    sel = state.selection()
+    base = st.text_input("Base model", value=sel.base if sel else "",
+                         help="A folder with config.json + *.safetensors, a Hub id like org/name[@revision], "
+                              "or demo:base.", key="custom_base")
+    agents_text = st.text_area("Agents (one per line)", value="\n".join(sel.agents) if sel else "", height=110,
+                               help="Two or more RL fine-tunes of the base.", key="custom_agents")
+    return base.strip(), [a.strip() for a in agents_text.splitlines() if a.strip()]
+
+
+def report(base: str, agents: list[str]) -> None:
+    """The compatibility report, sizes and estimate; errors become readable messages."""
+    if not base or len(agents) < 2:
+        st.info("Give a base model and at least two agents.", icon=":material/info:")
+        return
+    heads: list[ModelHeaders] = []
+    download = 0
+    with st.spinner("Reading safetensors headers (no weights are read)…"):
+        for ref in [base, *agents]:
+            try:
+                h, _kind, needs = headers_for(ref)
+            except RamStudioError as exc:
+                state.show_error(exc, f"Reading {ref}")
+                return
+            heads.append(h)
+            download += h.bytes_on_disk if needs else 0
+    rep = check_compatibility(heads[0], heads[1:])
+    frame = rep.models_frame()
+    frame["params"] = frame["params"].map(state.fmt_count)
+    frame["size on disk"] = frame.pop("bytes_on_disk").map(state.fmt_bytes)
+    frame["source"] = [base, *agents]
+    st.dataframe(frame, hide_index=True, width="stretch",
+                 column_order=["role", "model", "source", "architecture", "params", "tensors", "dtypes",
+                               "size on disk", "tied_embeddings"])
+    if rep.ok:
+        st.success(f"Compatible: {len(agents)} agents share the base's {len(heads[0].tensors)} tensors, shapes and "
+                   "dtypes.", icon=":material/check_circle:")
+    else:
+        mm = rep.mismatches_frame()
+        fatal = bool(mm["fatal"].any())
+        (st.error if fatal else st.warning)(
+            f"{len(mm)} mismatch(es) between the base and the agents"
+            + (" — some cannot be repaired: these models cannot be merged." if fatal else
+               " — repairable with the 'base' policy (the output keeps the base's tensors)."),
+            icon=":material/warning:")
+        st.dataframe(mm, hide_index=True, width="stretch", height=min(320, 36 + 35 * len(mm)))
+    read = sum(h.bytes_on_disk for h in heads)
+    out = estimate_bytes(heads[0])
+    c = st.columns(4)
+    c[0].metric("To download", state.fmt_bytes(download), help="Hub weights not yet in the local cache.")
+    c[1].metric("Disk needed", state.fmt_bytes(download + out), help="Downloads plus one merged model (base dtype).")
+    c[2].metric("Analysis time", "≈ " + state.fmt_seconds(read / READ_BPS + download / DOWNLOAD_BPS),
+                help="One streaming read of every model (plus the download).")
+    c[3].metric("Merge time", "≈ " + state.fmt_seconds((read + out) / READ_BPS),
+                help="Read every model once and write the merged one.")
+    st.caption(f"Estimates assume {DOWNLOAD_BPS / 1e6:.0f} MB/s download and {READ_BPS / 1e6:.0f} MB/s disk; "
+               "memory stays bounded by the chunk size whatever the model size.")
+
+
+st.title("Models")
+st.markdown("Choose a base model and its RL-trained agents. The report below comes from the safetensors "
+            "**headers only** — for Hub repos from the remote metadata — so nothing is downloaded or read yet.")
+
+current = state.selection()
+default_source = 0 if (current is None or current.source == "demo") else (
+    SOURCES.index(next((k for k, (b, _a) in state.PRESETS.items() if current.base == b), SOURCES[-1])))
+source = st.radio("Models", SOURCES, index=default_source, horizontal=True, label_visibility="collapsed",
+                  key="model_source")
+
+if source == "Bundled demo" and state.demo_selection() is None:
+    st.warning("The bundled demo is not present (no `assets/demo/models`). Build it with "
+               "`python -m assets.demo.build`, or pick local folders.", icon=":material/warning:")
+    st.stop()
+
+base, agents = draft_refs(source)
+if source != SOURCES[-1]:
+    st.markdown(f"**Base** `{base}` · **Agents** " + " · ".join(f"`{a}`" for a in agents))
+
+hub_refs = []
+for ref in [base, *agents]:
+    try:
+        if ref and parse_ref(ref).kind == "hub":
+            hub_refs.append(ref)
+    except RamStudioError:
+        pass
+auto = not hub_refs  # demo and local folders are instant; Hub metadata needs a network round trip
+checked = st.session_state.get("checked_refs") == [base, *agents]
+cols = st.columns([1, 1, 4])
+if cols[0].button("Check compatibility", icon=":material/fact_check:", disabled=auto, key="check_compat"):
+    st.session_state["checked_refs"] = [base, *agents]
+    checked = True
+use = cols[1].button("Use these models", type="primary", icon=":material/check:", key="use_models")
+
+if auto or checked:
+    with state.guard("The compatibility check"):
+        report(base, agents)
+else:
+    st.caption(f"{len(hub_refs)} model(s) are Hugging Face repos: **Check compatibility** reads their remote "
+               "metadata (a few kilobytes each).")
+
+if use:
+    try:
+        for ref in [base, *agents]:
+            parse_ref(ref)
+        if not base or len(agents) < 2:
+            raise RamStudioError("a base and at least two agents are needed.", "Add another agent.")
+    except RamStudioError as exc:
+        state.show_error(exc, "Selecting the models")
+    else:
+        kind = "demo" if source == "Bundled demo" else ("preset" if source in state.PRESETS else "custom")
+        state.set_selection(state.Selection(base, tuple(agents), kind))
+        st.success("Selected. Open **Heterogeneity** to analyse them.", icon=":material/check_circle:")
+        st.page_link("pages/heterogeneity.py", label="Go to Heterogeneity", icon=":material/arrow_forward:")
+
+with st.expander("What the demo is"):
+    names = demo_names()
+    st.markdown(
+        "A tiny Qwen2-architecture base model trained on three toy agentic tasks, then fine-tuned with RL "
+        "(GRPO) into three agents: **code**, **tool** and **memory** — the paper's setting at laptop scale. "
+        f"Present here: {', '.join(f'`demo:{n}`' for n in names) or 'none'}.")

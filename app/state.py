@@ -1,0 +1,231 @@
+"""Session state, cached heavy objects and error display shared by every page (no maths here)."""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import streamlit as st
+
+from analysis.overlap import DEFAULT_LADDER
+from merging.errors import RamStudioError
+from merging.refs import demo_names
+
+DEFAULT_EPS = 1e-5
+SEL_KEY = "ram_selection"
+TUNE_KEY = "ram_tuned"
+
+# The paper's two trios (Sec. 5 and App. C.4): base first, then the three RL agents.
+PRESETS: dict[str, tuple[str, list[str]]] = {
+    "Paper: Qwen2.5-7B trio (code, tool, memory)": (
+        "Qwen/Qwen2.5-7B-Instruct",
+        ["Gen-Verse/ReasonFlux-Coder-7B", "emrecanacikgoz/Qwen2.5-7B-Instruct-ToolRL-grpo-cold",
+         "BytedTsinghua-SIA/RL-MemoryAgent-7B"]),
+    "Paper: Llama-3.2-3B trio (math, tool, search)": (
+        "meta-llama/Llama-3.2-3B-Instruct",
+        ["sunblaze-ucb/Llama-3.2-3B-Instruct-GRPO-MATH-1EPOCH", "chengq9/ToolRL-Llama3.2-3B",
+         "Alibaba-NLP/ZeroSearch_google_V2_Llama_3.2_3B_Instruct"]),
+}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The models every page works on: one base and the agents (reference strings)."""
+
+    base: str
+    agents: tuple[str, ...]
+    source: str = "demo"  # demo | preset | custom
+
+    @property
+    def key(self) -> str:
+        """Short string key for caches: the reference strings themselves."""
+        return "|".join((self.base, *self.agents))
+
+    @property
+    def is_demo(self) -> bool:
+        return self.base.startswith("demo:") and all(a.startswith("demo:") for a in self.agents)
+
+
+def demo_selection() -> Selection | None:
+    """demo:base plus every other demo model, when the demo is present."""
+    names = demo_names()
+    if "base" not in names or len(names) < 3:
+        return None
+    return Selection("demo:base", tuple(f"demo:{n}" for n in names if n != "base"), "demo")
+
+
+def selection() -> Selection | None:
+    """The current selection; the bundled demo by default (None if the demo is missing)."""
+    if SEL_KEY not in st.session_state:
+        st.session_state[SEL_KEY] = demo_selection()
+    return st.session_state[SEL_KEY]
+
+
+def set_selection(sel: Selection) -> None:
+    st.session_state[SEL_KEY] = sel
+
+
+def tuned() -> dict:
+    """Parameters chosen on the Tune page (the Merge page pre-fills from them)."""
+    if TUNE_KEY not in st.session_state:
+        st.session_state[TUNE_KEY] = {"eps": DEFAULT_EPS, "r": 0.1, "alpha": 2.0, "rule": "clip",
+                                      "rho_scope": "global"}
+    return st.session_state[TUNE_KEY]
+
+
+# ---------------------------------------------------------------- errors
+
+def show_error(exc: BaseException, what: str = "") -> None:
+    """A readable error box: what went wrong and what to do; never a traceback."""
+    prefix = f"{what} failed: " if what else ""
+    if isinstance(exc, RamStudioError):
+        msg = f"**{prefix}{exc.message}**"
+        if exc.hint:
+            msg += f"\n\n{exc.hint}"
+    else:
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        msg = (f"**{prefix}unexpected {type(exc).__name__}{': ' + text if text else ''}**\n\n"
+               "The rest of the app still works. Check the inputs; if it persists, run the same step "
+               "with `python -m merging` to see full details.")
+    st.error(msg, icon=":material/error:")
+
+
+@contextlib.contextmanager
+def guard(what: str = "") -> Iterator[None]:
+    """Run a block; any error becomes an `st.error` and the rest of the page keeps working."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 — every failure is shown, none is raised to the user
+        show_error(exc, what)
+
+
+def no_selection_note() -> None:
+    st.info("No models selected yet: the bundled demo was not found. Choose models on the **Models** page "
+            "(or build the demo: `python -m assets.demo.build`).", icon=":material/info:")
+
+
+# ---------------------------------------------------------------- analysis (process-wide cache)
+
+@dataclass
+class _Store:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    results: dict = field(default_factory=dict)
+
+
+@st.cache_resource(show_spinner=False)
+def _analysis_store() -> _Store:
+    """Analysis results shared by every session, keyed by the selection's reference strings."""
+    return _Store()
+
+
+def cached_analysis(sel: Selection):
+    """The analysis of `sel` if some session already computed it in this server, else None."""
+    return _analysis_store().results.get(_akey(sel))
+
+
+def _akey(sel: Selection) -> str:
+    return f"{sel.key}#{','.join(f'{e:g}' for e in DEFAULT_LADDER)}"
+
+
+def forget_analysis(sel: Selection) -> None:
+    _analysis_store().results.pop(_akey(sel), None)
+
+
+def run_analysis(sel: Selection):
+    """Analyse `sel` with a progress bar (disk-cached by the core, memory-cached here); None on error."""
+    store = _analysis_store()
+    hit = store.results.get(_akey(sel))
+    if hit is not None:
+        return hit
+    from analysis.stats import analyze
+
+    bar = st.progress(0.0, text="Reading base and agents…")
+    t0 = time.perf_counter()
+
+    def on_progress(p) -> None:
+        eta = f", about {p.eta:.0f} s left" if p.eta is not None else ""
+        bar.progress(min(1.0, p.fraction),
+                     text=f"Analysing {p.tensors_done}/{p.tensors_total} tensors · {fmt_bytes(p.done)} of "
+                          f"{fmt_bytes(p.total)} read{eta}")
+
+    try:
+        with store.lock:  # one analysis pass at a time per server; a second caller then hits the cache
+            hit = store.results.get(_akey(sel))
+            if hit is None:
+                hit = analyze(sel.base, list(sel.agents), ladder=DEFAULT_LADDER, progress=on_progress)
+                store.results[_akey(sel)] = hit
+    except Exception as exc:  # noqa: BLE001
+        bar.empty()
+        show_error(exc, "The analysis")
+        return None
+    bar.empty()
+    if not hit.from_cache:
+        st.toast(f"Analysis done in {time.perf_counter() - t0:.1f} s (cached for next time).")
+    return hit
+
+
+def analysis_or_stop(sel: Selection | None, *, allow_download: bool = False):
+    """Shared page preamble: the analysis of the selection, or explain what is missing and stop."""
+    if sel is None:
+        no_selection_note()
+        st.stop()
+    res = cached_analysis(sel)
+    if res is not None:
+        return res
+    hub = [r for r in (sel.base, *sel.agents) if _is_uncached_hub(r)]
+    if hub and not allow_download:
+        st.warning(f"{len(hub)} of the selected models are on the Hugging Face Hub and not downloaded yet. "
+                   "The analysis reads every weight once, so they must be downloaded first.",
+                   icon=":material/cloud_download:")
+        if not st.button("Download and analyse", key="download_and_analyse"):
+            st.caption("See the **Models** page for the download size and time estimate.")
+            st.stop()
+    res = run_analysis(sel)
+    if res is None:
+        st.stop()
+    return res
+
+
+def _is_uncached_hub(ref: str) -> bool:
+    from merging.refs import parse_ref, resolve
+
+    try:
+        r = parse_ref(ref)
+    except RamStudioError:
+        return False
+    if r.kind != "hub":
+        return False
+    try:
+        resolve(r, download=False)
+        return False
+    except RamStudioError:
+        return True
+
+
+# ---------------------------------------------------------------- formatting
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def fmt_count(n: float) -> str:
+    for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "–"
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{s / 60:.0f} min {s % 60:.0f} s"
+    return f"{s / 3600:.0f} h {s % 3600 / 60:.0f} min"
