@@ -1,2 +1,274 @@
+"""Merge & export: run a merge as a background job, follow it, then download / push / evaluate the result."""
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import time
+import zipfile
+from pathlib import Path
+
+import pandas as pd
 import streamlit as st
-st.title("todo")
+
+from app import jobs, state
+from merging.errors import RamStudioError
+from merging.methods import METHODS, get_method
+from merging.recipe import MergeSpec
+
+JOB_KEY = "merge_job"
+EVAL_KEY = "eval_rows"
+ZIP_LIMIT = 300e6  # offer a zip download only below this size
+SHARD_SIZES = ["100MB", "500MB", "1GB", "2GB", "5GB", "10GB"]
+DTYPES = {"same as base": None, "BF16": "BF16", "F16": "F16", "F32": "F32"}
+TABLE1 = Path(__file__).resolve().parents[2] / "assets" / "demo" / "results" / "table1.csv"
+
+
+def default_method(p: dict) -> str:
+    return "ram_plus_soft" if p.get("rule") == "soft" else "ram_plus"
+
+
+def default_out(sel: state.Selection, method: str) -> str:
+    label = "demo" if sel.is_demo else (sel.base.replace("/", "_").split(":")[-1] or "model")
+    return str(Path.cwd() / "merged" / f"{label}-{method}")
+
+
+def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
+    """One input per method parameter, pre-filled from the Tune page; fixed ones are not shown."""
+    m = get_method(method)
+    shown = [p for p in m.params if "is fixed to" not in p.help]
+    values = {}
+    cols = st.columns(max(1, min(4, len(shown))))
+    for i, p in enumerate(shown):
+        key = f"param_{method}_{p.name}"
+        value = tuned.get(p.name, p.default)
+        col = cols[i % len(cols)]
+        if p.name == "rho_scope":
+            values[p.name] = col.selectbox(p.name, ["global", "tensor"], index=["global", "tensor"].index(value),
+                                           help=p.help, key=key, disabled=disabled)
+        elif p.kind is bool:
+            values[p.name] = col.checkbox(p.name, bool(value), help=p.help, key=key, disabled=disabled)
+        elif p.kind is int:
+            values[p.name] = col.number_input(p.name, value=int(value or 0), step=1, help=p.help, key=key,
+                                              disabled=disabled)
+        elif p.kind is float:
+            values[p.name] = col.number_input(p.name, value=float(value), format="%g", step=None, help=p.help,
+                                              key=key, disabled=disabled)
+        else:
+            text = col.text_input(p.name, "" if value is None else str(value), help=p.help, key=key,
+                                  disabled=disabled)
+            values[p.name] = text or None
+    if not shown:
+        st.caption("This method has no parameters.")
+    return values
+
+
+def start(sel: state.Selection, method: str, params: dict, out: str, shard: str, dtype: str | None,
+          overwrite: bool) -> None:
+    """Validate, then hand the merge to the job manager (errors are shown, nothing starts)."""
+    get_method(method).resolve_params(params)  # readable error for a bad value, before any thread starts
+    if not out.strip():
+        raise RamStudioError("no output folder given.", "Type a folder path for the merged model.")
+    target = Path(out.strip()).expanduser()
+    if target.exists() and not target.is_dir():
+        raise RamStudioError(f"output path {target} is a file.", "Choose a folder path.")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RamStudioError(f"cannot create {target.parent} ({exc.strerror}).",
+                             "Choose a folder you can write to.") from None
+    spec = MergeSpec(sel.base, list(sel.agents), method, params, str(target), dtype, shard)
+    job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite)
+    st.session_state[JOB_KEY] = job.id
+
+
+def progress_panel(job: jobs.Job) -> None:
+    """Live progress of a job; reruns the whole page once when it ends."""
+    if job.running:
+        p = job.progress
+        if p is None:
+            st.progress(0.0, text="Opening the models…")
+        else:
+            what = "Analysing overlap (for λ_t)" if job.phase == "analysis" else "Merging"
+            eta = f" · ETA {state.fmt_seconds(p.eta)}" if p.eta is not None else ""
+            st.progress(min(1.0, p.fraction),
+                        text=f"{what}: {state.fmt_bytes(p.done)} of {state.fmt_bytes(p.total)} · tensors "
+                             f"{p.tensors_done}/{p.tensors_total}{eta}")
+        c = st.columns([1, 4])
+        if c[0].button("Cancel merge", icon=":material/stop_circle:", key="cancel_merge",
+                       disabled=job.owner != jobs.session_id()):
+            jobs.manager().cancel(job.id)
+            st.toast("Cancelling…")
+        c[1].caption(f"Running for {state.fmt_seconds(job.elapsed)} into `{job.out}`. You can switch pages; "
+                     "the merge keeps going.")
+    elif st.session_state.get("_job_seen_running") == job.id:
+        st.session_state["_job_seen_running"] = None
+        st.rerun()
+
+
+def results(job: jobs.Job, sel: state.Selection) -> None:
+    if job.status == "cancelled":
+        st.info("Merge cancelled; nothing was written.", icon=":material/cancel:")
+        return
+    if job.status == "failed":
+        msg, hint = job.error or ("merge failed.", "")
+        state.show_error(RamStudioError(msg, hint), "The merge")
+        return
+    res = job.result
+    st.success(f"Merged into `{res.out}`: {len(res.files)} files, {state.fmt_bytes(res.bytes_written)} in "
+               f"{res.seconds:.1f} s.", icon=":material/check_circle:")
+    files = pd.DataFrame({"file": [f.name for f in res.files],
+                          "size": [state.fmt_bytes(f.stat().st_size) if f.exists() else "missing" for f in res.files]})
+    left, right = st.columns([2, 3])
+    left.dataframe(files, hide_index=True, width="stretch")
+    with right:
+        if res.lambdas:
+            st.markdown("**λ_t used**")
+            st.dataframe(pd.DataFrame(res.lambdas), hide_index=True, width="stretch")
+        for note in res.notes:
+            st.caption(note)
+    card, recipe = res.out / "README.md", res.out / "ram_recipe.json"
+    stats = {"out": str(res.out), "seconds": res.seconds, "bytes_written": res.bytes_written,
+             "files": [{"name": f.name, "bytes": f.stat().st_size} for f in res.files if f.exists()],
+             "lambdas": res.lambdas, "notes": res.notes}
+    c = st.columns(4)
+    if card.exists():
+        c[0].download_button("Model card", card.read_bytes(), "README.md", "text/markdown", key="dl_card",
+                             icon=":material/description:", width="stretch")
+    if recipe.exists():
+        c[1].download_button("Recipe", recipe.read_bytes(), "ram_recipe.json", "application/json", key="dl_recipe",
+                             icon=":material/receipt_long:", width="stretch")
+    c[2].download_button("Statistics", json.dumps(stats, indent=2).encode(), "merge_stats.json", "application/json",
+                         key="dl_stats", icon=":material/analytics:", width="stretch")
+    if res.bytes_written <= ZIP_LIMIT:
+        c[3].download_button("Zip of the model", lambda: zip_folder(res.out), f"{res.out.name}.zip",
+                             "application/zip", key="dl_zip", icon=":material/folder_zip:", width="stretch")
+    else:
+        c[3].caption(f"No zip above {state.fmt_bytes(ZIP_LIMIT)}: copy the folder or push it to the Hub.")
+    push_form(res.out)
+    if sel.is_demo and importlib.util.find_spec("assets.demo.evaluate") is not None:
+        evaluate_section(res.out, job.spec.method)
+
+
+def zip_folder(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for f in sorted(folder.iterdir()):
+            if f.is_file():
+                zf.write(f, f"{folder.name}/{f.name}")
+    return buf.getvalue()
+
+
+def push_form(folder: Path) -> None:
+    """Optional upload; the token is used for this one call and never kept (the form clears it)."""
+    with st.expander("Push to the Hugging Face Hub"):
+        with st.form("push", clear_on_submit=True, border=False):
+            repo = st.text_input("Repository id", placeholder="your-name/merged-agents")
+            private = st.checkbox("Private repository", value=True)
+            token = st.text_input("Token (leave empty to use HF_TOKEN or your saved login)", type="password")
+            go = st.form_submit_button("Push", icon=":material/cloud_upload:")
+        if go:
+            with state.guard("The upload"):
+                push(folder, repo.strip(), private, token or os.environ.get("HF_TOKEN") or None)
+            del token
+
+
+def push(folder: Path, repo: str, private: bool, token: str | None) -> None:
+    import huggingface_hub as hf
+
+    if not repo or "/" not in repo:
+        raise RamStudioError("give the repository as owner/name.", "For example your-name/merged-agents.")
+    try:
+        api = hf.HfApi(token=token)
+        api.create_repo(repo, private=private, exist_ok=True)
+        info = api.upload_folder(folder_path=str(folder), repo_id=repo, commit_message="Upload merge from RAM Studio")
+    except Exception as exc:  # noqa: BLE001 — the client's errors never contain the token; show one line
+        from merging.hub import hub_error
+
+        raise hub_error(repo, None, exc) from None
+    st.success(f"Pushed to {getattr(info, 'commit_url', repo)}", icon=":material/cloud_done:")
+
+
+def evaluate_section(folder: Path, method: str) -> None:
+    st.subheader("Evaluate on the demo tasks")
+    rows: dict = st.session_state.setdefault(EVAL_KEY, {})
+    if st.button("Evaluate the merged model (test split)", icon=":material/science:", key="eval_merged"):
+        from assets.demo.evaluate import evaluate_model, summary_row
+        from assets.demo.tasks import TASKS
+
+        with st.spinner("Evaluating on code, tool and memory…"), state.guard("The evaluation"):
+            t0 = time.perf_counter()
+            df = evaluate_model(folder, list(TASKS), split="test")
+            rows[f"{method} (this session)"] = summary_row(df)
+            st.toast(f"Evaluated in {time.perf_counter() - t0:.0f} s.")
+    table = comparison_table(rows)
+    if table is not None:
+        st.dataframe(table, width="stretch")
+        st.caption("Accuracy (%) on the demo's test split; rows marked 'this session' come from the button above.")
+
+
+def comparison_table(rows: dict) -> pd.DataFrame | None:
+    frames = []
+    if TABLE1.exists():
+        try:
+            t = pd.read_csv(TABLE1)
+            first = t.columns[0]
+            frames.append(t.set_index(first))
+        except (OSError, ValueError, pd.errors.ParserError):
+            pass
+    if rows:
+        frames.append(pd.DataFrame(rows).T)
+    return pd.concat(frames) if frames else None
+
+
+# ---------------------------------------------------------------- page
+
+st.title("Merge & export")
+sel = state.selection()
+if sel is None:
+    state.no_selection_note()
+    st.stop()
+
+mgr = jobs.manager()
+job = mgr.get(st.session_state.get(JOB_KEY))
+mine_running = job is not None and job.running
+other = mgr.running()
+tuned = state.tuned()
+
+st.markdown(f"Merge `{sel.base}` with {len(sel.agents)} agents. Parameters are pre-filled from **Tune**; the "
+            "merge streams the weights in chunks and writes the folder atomically (no half model is ever left).")
+names = list(METHODS)
+method = st.selectbox("Method", names, index=names.index(default_method(tuned)), key="merge_method",
+                      format_func=lambda n: f"{n} — {METHODS[n].summary}", disabled=mine_running)
+params = param_widgets(method, tuned, mine_running)
+c = st.columns([4, 1, 1, 1], vertical_alignment="bottom")
+out = c[0].text_input("Output folder", value=default_out(sel, method), key=f"merge_out_{method}",
+                      disabled=mine_running, help="Created if missing; must be empty unless you allow overwriting.")
+shard = c[1].selectbox("Shard size", SHARD_SIZES, index=SHARD_SIZES.index("5GB"), key="merge_shard",
+                       disabled=mine_running)
+dtype = c[2].selectbox("Output dtype", list(DTYPES), key="merge_dtype", disabled=mine_running)
+overwrite = c[3].checkbox("Overwrite", key="merge_overwrite", disabled=mine_running,
+                          help="Replace an existing non-empty folder (only once the new one is complete).")
+if other is not None and not mine_running:
+    st.warning(f"Busy: another session is merging into `{other.out.name}` right now "
+               f"({state.fmt_seconds(other.elapsed)} so far). One merge runs at a time per server.",
+               icon=":material/hourglass_top:")
+if st.button("Start merge", type="primary", icon=":material/play_arrow:", key="start_merge",
+             disabled=mine_running):
+    try:
+        start(sel, method, params, out, shard, DTYPES[dtype], overwrite)
+    except RamStudioError as exc:
+        state.show_error(exc, "Starting the merge")
+    else:
+        st.session_state["_job_seen_running"] = st.session_state[JOB_KEY]
+        st.rerun()
+
+job = mgr.get(st.session_state.get(JOB_KEY))
+if job is not None:
+    st.divider()
+    if job.running:
+        st.session_state["_job_seen_running"] = job.id
+        st.fragment(run_every=0.5)(progress_panel)(job)
+    else:
+        results(job, sel)

@@ -1,0 +1,136 @@
+"""Background merge jobs: one worker thread at a time per server, owned by a process-wide job manager.
+
+A job survives widget clicks, page changes and reruns because it lives in `st.cache_resource`, not in
+the session; pages only read its progress. The worker never calls Streamlit.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import streamlit as st
+
+from merging.engine import Progress
+from merging.errors import MergeCancelled, RamStudioError
+from merging.recipe import MergeSpec
+
+
+class Busy(RamStudioError):
+    """Another merge is running in this server."""
+
+
+@dataclass
+class Job:
+    """One merge: its spec, owner session, live progress and outcome."""
+
+    id: str
+    spec: MergeSpec
+    owner: str
+    out: Path
+    cancel: threading.Event = field(default_factory=threading.Event)
+    status: str = "running"  # running | done | failed | cancelled
+    phase: str = "starting"
+    progress: Progress | None = None
+    result: object | None = None  # merging.export.MergeResult
+    error: tuple[str, str] | None = None  # (message, hint)
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+    thread: threading.Thread | None = field(default=None, repr=False)
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    @property
+    def elapsed(self) -> float:
+        return (self.finished or time.time()) - self.started
+
+
+class JobManager:
+    """Process-wide registry; `submit` refuses a second merge while one is running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.jobs: dict[str, Job] = {}
+        self.written_by: dict[Path, str] = {}  # output folder -> owner session
+
+    def running(self) -> Job | None:
+        with self._lock:
+            return next((j for j in self.jobs.values() if j.running), None)
+
+    def get(self, job_id: str | None) -> Job | None:
+        return self.jobs.get(job_id) if job_id else None
+
+    def submit(self, spec: MergeSpec, owner: str, *, overwrite: bool = False, runner=None) -> Job:
+        """Start `spec` in a worker thread; raises Busy (or a folder conflict) as a readable error."""
+        out = Path(spec.out).expanduser().absolute()
+        with self._lock:
+            busy = next((j for j in self.jobs.values() if j.running), None)
+            if busy is not None:
+                mine = busy.owner == owner
+                raise Busy(
+                    "a merge is already running " + ("in this session" if mine else "in another session")
+                    + f" (into {busy.out.name}, {busy.elapsed:.0f} s so far).",
+                    "One merge runs at a time per server: wait for it to finish"
+                    + (" or cancel it." if mine else ", then start yours."))
+            other = self.written_by.get(out)
+            if other is not None and other != owner:
+                raise RamStudioError(f"output folder {out} was written by another session.",
+                                     "Choose a different output folder.")
+            job = Job(uuid.uuid4().hex[:10], spec, owner, out)
+            self.jobs[job.id] = job
+            self.written_by[out] = owner
+        job.thread = threading.Thread(target=self._work, args=(job, overwrite, runner), daemon=True,
+                                      name=f"ram-merge-{job.id}")
+        job.thread.start()
+        return job
+
+    def _work(self, job: Job, overwrite: bool, runner) -> None:
+        from merging.export import merge_to_folder
+
+        def on_merge(p: Progress) -> None:
+            job.phase, job.progress = "merge", p
+
+        def on_analysis(p: Progress) -> None:
+            job.phase, job.progress = "analysis", p
+
+        try:
+            run = runner or merge_to_folder
+            job.result = run(job.spec, overwrite=overwrite, progress=on_merge, cancel=job.cancel,
+                             analysis_progress=on_analysis)
+            job.status = "done"
+        except MergeCancelled:
+            job.status, job.error = "cancelled", ("merge cancelled; no output was written.", "")
+        except RamStudioError as exc:
+            job.status, job.error = "failed", (exc.message, exc.hint)
+        except Exception as exc:  # noqa: BLE001 — shown to the user as one readable line
+            text = str(exc).splitlines()[0] if str(exc) else ""
+            job.status, job.error = "failed", (f"unexpected {type(exc).__name__}: {text}",
+                                               "Check the output folder and the inputs, then try again.")
+        finally:
+            job.finished = time.time()
+            with self._lock:
+                if job.status != "done":
+                    self.written_by.pop(job.out, None)
+
+    def cancel(self, job_id: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is not None and job.running:
+            job.cancel.set()
+
+
+@st.cache_resource(show_spinner=False)
+def manager() -> JobManager:
+    """The one job manager of this server process (shared by every session)."""
+    return JobManager()
+
+
+def session_id() -> str:
+    """This browser session's id (the owner of the jobs it starts)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else "local"
