@@ -1,2 +1,125 @@
+"""Signal dilution: a toy you can play with, then the demo's measured evidence."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
 import streamlit as st
-st.title("todo")
+import torch
+
+from app import charts, state
+from merging.tensor_merge import merge_in_memory
+
+RESULTS = Path(__file__).resolve().parents[2] / "assets" / "demo" / "results"
+ROWS, COLS = 8, 16  # 128 toy parameters per agent
+TOY_EPS = 1e-6
+
+
+def toy_taus(densities: list[float], overlap: float, seed: int) -> torch.Tensor:
+    """N sparse task vectors: a share `overlap` of each agent's changes sits in one common region."""
+    g = torch.Generator().manual_seed(seed)
+    n, e = len(densities), ROWS * COLS
+    perm = torch.randperm(e, generator=g)
+    counts = [max(1, round(d * e)) for d in densities]
+    shared_n = [round(overlap * c) for c in counts]
+    pool = perm[: max(shared_n + [0])]
+    rest = perm[len(pool):]
+    private = rest.chunk(n) if len(rest) else [rest] * n
+    taus = torch.zeros(n, e)
+    for t in range(n):
+        own = torch.cat([pool[: shared_n[t]], private[t][: counts[t] - shared_n[t]]])
+        mag = 0.5 + torch.rand(len(own), generator=g)
+        sign = torch.where(torch.rand(len(own), generator=g) < 0.8, 1.0, -1.0) * (1 if t % 2 == 0 else 1)
+        taus[t, own] = mag * sign
+    return taus
+
+
+def unique_retention(taus: torch.Tensor, merged: dict[str, torch.Tensor], names: list[str]) -> pd.DataFrame:
+    """Per agent and method: mean |τ_m| / mean |τ_t| over the agent's unique elements."""
+    active = taus.abs() > TOY_EPS
+    only = active & (active.sum(0) == 1)
+    rows = []
+    for t, name in enumerate(names):
+        mask = only[t]
+        own = float(taus[t, mask].abs().mean()) if mask.any() else 0.0
+        for method, tm in merged.items():
+            kept = float(tm[mask].abs().mean()) / own if own else 0.0
+            rows.append({"agent": name, "method": method, "retention": kept, "unique_elements": int(mask.sum())})
+    return pd.DataFrame(rows)
+
+
+st.title("Signal dilution")
+st.markdown(
+    "A task vector τ_t = θ_t − θ_0 is what RL fine-tuning changed. RL changes **few** weights, and "
+    "**different** agents change **different** ones. Averaging N task vectors divides every element by N — "
+    "fine where agents agree, but where only one agent changed a weight its update simply shrinks to 1/N: the "
+    "**signal dilution** of the paper (Sec. 3.2). **RAM** averages only where agents overlap and keeps unique "
+    "updates whole; **RAM+** also boosts unique updates by λ_t to compensate for what averaging cost the agent.")
+
+p = state.tuned()
+c = st.columns([1, 1, 1, 3])
+n = c[0].slider("Agents N", 2, 5, 3, key="toy_n")
+overlap = c[1].slider("Overlap", 0.0, 1.0, 0.3, 0.05, key="toy_overlap",
+                      help="Share of each agent's changes that lies in a region the other agents change too.")
+seed = c[2].number_input("Seed", 0, 999, 0, key="toy_seed")
+defaults = [0.08, 0.35, 0.5, 0.2, 0.15]
+dcols = c[3].columns(n)
+densities = [dcols[i].slider(f"A{i + 1} density", 0.02, 0.6, defaults[i], 0.01, key=f"toy_d{i}") for i in range(n)]
+names = [f"A{i + 1}" for i in range(n)]
+
+with state.guard("The toy example"):
+    taus = toy_taus(densities, overlap, int(seed))
+    ram_plus = {"eps": TOY_EPS, "r": p["r"], "alpha": p["alpha"], "rho_scope": "global"}
+    merged = {"average": merge_in_memory("average", taus),
+              "RAM": merge_in_memory("ram", taus, {"eps": TOY_EPS}),
+              f"RAM+ (r={p['r']:g}, α={p['alpha']:g})": merge_in_memory("ram_plus", taus, ram_plus)}
+    zmax = float(taus.abs().max()) or 1.0
+    panels = [(f"τ of {nm}", taus[i].view(ROWS, COLS).numpy()) for i, nm in enumerate(names)]
+    panels += [(f"merged: {m}", tm.view(ROWS, COLS).numpy()) for m, tm in merged.items()]
+    colors = [charts.agent_colors(names)[nm] for nm in names] + [None] * len(merged)
+    grid = pd.DataFrame([{"panel": t, "row": r, "col": cc, "value": float(g[r][cc])}
+                         for t, g in panels for r in range(ROWS) for cc in range(COLS)])
+    charts.show(charts.toy_heatmaps(panels, zmax, colors), grid,
+                "Pale cells under 'average' are unique updates shrunk to 1/N; RAM keeps their full colour.",
+                "toy_heatmaps")
+    ret = unique_retention(taus, merged, names)
+    charts.show(charts.retention_bars(ret, names), ret,
+                f"On each agent's unique cells, averaging keeps 1/{n} of the update; RAM keeps 100%, RAM+ λ_t×.",
+                "toy_retention")
+
+st.divider()
+st.header("Measured on the demo")
+st.markdown("The bundled demo trains three tiny RL agents (code, tool, memory) from one base, merges them, and "
+            "scores every model on the three tasks.")
+table1, log = RESULTS / "table1.csv", RESULTS / "training_log.csv"
+if not table1.exists() and not log.exists():
+    st.info("The demo's results are not here yet (`assets/demo/results/table1.csv`, `training_log.csv`). They are "
+            "produced by `python -m assets.demo.build`; this section fills in once they exist.",
+            icon=":material/hourglass_empty:")
+left, right = st.columns(2)
+if table1.exists():
+    with left, state.guard("Reading table1.csv"):
+        st.subheader("Accuracy per model (mini Table 1)")
+        t = pd.read_csv(table1)
+        first = t.columns[0]
+        metrics = [col for col in t.columns[1:] if pd.api.types.is_numeric_dtype(t[col]) and "@" not in str(col)]
+        charts.show(charts.table1_bars(t, first, metrics[:6]), t,
+                    "Look at each task's bar for RAM/RAM+ vs averaging: the unique skills should survive the merge.",
+                    "table1")
+if log.exists():
+    with right, state.guard("Reading training_log.csv"):
+        st.subheader("RL reward during training")
+        lg = pd.read_csv(log)
+        if "stage" in lg.columns and (lg["stage"] == "rl").any():
+            lg = lg[lg["stage"] == "rl"]
+        ycol = next((col for col in lg.columns if "reward" in col), None)
+        group = "agent" if "agent" in lg.columns else ("task" if "task" in lg.columns else None)
+        if ycol is None or group is None or "step" not in lg.columns:
+            st.dataframe(lg, width="stretch")
+        else:
+            sel = state.selection()
+            labels = list(sel.agents) if sel else []
+            agents = [a.split(":", 1)[-1] for a in labels] or sorted(lg[group].astype(str).unique())
+            charts.show(charts.reward_curves(lg, agents, "step", ycol, group), lg,
+                        "Each agent's reward should climb on its own task: the updates RAM must preserve.",
+                        "reward_curves")
