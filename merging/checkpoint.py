@@ -66,9 +66,9 @@ class Checkpoint:
         self.release()
 
 
-def open_checkpoint(ref: ModelRef | str, *, download: bool = True) -> Checkpoint:
+def open_checkpoint(ref: ModelRef | str | Path, *, download: bool = True) -> Checkpoint:
     """Resolve a reference and read every shard header; no tensor data is touched."""
-    ref = parse_ref(ref) if isinstance(ref, str) else ref
+    ref = ref if isinstance(ref, ModelRef) else parse_ref(str(ref))
     folder = resolve(ref, download=download)
     return open_folder(folder, ref)
 

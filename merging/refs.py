@@ -72,10 +72,10 @@ def demo_names() -> list[str]:
     return sorted(names, key=lambda n: (n != "base", n))
 
 
-def resolve(ref: ModelRef | str, *, download: bool = True) -> Path:
+def resolve(ref: ModelRef | str | Path, *, download: bool = True) -> Path:
     """Return a local folder holding the model, downloading a Hub snapshot when allowed."""
-    if isinstance(ref, str):
-        ref = parse_ref(ref)
+    if not isinstance(ref, ModelRef):
+        ref = parse_ref(str(ref))
     if ref.kind == "demo":
         if not (ref.path and ref.path.is_dir()):
             have = ", ".join(f"demo:{n}" for n in demo_names()) or "none (build it: python -m assets.demo.build)"
