@@ -11,6 +11,8 @@ from plotly.subplots import make_subplots
 # Okabe-Ito: colour-blind safe; agent i always gets AGENT_PALETTE[i] in every chart.
 AGENT_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 METHOD_COLORS = {"average": "#B0B0B0", "task arithmetic": "#7F7F7F", "RAM": "#2C3E50", "RAM+": "#C0392B"}
+# Overlap count k: purple = unique to one agent, greys = shared (darker = more agents); no agent colour reused.
+OVERLAP_COLORS = ["#7B3294", "#C8C8C8", "#9A9A9A", "#6E6E6E", "#474747", "#2A2A2A"]
 FONT = dict(family="Source Sans Pro, Arial, sans-serif", size=13)
 
 
@@ -53,7 +55,7 @@ def density_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
 def overlap_stacked(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     """Paper Fig. 2 right: of each agent's changed elements, how many agents changed them too."""
     n = int(df["k"].max())
-    shades = ["#1B9E77"] + [c for c in ["#FDB863", "#E66101", "#B2182B", "#67001F", "#40004B"]][: max(0, n - 1)]
+    shades = OVERLAP_COLORS
     fig = go.Figure()
     for k in range(1, n + 1):
         part = df[df["k"] == k].set_index("agent").reindex(agents)
@@ -159,14 +161,20 @@ def retention_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
 
 # ---------------------------------------------------------------- Signal dilution toy
 
-def toy_heatmaps(panels: list[tuple[str, object]], zmax: float, colors: list[str | None]) -> go.Figure:
+def toy_heatmaps(panels: list[tuple[str, object]], zmax: float, colors: list[str | None],
+                 cols: int | None = None) -> go.Figure:
     """Small grids of task-vector values (one panel each), one diverging colour scale centred at 0."""
-    cols = min(4, len(panels))
+    cols = max(cols or 4, 1)
     rows = math.ceil(len(panels) / cols)
-    titles = [f"<b style='color:{c}'>{t}</b>" if c else f"<b>{t}</b>" for (t, _), c in zip(panels, colors)]
+    titles = [("" if not t else f"<b style='color:{c}'>{t}</b>" if c else f"<b>{t}</b>")
+              for (t, _), c in zip(panels, colors)]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.03, vertical_spacing=0.12)
     for i, (title, grid) in enumerate(panels):
         r, c = i // cols + 1, i % cols + 1
+        if grid is None:
+            fig.update_xaxes(visible=False, row=r, col=c)
+            fig.update_yaxes(visible=False, row=r, col=c)
+            continue
         fig.add_trace(go.Heatmap(z=grid, coloraxis="coloraxis", xgap=1, ygap=1,
                                  hovertemplate=f"{title} · row %{{y}}, col %{{x}}: τ=%{{z:.2f}}<extra></extra>"),
                       row=r, col=c)
@@ -214,7 +222,8 @@ def show(fig: go.Figure, data: pd.DataFrame, caption: str, name: str) -> None:
     """A chart with its one-line caption and a CSV download of exactly the data it draws."""
     st.plotly_chart(fig, width="stretch", theme=None, key=f"chart_{name}",
                     config={"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]})
-    c1, c2 = st.columns([5, 1], vertical_alignment="center")
+    c1, c2 = st.columns([4, 1], vertical_alignment="top")
     c1.caption(caption)
     c2.download_button("CSV", data.to_csv(index=False).encode(), file_name=f"{name}.csv", mime="text/csv",
-                       key=f"csv_{name}", icon=":material/download:", width="stretch")
+                       key=f"csv_{name}", icon=":material/download:", type="tertiary",
+                       help="Download the data behind this chart")

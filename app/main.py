@@ -23,6 +23,7 @@ pages = [
     st.Page(PAGES / "merge.py", title="Merge & export", icon=":material/merge:"),
 ]
 nav = st.navigation(pages)
+st.html("<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem;padding-bottom:3rem}</style>")
 
 with st.sidebar:
     st.markdown("### RAM Studio")

@@ -11,7 +11,7 @@ import streamlit as st
 
 from analysis.overlap import DEFAULT_LADDER
 from merging.errors import RamStudioError
-from merging.refs import demo_names
+from merging.refs import demo_names, demo_root
 
 DEFAULT_EPS = 1e-5
 SEL_KEY = "ram_selection"
@@ -40,8 +40,9 @@ class Selection:
 
     @property
     def key(self) -> str:
-        """Short string key for caches: the reference strings themselves."""
-        return "|".join((self.base, *self.agents))
+        """Short string key for caches: the reference strings (and the demo folder, for demo refs)."""
+        root = f"@{demo_root()}" if self.is_demo else ""
+        return "|".join((self.base, *self.agents)) + root
 
     @property
     def is_demo(self) -> bool:
@@ -224,6 +225,8 @@ def fmt_count(n: float) -> str:
 def fmt_seconds(s: float | None) -> str:
     if s is None:
         return "–"
+    if s < 1:
+        return "< 1 s"
     if s < 60:
         return f"{s:.0f} s"
     if s < 3600:

@@ -72,19 +72,22 @@ with state.guard("The toy example"):
     ram_plus = {"eps": TOY_EPS, "r": p["r"], "alpha": p["alpha"], "rho_scope": "global"}
     merged = {"average": merge_in_memory("average", taus),
               "RAM": merge_in_memory("ram", taus, {"eps": TOY_EPS}),
-              f"RAM+ (r={p['r']:g}, α={p['alpha']:g})": merge_in_memory("ram_plus", taus, ram_plus)}
+              "RAM+": merge_in_memory("ram_plus", taus, ram_plus)}
     zmax = float(taus.abs().max()) or 1.0
     panels = [(f"τ of {nm}", taus[i].view(ROWS, COLS).numpy()) for i, nm in enumerate(names)]
+    cols = max(n, len(merged))
+    panels += [(None, None)] * (cols - n)  # merged results start on their own row
     panels += [(f"merged: {m}", tm.view(ROWS, COLS).numpy()) for m, tm in merged.items()]
-    colors = [charts.agent_colors(names)[nm] for nm in names] + [None] * len(merged)
+    colors = [charts.agent_colors(names)[nm] for nm in names] + [None] * (len(panels) - n)
     grid = pd.DataFrame([{"panel": t, "row": r, "col": cc, "value": float(g[r][cc])}
-                         for t, g in panels for r in range(ROWS) for cc in range(COLS)])
-    charts.show(charts.toy_heatmaps(panels, zmax, colors), grid,
+                         for t, g in panels if t for r in range(ROWS) for cc in range(COLS)])
+    charts.show(charts.toy_heatmaps(panels, zmax, colors, cols), grid,
                 "Pale cells under 'average' are unique updates shrunk to 1/N; RAM keeps their full colour.",
                 "toy_heatmaps")
     ret = unique_retention(taus, merged, names)
     charts.show(charts.retention_bars(ret, names), ret,
-                f"On each agent's unique cells, averaging keeps 1/{n} of the update; RAM keeps 100%, RAM+ λ_t×.",
+                f"On each agent's unique cells, averaging keeps 1/{n} of the update; RAM keeps 100%, RAM+ λ_t = "
+                f"1 + r·clip(ρ_t, 0, α) with r={p['r']:g}, α={p['alpha']:g} from Tune.",
                 "toy_retention")
 
 st.divider()

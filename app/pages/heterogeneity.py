@@ -15,7 +15,7 @@ sel = state.selection()
 res = state.analysis_or_stop(sel)
 agents = res.agents
 
-top = st.columns([3, 2, 1], vertical_alignment="bottom")
+top = st.columns([3, 3, 1], vertical_alignment="bottom")
 eps = top[0].select_slider("ε: an element counts as changed when |τ| > ε", options=list(res.ladder),
                            value=state.DEFAULT_EPS if state.DEFAULT_EPS in res.ladder else res.ladder[0],
                            format_func=charts.eps_label, key="het_eps")
@@ -38,7 +38,7 @@ with state.guard("Drawing the charts"):
         st.subheader("Overlap distribution")
         o = views.overlap_distribution(res, eps)
         charts.show(charts.overlap_stacked(o, agents), o,
-                    "Green = unique to the agent: averaging divides exactly these updates by N (signal dilution).",
+                    "Purple = unique to the agent: averaging divides exactly these updates by N (signal dilution).",
                     "overlap_distribution")
 
     st.subheader("Where the changes are: layer × module")

@@ -75,6 +75,7 @@ def report(base: str, agents: list[str]) -> None:
     frame["params"] = frame["params"].map(state.fmt_count)
     frame["size on disk"] = frame.pop("bytes_on_disk").map(state.fmt_bytes)
     frame["source"] = [base, *agents]
+    frame["tied_embeddings"] = frame["tied_embeddings"].map({True: "yes", False: "no"}).fillna("?")
     st.dataframe(frame, hide_index=True, width="stretch",
                  column_order=["role", "model", "source", "architecture", "params", "tensors", "dtypes",
                                "size on disk", "tied_embeddings"])
@@ -131,11 +132,11 @@ for ref in [base, *agents]:
         pass
 auto = not hub_refs  # demo and local folders are instant; Hub metadata needs a network round trip
 checked = st.session_state.get("checked_refs") == [base, *agents]
-cols = st.columns([1, 1, 4])
-if cols[0].button("Check compatibility", icon=":material/fact_check:", disabled=auto, key="check_compat"):
+cols = st.container(horizontal=True)
+if cols.button("Check compatibility", icon=":material/fact_check:", disabled=auto, key="check_compat"):
     st.session_state["checked_refs"] = [base, *agents]
     checked = True
-use = cols[1].button("Use these models", type="primary", icon=":material/check:", key="use_models")
+use = cols.button("Use these models", type="primary", icon=":material/check:", key="use_models")
 
 if auto or checked:
     with state.guard("The compatibility check"):

@@ -1,0 +1,36 @@
+"""Shared helpers for the app tests: a demo folder (the real one when complete, else tiny generated models)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEMO_NAMES = ("base", "code", "tool", "memory")
+APP_MAIN = Path(__file__).resolve().parent.parent / "app" / "main.py"
+
+
+def real_demo_complete() -> bool:
+    """The bundled demo exists with all four models (config + safetensors each)."""
+    from merging.refs import BUNDLED_DEMO_ROOT
+
+    return all((BUNDLED_DEMO_ROOT / n / "config.json").exists() and any((BUNDLED_DEMO_ROOT / n).glob("*.safetensors"))
+               for n in DEMO_NAMES)
+
+
+def build_demo(root: Path) -> Path:
+    """Tiny Qwen2 base + three sparse agents named like the demo's, under `root` (about a second)."""
+    from tests.factory import make_agent, make_base
+
+    base = make_base(root / "base")
+    for i, (name, density) in enumerate([("code", 0.05), ("tool", 0.4), ("memory", 0.5)]):
+        make_agent(base, root / name, density, seed=100 + i)
+    return root
+
+
+def app_env(tmp: Path, use_real_demo: bool | None = None) -> dict[str, str]:
+    """Environment for the app under test: isolated analysis cache, offline Hub, demo root if needed."""
+    env = {"RAM_STUDIO_CACHE": str(tmp / "cache"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if use_real_demo is None:
+        use_real_demo = real_demo_complete() and not os.environ.get("RAM_STUDIO_TEST_TINY_DEMO")
+    if not use_real_demo:
+        env["RAM_STUDIO_DEMO_ROOT"] = str(build_demo(tmp / "demo"))
+    return env
