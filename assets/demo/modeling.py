@@ -45,8 +45,8 @@ def _byte_level(ch: str) -> str:
     return "\u0120" if ch == " " else ch
 
 
-def model_config(vocab_size: int, hidden: int = 128, layers: int = 4, heads: int = 4,
-                 intermediate: int = 384) -> Qwen2Config:
+def model_config(vocab_size: int, hidden: int = 96, layers: int = 3, heads: int = 4,
+                 intermediate: int = 256) -> Qwen2Config:
     """A standard Qwen2 config scaled down to a few hundred thousand parameters."""
     return Qwen2Config(
         vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate,

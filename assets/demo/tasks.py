@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Sequence
 
 TASKS: tuple[str, ...] = ("code", "tool", "memory")
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
-MEMORY_LENGTHS: tuple[int, ...] = (64, 128, 256)
+MEMORY_LENGTHS: tuple[int, ...] = (32, 64, 128)
 SEPARATOR = ">"  # ends every prompt; the answer follows it
 _SPLIT_SEED_BASE = {"train": 1_000_000, "validation": 2_000_000, "test": 3_000_000}
 _TASK_SEED_OFFSET = {"code": 0, "tool": 100_000, "memory": 200_000}
@@ -95,8 +95,8 @@ def _gen_call(rng: random.Random) -> tuple[str, str]:
         return f"time in {c}", f"time(city='{c}')"
     if kind == 2:
         n = rng.randint(1, 99)
-        a, b = rng.sample(_CUR, 2)
-        return f"convert {n} {a} to {b}", f"convert(amount={n},src='{a}',dst='{b}')"
+        cur = rng.choice(_CUR)
+        return f"convert {n} to {cur}", f"convert(amount={n},to='{cur}')"
     who = rng.choice(_NAMES)
     return f"call {who}", f"call(name='{who}')"
 

@@ -1,0 +1,188 @@
+"""Rebuild the bundled demo from seeds on a CPU: warm-up base, RL agents, evaluation, analysis.
+
+    python -m assets.demo.build                 # full build into assets/demo/{models,results}
+    python -m assets.demo.build --quick --out D # CI smoke build (tiny sizes) into D
+
+Everything is written into a temporary folder next to the destination and renamed into place
+at the end, so an interrupted build never leaves half-written models behind.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+import torch
+import transformers
+
+from .evaluate import evaluate_loaded, summary_table, format_table
+from .modeling import build_tokenizer, load_checkpoint, new_model, save_checkpoint, write_json
+from .task_vectors import analyze, eps_ladder
+from .tasks import TASKS
+from .train import RLConfig, WarmupConfig, rl_train, warmup
+
+DEMO_DIR = Path(__file__).resolve().parent
+AGENTS: tuple[str, ...] = TASKS  # agent name == the task it is trained on
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """All knobs of one build; the full and quick presets differ only in sizes and steps."""
+
+    seed: int = 0
+    model: dict = field(default_factory=lambda: {"hidden": 96, "layers": 3, "heads": 4,
+                                                 "intermediate": 256})
+    warmup: WarmupConfig = WarmupConfig()
+    rl: RLConfig = RLConfig()
+    rl_steps: dict = field(default_factory=dict)  # per-agent override of rl.steps
+    eval_limit: int | None = None
+
+
+FULL = BuildConfig()
+QUICK = BuildConfig(model={"hidden": 32, "layers": 2, "heads": 2, "intermediate": 64},
+                    warmup=WarmupConfig(steps=20, batch_size=8),
+                    rl=RLConfig(steps=2, prompts=2, group=4), eval_limit=6)
+
+
+class CsvLog:
+    """Append-only CSV training log (reward curves the app can plot) that also echoes progress."""
+
+    COLUMNS = ["stage", "agent", "task", "step", "mean_reward", "frac_groups_with_signal", "loss",
+               "lr", "elapsed_s"]
+
+    def __init__(self, path: Path, echo: bool = True) -> None:
+        self.path, self.echo = path, echo
+        with path.open("w", newline="") as fh:
+            csv.writer(fh).writerow(self.COLUMNS)
+
+    def __call__(self, record: dict) -> None:
+        with self.path.open("a", newline="") as fh:
+            csv.writer(fh).writerow([record.get(c, "") for c in self.COLUMNS])
+        if self.echo and (record.get("stage") == "rl" or record["step"] % 100 == 0):
+            print("  " + " ".join(f"{k}={v}" for k, v in record.items()), flush=True)
+
+
+def build(out: Path, cfg: BuildConfig) -> dict:
+    """Run every stage into a temp folder, then move `models/` and `results/` into `out`."""
+    torch.set_num_threads(1)  # 1 thread is much faster than 2 on a shared 2-core machine
+    torch.use_deterministic_algorithms(True)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".build.partial-", dir=out))
+    try:
+        info = _build_into(work, cfg)
+        for name in ("models", "results"):
+            _swap_in(work / name, out / name)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return info
+
+
+def _swap_in(src: Path, dst: Path) -> None:
+    """Replace `dst` by `src` with renames (old copy removed only after the new one is in place)."""
+    old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
+    if dst.exists():
+        os.replace(dst, old)
+    os.replace(src, dst)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _build_into(work: Path, cfg: BuildConfig) -> dict:
+    """The actual pipeline; returns build metadata (timings, versions, config)."""
+    models, results = work / "models", work / "results"
+    models.mkdir()
+    results.mkdir()
+    log = CsvLog(results / "training_log.csv")
+    timings: dict[str, float] = {}
+    t_start = time.time()
+
+    print(f"[build] warm-up of the base ({cfg.warmup.steps} steps)", flush=True)
+    t0 = time.time()
+    tokenizer = build_tokenizer()
+    model = new_model(tokenizer, cfg.seed, **cfg.model)
+    warmup(model, tokenizer, cfg.warmup, log)
+    save_checkpoint(model, tokenizer, models / "base")
+    timings["warmup_s"] = round(time.time() - t0, 1)
+
+    for agent in AGENTS:
+        steps = cfg.rl_steps.get(agent, cfg.rl.steps)
+        print(f"[build] RL agent {agent!r} ({steps} GRPO steps)", flush=True)
+        t0 = time.time()
+        # Start from the *stored* bf16 base so untouched weights round back bit-exactly.
+        policy, tok = load_checkpoint(models / "base")
+        rl_cfg = RLConfig(**{**asdict(cfg.rl), "steps": steps})
+        rl_train(policy, tok, agent, rl_cfg, agent, log)
+        save_checkpoint(policy, tok, models / agent)
+        timings[f"rl_{agent}_s"] = round(time.time() - t0, 1)
+
+    print("[build] evaluation (greedy, test and validation splits)", flush=True)
+    t0 = time.time()
+    frames = []
+    for name in ("base",) + AGENTS:
+        m, tok = load_checkpoint(models / name)
+        for split in ("validation", "test"):
+            df = evaluate_loaded(m, tok, TASKS, split, cfg.eval_limit)
+            frames.append(df.assign(model=name, split=split))
+    acc = pd.concat(frames, ignore_index=True)[["model", "split", "task", "subset", "n", "correct",
+                                                 "accuracy"]]
+    acc.to_csv(results / "accuracy.csv", index=False)
+    test = {name: acc[(acc.model == name) & (acc.split == "test")] for name in ("base",) + AGENTS}
+    table = summary_table(test)
+    (results / "accuracy.md").write_text(format_table(table) + "\n")
+    print(format_table(table), flush=True)
+    timings["evaluation_s"] = round(time.time() - t0, 1)
+
+    agent_dirs = {a: models / a for a in AGENTS}
+    tv = analyze(models / "base", agent_dirs, 1e-5)
+    tv.to_csv(results / "task_vectors.csv", index=False)
+    eps_ladder(models / "base", agent_dirs).to_csv(results / "task_vectors_eps_ladder.csv",
+                                                   index=False)
+    print(tv.to_string(index=False), flush=True)
+
+    timings["total_s"] = round(time.time() - t_start, 1)
+    info = {"timings": timings, "config": _jsonable(asdict(cfg)), "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version(),
+            "machine": platform.machine(), "cpu_count": os.cpu_count(), "torch_threads": 1}
+    write_json(results / "build_info.json", info)
+    print(f"[build] done in {timings['total_s']} s: {timings}", flush=True)
+    return info
+
+
+def _jsonable(obj: object) -> object:
+    """Tuples to lists recursively so the config can be stored as JSON."""
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: full build into the committed folder, or a quick smoke build into --out."""
+    parser = argparse.ArgumentParser(prog="python -m assets.demo.build",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and a handful of steps")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="destination folder (required with --quick; default assets/demo)")
+    args = parser.parse_args(argv)
+    if args.quick and args.out is None:
+        parser.error("--quick needs --out DIR (it never overwrites the committed models)")
+    out = (args.out or DEMO_DIR).resolve()
+    if args.quick and out == DEMO_DIR:
+        parser.error("--quick must not write into the committed demo folder")
+    info = build(out, QUICK if args.quick else FULL)
+    print(f"[build] models in {out / 'models'}, results in {out / 'results'}; "
+          f"run time {info['timings']['total_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
