@@ -78,8 +78,8 @@ def layer_module_heatmaps(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     modules = [str(m) for m in df["module"].cat.categories] if hasattr(df["module"], "cat") else sorted(df["module"].unique())
     for i, agent in enumerate(agents, start=1):
         part = df[df["agent"] == agent]
-        grid = part.pivot_table(index="module", columns="layer", values="density", aggfunc="sum", observed=False)
-        grid = grid.reindex(modules)
+        grid = part.assign(module=part["module"].astype(str)).pivot(index="module", columns="layer", values="density")
+        grid = grid.reindex(modules)  # modules absent from a layer stay blank (NaN), not 0
         xs = ["emb/head" if c == -1 else str(c) for c in grid.columns]
         fig.add_trace(go.Heatmap(z=100 * grid.values, x=xs, y=modules, coloraxis="coloraxis",
                                  hovertemplate=f"{agent} · layer %{{x}} · %{{y}}: %{{z:.2f}}% changed<extra></extra>"),
@@ -114,8 +114,10 @@ def eps_curve(df: pd.DataFrame, agents: list[str], chosen: float | None = None) 
         fig.add_scatter(x=[eps_label(e) for e in part["eps"]], y=100 * part["density"], mode="lines+markers",
                         name=agent, line=dict(color=colors[agent], width=2.5),
                         hovertemplate=f"{agent} · ε=%{{x}}: %{{y:.2f}}% changed<extra></extra>")
-    if chosen is not None:
-        fig.add_vline(x=eps_label(chosen), line_dash="dot", line_color="#555")
+    labels = [eps_label(e) for e in sorted(df["eps"].unique())]
+    if chosen is not None and eps_label(chosen) in labels:  # category axis: position = index of the label
+        fig.add_shape(type="line", xref="x", yref="paper", x0=labels.index(eps_label(chosen)),
+                      x1=labels.index(eps_label(chosen)), y0=0, y1=1, line=dict(dash="dot", color="#555"))
     fig.update_yaxes(title="changed parameters (% of all)", rangemode="tozero")
     fig.update_xaxes(title="ε (|τ| threshold, weight units)", type="category")
     return _layout(fig)

@@ -103,15 +103,23 @@ def settle(pg, timeout: float = 60) -> None:
     pg.wait_for_timeout(800)
 
 
-def goto(pg, server, path: str) -> None:
-    pg.goto(f"{server['url']}/{path}")
-    pg.wait_for_selector('[data-testid="stAppViewContainer"]')
-    pg.locator("h1").first.wait_for()
+def goto(pg, server, title: str) -> None:
+    """Open a page through the sidebar (same browser session, so Tune's choices reach Merge)."""
+    if not pg.url.startswith(server["url"]):
+        pg.goto(server["url"])
+        pg.wait_for_selector('[data-testid="stAppViewContainer"]')
+    link = pg.locator('[data-testid="stSidebarNav"] a').filter(has_text=title).first
+    try:
+        link.wait_for(timeout=15_000)
+    except Exception:
+        pg.screenshot(path=str(ARTIFACTS / f"nav-failure-{title}.png"))
+        raise
+    link.click()
+    pg.get_by_role("heading", name=title, level=1).wait_for()
 
 
 def test_app_loads_with_charts(page, server):
-    goto(page, server, "")
-    page.get_by_role("heading", name="Heterogeneity").wait_for()
+    goto(page, server, "Heterogeneity")
     page.locator('[data-testid="stPlotlyChart"]').nth(4).wait_for(timeout=120_000)
     assert page.locator('[data-testid="stPlotlyChart"]').count() >= 5
     page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
@@ -120,7 +128,7 @@ def test_app_loads_with_charts(page, server):
 
 
 def test_models_page(page, server):
-    goto(page, server, "models")
+    goto(page, server, "Models")
     page.get_by_text("Compatible:").wait_for()
     assert page.locator('[data-testid="stException"]').count() == 0
     shoot(page, "models")
@@ -131,7 +139,7 @@ def lambda_text(pg) -> str:
 
 
 def test_r_slider_changes_lambda_table(page, server):
-    goto(page, server, "tune")
+    goto(page, server, "Tune")
     page.locator('[data-testid="stTable"]').first.wait_for()
     page.locator('[data-testid="stPlotlyChart"]').nth(1).wait_for()
     settle(page)
@@ -147,11 +155,12 @@ def test_r_slider_changes_lambda_table(page, server):
     after = lambda_text(page)
     assert after != before, "moving r did not change the λ_t table"
     assert "0.20" in slider.inner_text()
+    server["r_tuned"] = True
     shoot(page, "tune")
 
 
 def test_dilution_page(page, server):
-    goto(page, server, "dilution")
+    goto(page, server, "Signal dilution")
     page.locator('[data-testid="stPlotlyChart"]').nth(1).wait_for()
     assert page.locator('[data-testid="stException"]').count() == 0
     shoot(page, "dilution")
@@ -159,12 +168,15 @@ def test_dilution_page(page, server):
 
 def test_merge_from_ui(page, server):
     out = server["tmp"] / "merged" / "ui-merge"
-    goto(page, server, "merge")
+    goto(page, server, "Merge & export")
     box = page.get_by_role("textbox", name="Output folder")
     box.wait_for()
     box.fill(str(out))
     box.press("Enter")
     settle(page)
+    if server.get("r_tuned"):
+        r_box = page.get_by_role("spinbutton", name="r", exact=True)
+        assert abs(float(r_box.input_value()) - 0.2) < 1e-9, "Merge is not pre-filled with Tune's r"
     page.get_by_role("button", name="Start merge").click()
     page.get_by_text("Merged into").wait_for(timeout=120_000)
     assert out.is_dir()

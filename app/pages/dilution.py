@@ -15,13 +15,13 @@ ROWS, COLS = 8, 16  # 128 toy parameters per agent
 TOY_EPS = 1e-6
 
 
-def toy_taus(densities: list[float], overlap: float, seed: int) -> torch.Tensor:
-    """N sparse task vectors: a share `overlap` of each agent's changes sits in one common region."""
+def toy_taus(densities: list[float], overlaps: list[float], seed: int) -> torch.Tensor:
+    """N sparse task vectors: a share `overlaps[t]` of agent t's changes sits in one common region."""
     g = torch.Generator().manual_seed(seed)
     n, e = len(densities), ROWS * COLS
     perm = torch.randperm(e, generator=g)
     counts = [max(1, round(d * e)) for d in densities]
-    shared_n = [round(overlap * c) for c in counts]
+    shared_n = [round(o * c) for o, c in zip(overlaps, counts)]
     pool = perm[: max(shared_n + [0])]
     rest = perm[len(pool):]
     private = rest.chunk(n) if len(rest) else [rest] * n
@@ -57,18 +57,22 @@ st.markdown(
     "updates whole; **RAM+** also boosts unique updates by λ_t to compensate for what averaging cost the agent.")
 
 p = state.tuned()
-c = st.columns([1, 1, 1, 3])
+c = st.columns([1, 5])
 n = c[0].slider("Agents N", 2, 5, 3, key="toy_n")
-overlap = c[1].slider("Overlap", 0.0, 1.0, 0.3, 0.05, key="toy_overlap",
-                      help="Share of each agent's changes that lies in a region the other agents change too.")
-seed = c[2].number_input("Seed", 0, 999, 0, key="toy_seed")
-defaults = [0.08, 0.35, 0.5, 0.2, 0.15]
-dcols = c[3].columns(n)
-densities = [dcols[i].slider(f"A{i + 1} density", 0.02, 0.6, defaults[i], 0.01, key=f"toy_d{i}") for i in range(n)]
+seed = c[0].number_input("Seed", 0, 999, 0, key="toy_seed")
+defaults = [(0.08, 0.6), (0.35, 0.4), (0.5, 0.3), (0.2, 0.5), (0.15, 0.2)]
 names = [f"A{i + 1}" for i in range(n)]
+dcols = c[1].columns(5)
+densities, overlaps = [], []
+for i, nm in enumerate(names):
+    with dcols[i].container(border=True):
+        densities.append(st.slider(f"{nm} density", 0.02, 0.6, defaults[i][0], 0.01, key=f"toy_d{i}",
+                                   help="Share of the toy parameters this agent changed."))
+        overlaps.append(st.slider(f"{nm} overlap", 0.0, 1.0, defaults[i][1], 0.05, key=f"toy_o{i}",
+                                  help="Share of its changes inside the region other agents change too."))
 
 with state.guard("The toy example"):
-    taus = toy_taus(densities, overlap, int(seed))
+    taus = toy_taus(densities, overlaps, int(seed))
     ram_plus = {"eps": TOY_EPS, "r": p["r"], "alpha": p["alpha"], "rho_scope": "global"}
     merged = {"average": merge_in_memory("average", taus),
               "RAM": merge_in_memory("ram", taus, {"eps": TOY_EPS}),

@@ -21,7 +21,7 @@ JOB_KEY = "merge_job"
 EVAL_KEY = "eval_rows"
 ZIP_LIMIT = 300e6  # offer a zip download only below this size
 SHARD_SIZES = ["100MB", "500MB", "1GB", "2GB", "5GB", "10GB"]
-DTYPES = {"same as base": None, "BF16": "BF16", "F16": "F16", "F32": "F32"}
+DTYPES = {"as base": None, "BF16": "BF16", "F16": "F16", "F32": "F32"}
 TABLE1 = Path(__file__).resolve().parents[2] / "assets" / "demo" / "results" / "table1.csv"
 
 
@@ -242,7 +242,7 @@ names = list(METHODS)
 method = st.selectbox("Method", names, index=names.index(default_method(tuned)), key="merge_method",
                       format_func=lambda n: f"{n} — {METHODS[n].summary}", disabled=mine_running)
 params = param_widgets(method, tuned, mine_running)
-c = st.columns([4, 1, 1, 1], vertical_alignment="bottom")
+c = st.columns([5, 1.2, 1.2, 1.1], vertical_alignment="bottom")
 out = c[0].text_input("Output folder", value=default_out(sel, method), key=f"merge_out_{method}",
                       disabled=mine_running, help="Created if missing; must be empty unless you allow overwriting.")
 shard = c[1].selectbox("Shard size", SHARD_SIZES, index=SHARD_SIZES.index("5GB"), key="merge_shard",

@@ -56,6 +56,7 @@ def tuner() -> None:
     with state.guard("Computing λ_t"):
         lam = views.lambda_table(res, eps, r, alpha, rule, scope)
         ret = views.signal_retention(res, eps, r, alpha, rule, scope)
+        ret["method"] = ret["method"].str.replace(r"\(λ=[^)]*\)", "(λ = 1/N)", regex=True)
         left, right = st.columns([2, 3])
         with left:
             st.subheader("λ_t per agent")
