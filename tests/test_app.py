@@ -1,0 +1,255 @@
+"""Streamlit AppTest tests of every page: demo loaded → analysis → tuning → merge → readable errors."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from tests.conftest_app import APP_MAIN, app_env
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("apptest")
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in app_env(tmp).items():
+            mp.setenv(k, v)
+        st.cache_resource.clear()
+        st.cache_data.clear()
+        yield tmp
+    st.cache_resource.clear()
+    st.cache_data.clear()
+
+
+def new_app() -> AppTest:
+    return AppTest.from_file(str(APP_MAIN), default_timeout=120)
+
+
+def no_problems(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def lambdas(at: AppTest) -> list[str]:
+    return list(at.table[0].value["λ_t"])
+
+
+def wait_merge(at: AppTest, seconds: float = 120) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        at.run()
+        if at.success or at.error or at.info:
+            return
+        time.sleep(0.3)
+    raise AssertionError("merge did not finish in time")
+
+
+def test_default_page_is_demo_heterogeneity(env):
+    at = new_app().run()
+    no_problems(at)
+    assert at.title[0].value == "Heterogeneity"
+    assert len(at.get("plotly_chart")) >= 5
+    labels = [b.label for b in at.get("download_button")]
+    assert labels.count("CSV") >= 5  # every chart has its data as CSV
+    assert len(at.caption) >= 5
+    # second visit: instant, from the process-wide cache
+    t0 = time.perf_counter()
+    at.switch_page("pages/heterogeneity.py").run()
+    assert time.perf_counter() - t0 < 10
+    no_problems(at)
+
+
+def test_heterogeneity_eps_slider(env):
+    at = new_app().run()
+    at.select_slider(key="het_eps").set_value(1e-3).run()
+    no_problems(at)
+    assert len(at.get("plotly_chart")) >= 5
+
+
+def test_models_page_reports_demo(env):
+    at = new_app()
+    at.switch_page("pages/models.py").run()
+    no_problems(at)
+    frame = at.dataframe[0].value
+    assert list(frame["role"]) == ["base", "agent", "agent", "agent"]
+    assert any("Compatible" in s.value for s in at.success)
+    assert [m.label for m in at.metric][:2] == ["To download", "Disk needed"]
+
+
+def test_models_bad_path_shows_error(env, tmp_path):
+    at = new_app()
+    at.switch_page("pages/models.py").run()
+    at.radio(key="model_source").set_value("Custom: local folders or Hub ids").run()
+    at.text_input(key="custom_base").set_value(str(tmp_path / "missing-model")).run()
+    assert not at.exception
+    assert at.error and "does not exist" in at.error[0].value
+    at.button(key="use_models").click().run()
+    assert not at.exception
+    assert any("does not exist" in e.value for e in at.error)
+
+
+def test_models_hub_preset_offline_is_readable(env):
+    at = new_app()
+    at.switch_page("pages/models.py").run()
+    at.radio(key="model_source").set_value(next(o for o in at.radio(key="model_source").options if "Qwen" in o)).run()
+    no_problems(at)  # nothing is fetched until asked
+    at.button(key="check_compat").click().run()
+    assert not at.exception
+    assert at.error and "Hub" in at.error[0].value
+
+
+def test_tune_changes_lambda_without_rereading(env):
+    at = new_app().run()
+    at.switch_page("pages/tune.py").run()
+    no_problems(at)
+    before = lambdas(at)
+    at.slider(key="tune_r").set_value(0.5).run()
+    no_problems(at)
+    after = lambdas(at)
+    assert after != before
+    assert all(float(v) >= 1.0 for v in after)
+    at.radio(key="tune_rule").set_value("soft").run()
+    no_problems(at)
+    assert lambdas(at) != after
+    at.radio(key="tune_scope").set_value("tensor").run()
+    no_problems(at)
+    assert "λ range over tensors" in at.table[0].value.columns
+    assert len(at.get("plotly_chart")) == 2
+
+
+def test_tune_is_fast(env):
+    from analysis import views
+    from app import state
+
+    at = new_app().run()  # fills the analysis cache
+    res = state.cached_analysis(state.demo_selection())
+    assert res is not None
+    t0 = time.perf_counter()
+    for r in (0.0, 0.1, 0.3):
+        views.lambda_table(res, 1e-5, r, 2.0, "clip", "global")
+        views.signal_retention(res, 1e-5, r, 2.0, "clip", "global")
+    assert (time.perf_counter() - t0) / 3 < 1.0
+
+
+def test_dilution_page(env):
+    at = new_app()
+    at.switch_page("pages/dilution.py").run()
+    no_problems(at)
+    assert len(at.get("plotly_chart")) >= 2
+    at.slider(key="toy_n").set_value(5).run()
+    no_problems(at)
+    at.slider(key="toy_o0").set_value(1.0).run()
+    no_problems(at)
+
+
+def test_merge_writes_folder_that_loads(env, tmp_path):
+    at = new_app().run()
+    at.switch_page("pages/tune.py").run()
+    at.slider(key="tune_r").set_value(0.3).run()
+    at.switch_page("pages/merge.py").run()
+    no_problems(at)
+    assert at.number_input(key="param_ram_plus_r").value == pytest.approx(0.3)  # pre-filled from Tune
+    out = tmp_path / "out" / "merged"
+    at.text_input(key="merge_out_ram_plus").set_value(str(out)).run()
+    at.button(key="start_merge").click().run()
+    wait_merge(at)
+    no_problems(at)
+    assert any("Merged into" in s.value for s in at.success)
+    assert (out / "ram_recipe.json").exists() and (out / "README.md").exists()
+    labels = [b.label for b in at.get("download_button")]
+    assert {"Model card", "Recipe", "Statistics", "Zip of the model"} <= set(labels)
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert sum(p.numel() for p in model.parameters()) > 0
+
+    # the same folder again: refused with a readable message (not a traceback)
+    at.button(key="start_merge").click().run()
+    wait_merge(at)
+    assert not at.exception
+    assert any("not empty" in e.value for e in at.error)
+
+
+def test_merge_bad_output_shows_error(env, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    at = new_app()
+    at.switch_page("pages/merge.py").run()
+    at.text_input(key="merge_out_ram_plus").set_value(str(blocker)).run()
+    at.button(key="start_merge").click().run()
+    assert not at.exception
+    assert any("is a file" in e.value for e in at.error)
+
+
+def test_one_merge_at_a_time(env, tmp_path):
+    from app import jobs
+    from merging.errors import MergeCancelled
+    from merging.recipe import MergeSpec
+
+    started = threading.Event()
+
+    def slow(spec, *, overwrite, progress, cancel, analysis_progress):
+        started.set()
+        cancel.wait(60)
+        raise MergeCancelled()
+
+    mgr = jobs.manager()
+    spec = MergeSpec("demo:base", ["demo:code", "demo:tool"], "ram", {}, str(tmp_path / "slow"))
+    job = mgr.submit(spec, "someone-else", runner=slow)
+    try:
+        assert started.wait(10)
+        with pytest.raises(jobs.Busy, match="another session"):
+            mgr.submit(MergeSpec("demo:base", ["demo:code", "demo:tool"], "ram", {}, str(tmp_path / "x")), "me")
+        at = new_app()
+        at.switch_page("pages/merge.py").run()
+        assert any("Busy" in w.value for w in at.warning)
+        at.text_input(key="merge_out_ram_plus").set_value(str(tmp_path / "mine")).run()
+        at.button(key="start_merge").click().run()
+        assert not at.exception
+        assert any("already running" in e.value for e in at.error)
+        assert not (tmp_path / "mine").exists()
+    finally:
+        mgr.cancel(job.id)
+        job.thread.join(10)
+    assert job.status == "cancelled"
+    assert mgr.running() is None
+
+
+def test_cancel_from_the_ui(env, tmp_path):
+    from app import jobs
+
+    gate = threading.Event()
+
+    def gated(spec, *, overwrite, progress, cancel, analysis_progress):
+        from merging.errors import MergeCancelled
+
+        gate.set()
+        cancel.wait(60)
+        raise MergeCancelled()
+
+    at = new_app()
+    at.switch_page("pages/merge.py").run()
+    at.text_input(key="merge_out_ram_plus").set_value(str(tmp_path / "c")).run()
+    mgr = jobs.manager()
+    original = mgr.submit
+    mgr.submit = lambda spec, owner, overwrite=False, runner=None: original(spec, owner, overwrite=overwrite,
+                                                                           runner=gated)
+    try:
+        at.button(key="start_merge").click().run()
+        assert gate.wait(10)
+        at.run()
+        assert at.button(key="cancel_merge")
+        at.button(key="cancel_merge").click().run()
+        wait_merge(at, 20)
+        assert any("cancelled" in i.value for i in at.info)
+    finally:
+        del mgr.submit
+    assert mgr.running() is None
+    assert not Path(tmp_path / "c").exists()
