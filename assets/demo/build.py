@@ -43,21 +43,21 @@ class BuildConfig:
                                                  "intermediate": 256})
     warmup: WarmupConfig = WarmupConfig()
     rl: RLConfig = RLConfig()
-    rl_steps: dict = field(default_factory=dict)  # per-agent override of rl.steps
+    rl_steps: dict = field(default_factory=lambda: {"code": 150, "tool": 80, "memory": 150})
     eval_limit: int | None = None
 
 
 FULL = BuildConfig()
 QUICK = BuildConfig(model={"hidden": 32, "layers": 2, "heads": 2, "intermediate": 64},
                     warmup=WarmupConfig(steps=20, batch_size=8),
-                    rl=RLConfig(steps=2, prompts=2, group=4), eval_limit=6)
+                    rl=RLConfig(steps=2, prompts=2, group=4), rl_steps={}, eval_limit=6)
 
 
 class CsvLog:
     """Append-only CSV training log (reward curves the app can plot) that also echoes progress."""
 
-    COLUMNS = ["stage", "agent", "task", "step", "mean_reward", "frac_groups_with_signal", "loss",
-               "lr", "elapsed_s"]
+    COLUMNS = ["stage", "agent", "task", "step", "mean_reward", "sample_accuracy",
+               "frac_groups_with_signal", "loss", "lr", "elapsed_s"]
 
     def __init__(self, path: Path, echo: bool = True) -> None:
         self.path, self.echo = path, echo

@@ -6,7 +6,7 @@ from typing import Sequence
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-MAX_NEW_TOKENS: dict[str, int] = {"code": 8, "tool": 96, "memory": 5}
+MAX_NEW_TOKENS: dict[str, int] = {"code": 8, "tool": 96, "memory": 4}
 
 
 def encode_prompts(tokenizer: PreTrainedTokenizerFast, prompts: Sequence[str]

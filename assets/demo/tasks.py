@@ -144,17 +144,18 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 def _gen_memory(rng: random.Random, length: int) -> tuple[str, str, str]:
-    """`key:value` pairs filling about `length` characters; query one key, answer its value."""
-    n_pairs = max(2, (length + 1) // 7)  # "ab:123," is 7 characters
-    keys = rng.sample([a + b for a in _LETTERS for b in _LETTERS], n_pairs)
-    values = [f"{rng.randint(0, 999):03d}" for _ in keys]
+    """`k:vv` pairs (one-letter keys, two-digit values) filling about `length` characters;
+    the query names one key and the answer is its value (a needle among distractors)."""
+    n_pairs = min(len(_LETTERS), max(2, (length + 1) // 5))  # "k:42," is 5 characters
+    keys = rng.sample(_LETTERS, n_pairs)
+    values = [f"{rng.randint(0, 99):02d}" for _ in keys]
     target = rng.randrange(n_pairs)
     ctx = ",".join(f"{k}:{v}" for k, v in zip(keys, values))
     return f"M:{ctx}?{keys[target]}{SEPARATOR}", values[target], str(length)
 
 
 def verify_memory(example: Example, output: str) -> bool:
-    """Correct iff the output is exactly the hidden value (three digits)."""
+    """Correct iff the output is exactly the hidden value (two digits, leading zero kept)."""
     return output.strip() == example.answer
 
 
@@ -216,9 +217,36 @@ def all_prompts(examples: Sequence[Example]) -> set[str]:
     return {e.prompt for e in examples}
 
 
+TRAIN_MEMORY_LENGTHS: tuple[int, ...] = (8, 16, 32, 64, 128)  # short contexts: a curriculum
+
+
 def sample_train(task: str, rng: random.Random) -> Example:
-    """One training example drawn with replacement from the train split (hash-filtered)."""
+    """One training example drawn with replacement from the train split (hash-filtered).
+
+    Memory training also uses very short contexts (8, 16 characters) so that the base can learn
+    the retrieval skill quickly; evaluation uses only MEMORY_LENGTHS."""
     while True:
-        prompt, answer, subset = _draw(task, rng, rng.randrange(len(MEMORY_LENGTHS)))
+        if task == "memory":
+            prompt, answer, subset = _gen_memory(rng, rng.choice(TRAIN_MEMORY_LENGTHS))
+        else:
+            prompt, answer, subset = _draw(task, rng, 0)
         if split_of(prompt) == "train":
             return Example(task, subset, prompt, answer)
+
+
+def reward(example: Example, output: str) -> float:
+    """RL reward from the verifier: exact (0/1) for code and memory; for tool, call-level F1
+    between the parsed output and the expected calls (a ToolRL-style fine-grained reward that
+    is 1.0 exactly when the verifier accepts, 0.0 when the output does not parse)."""
+    if example.task != "tool":
+        return float(verify(example, output))
+    got, gold = parse_calls(output), parse_calls(example.answer)
+    if got is None or gold is None:
+        return 0.0
+    remaining = list(gold)
+    hits = 0
+    for call in got:
+        if call in remaining:
+            remaining.remove(call)
+            hits += 1
+    return 2.0 * hits / (len(got) + len(gold)) if (got or gold) else 1.0

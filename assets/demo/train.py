@@ -11,7 +11,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from .generation import MAX_NEW_TOKENS, generate
-from .tasks import Example, sample_train, verify
+from .tasks import Example, reward, sample_train, verify
 
 LogFn = Callable[[dict], None]
 
@@ -20,10 +20,10 @@ LogFn = Callable[[dict], None]
 class WarmupConfig:
     """Supervised warm-up: batches of one task at a time, tasks visited by weight."""
 
-    steps: int = 600
+    steps: int = 2400
     batch_size: int = 32
     lr: float = 2e-3
-    weights: tuple[tuple[str, float], ...] = (("code", 1.0), ("tool", 1.0), ("memory", 1.0))
+    weights: tuple[tuple[str, float], ...] = (("code", 1.0), ("tool", 0.7), ("memory", 1.3))
     seed: int = 0
 
 
@@ -76,7 +76,7 @@ def warmup(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, cfg: Warm
     model.train()
     t0 = time.time()
     for step in range(1, cfg.steps + 1):
-        lr = cfg.lr * min(1.0, step / 50) * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
+        lr = cfg.lr * min(1.0, step / 50) * (0.1 + 0.45 * (1 + math.cos(math.pi * step / cfg.steps)))
         for group in opt.param_groups:
             group["lr"] = lr
         task = rng.choices(tasks, weights)[0]
@@ -120,7 +120,8 @@ def rl_train(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: s
                                         num_return_sequences=cfg.group,
                                         temperature=cfg.temperature)
         examples = [e for e in batch for _ in range(cfg.group)]
-        rewards = torch.tensor([float(verify(e, t)) for e, t in zip(examples, texts)])
+        rewards = torch.tensor([reward(e, t) for e, t in zip(examples, texts)])
+        accuracy = sum(verify(e, t) for e, t in zip(examples, texts)) / len(examples)
         grouped = rewards.view(cfg.prompts, cfg.group)
         adv = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4))
         adv = adv.reshape(-1)
@@ -141,7 +142,7 @@ def rl_train(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: s
             opt.step()
             loss_value = loss.item()
         log({"stage": "rl", "agent": agent, "task": task, "step": step,
-             "mean_reward": round(rewards.mean().item(), 4),
+             "mean_reward": round(rewards.mean().item(), 4), "sample_accuracy": round(accuracy, 4),
              "frac_groups_with_signal": round((grouped.std(1) > 0).float().mean().item(), 4),
              "loss": round(loss_value, 5), "elapsed_s": round(time.time() - t0, 1)})
     model.eval()

@@ -1,0 +1,80 @@
+"""Demo build: the --quick build runs end to end on CPU, loads with transformers, evaluates
+deterministically, and refuses to overwrite the committed models."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from assets.demo.evaluate import evaluate_model, main as evaluate_main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def quick_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
+    out = tmp_path_factory.mktemp("demo-quick")
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-m", "assets.demo.build", "--quick", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, time.time() - t0
+
+
+def test_quick_build_is_fast_and_complete(quick_build: tuple[Path, float]) -> None:
+    out, seconds = quick_build
+    assert seconds < 120, f"quick build took {seconds:.0f}s"
+    for name in ("base", "code", "tool", "memory"):
+        folder = out / "models" / name
+        for f in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
+                  "tokenizer_config.json"):
+            assert (folder / f).is_file(), folder / f
+    results = out / "results"
+    for f in ("training_log.csv", "accuracy.csv", "task_vectors.csv", "build_info.json"):
+        assert (results / f).is_file(), f
+    log = (results / "training_log.csv").read_text().splitlines()
+    assert log[0].startswith("stage,agent,task,step,mean_reward")
+    assert not [p for p in out.iterdir() if p.name.startswith(".")], "temp folders left behind"
+    assert json.loads((results / "build_info.json").read_text())["timings"]["total_s"] > 0
+
+
+def test_quick_models_load_with_transformers(quick_build: tuple[Path, float]) -> None:
+    out, _ = quick_build
+    folder = out / "models" / "tool"
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    assert next(model.parameters()).dtype == torch.bfloat16
+    text = "T:weather in oslo and call bob>"
+    ids = tok(text)["input_ids"]
+    assert len(ids) == len(text) and tok.decode(ids) == text  # one token per character
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits
+    assert logits.shape[-1] >= len(tok)
+
+
+def test_evaluation_is_deterministic(quick_build: tuple[Path, float], tmp_path: Path) -> None:
+    out, _ = quick_build
+    folder = out / "models" / "base"
+    a = evaluate_model(folder, ("code", "memory"), "validation", limit=12)
+    b = evaluate_model(folder, ("code", "memory"), "validation", limit=12)
+    assert a.equals(b)
+    assert list(a.columns) == ["task", "subset", "n", "correct", "accuracy"]
+    assert set(a[a.task == "memory"].subset) == {"all", "32", "64", "128"}
+    report = tmp_path / "r.json"
+    assert evaluate_main([str(folder), "--tasks", "code", "--limit", "5", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["results"][0]["n"] == 5
+
+
+def test_quick_refuses_committed_folder() -> None:
+    from assets.demo.build import DEMO_DIR, main
+    with pytest.raises(SystemExit):
+        main(["--quick"])
+    with pytest.raises(SystemExit):
+        main(["--quick", "--out", str(DEMO_DIR)])

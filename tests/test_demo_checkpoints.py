@@ -1,0 +1,44 @@
+"""Committed demo checkpoints: Hub-style bf16 Qwen2 folders; each agent beats the base on its task."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from safetensors import safe_open
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+DEMO = Path(__file__).resolve().parents[1] / "assets" / "demo"
+NAMES = ("base", "code", "tool", "memory")
+MIN_GAIN = 0.05  # absolute accuracy margin an agent must have over the base on its own task
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_checkpoint_is_bf16_qwen2(name: str) -> None:
+    folder = DEMO / "models" / name
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["Qwen2ForCausalLM"]
+    with safe_open(str(folder / "model.safetensors"), "pt") as fh:
+        assert {fh.get_slice(k).get_dtype() for k in fh.keys()} == {"BF16"}
+    assert (folder / "model.safetensors").stat().st_size < 8 * 2**20
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert tok.decode(tok("M:a:12,b:34?b>")["input_ids"]) == "M:a:12,b:34?b>"
+
+
+def test_agents_beat_base_on_own_task() -> None:
+    acc = pd.read_csv(DEMO / "results" / "accuracy.csv")
+    test = acc[(acc.split == "test") & (acc.subset == "all")].set_index(["model", "task"])["accuracy"]
+    for agent in ("code", "tool", "memory"):
+        assert test[(agent, agent)] >= test[("base", agent)] + MIN_GAIN, agent
+
+
+def test_training_log_has_reward_curves() -> None:
+    log = pd.read_csv(DEMO / "results" / "training_log.csv")
+    rl = log[log.stage == "rl"]
+    assert set(rl.agent) == {"code", "tool", "memory"}
+    for agent, grp in rl.groupby("agent"):
+        assert grp.step.is_monotonic_increasing and grp.mean_reward.between(0, 1).all()
