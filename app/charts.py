@@ -194,12 +194,15 @@ def toy_magnitude_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
 
 # ---------------------------------------------------------------- Demo evidence
 
-def table1_bars(df: pd.DataFrame, model_col: str, metrics: list[str]) -> go.Figure:
-    """Grouped bars: one group per model row, one bar per metric."""
-    palette = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00"]
+def table1_bars(df: pd.DataFrame, model_col: str, metrics: list[str], agents: list[str]) -> go.Figure:
+    """Grouped bars: one group per model row, one bar per task (coloured like the agent trained on it)."""
+    colors = agent_colors(agents)
+    spare = [c for c in ["#555555", "#999999", *AGENT_PALETTE] if c not in colors.values()]
     fig = go.Figure()
     for i, m in enumerate(metrics):
-        fig.add_bar(x=df[model_col].astype(str), y=df[m], name=m, marker_color=palette[i % len(palette)],
+        color = colors.get(m) or ("#555555" if m == "avg" else spare[i % len(spare)])
+        fig.add_bar(x=df[model_col].astype(str), y=df[m], name="average" if m == "avg" else f"{m} task",
+                    marker_color=color,
                     hovertemplate=f"%{{x}} · {m}: %{{y:.1f}}<extra></extra>")
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="accuracy (%)", rangemode="tozero")

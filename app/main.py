@@ -10,19 +10,13 @@ if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ first on 
 
 import streamlit as st  # noqa: E402
 
-try:  # A `pages/` folder next to the entry point makes Streamlit also send its legacy (v1) page list on every
-    # run; a run interrupted early (fast slider moves) then leaves that list in the sidebar. We use st.navigation.
-    from streamlit.runtime.pages_manager import PagesManager
-
-    PagesManager.uses_pages_directory = False
-except (ImportError, AttributeError):  # other Streamlit versions: harmless to skip
-    pass
-
 from app import state  # noqa: E402
 
 st.set_page_config(page_title="RAM Studio", page_icon=":material/merge:", layout="wide")
 
-PAGES = Path(__file__).resolve().parent / "pages"
+# Page scripts live in app/views/, not app/pages/: a `pages/` folder next to the entry point switches on
+# Streamlit's legacy (v1) navigation, which then fights st.navigation in the sidebar.
+PAGES = Path(__file__).resolve().parent / "views"
 pages = [
     st.Page(PAGES / "models.py", title="Models", icon=":material/inventory_2:"),
     st.Page(PAGES / "heterogeneity.py", title="Heterogeneity", icon=":material/scatter_plot:", default=True),

@@ -5,6 +5,7 @@ import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator
 
 import streamlit as st
@@ -55,6 +56,11 @@ def demo_selection() -> Selection | None:
     if "base" not in names or len(names) < 3:
         return None
     return Selection("demo:base", tuple(f"demo:{n}" for n in names if n != "base"), "demo")
+
+
+def demo_results() -> Path:
+    """The demo's results folder (table1.csv, training_log.csv): next to its models folder."""
+    return demo_root().parent / "results"
 
 
 def selection() -> Selection | None:

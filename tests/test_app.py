@@ -60,7 +60,7 @@ def test_default_page_is_demo_heterogeneity(env):
     assert len(at.caption) >= 5
     # second visit: instant, from the process-wide cache
     t0 = time.perf_counter()
-    at.switch_page("pages/heterogeneity.py").run()
+    at.switch_page("views/heterogeneity.py").run()
     assert time.perf_counter() - t0 < 10
     no_problems(at)
 
@@ -74,7 +74,7 @@ def test_heterogeneity_eps_slider(env):
 
 def test_models_page_reports_demo(env):
     at = new_app()
-    at.switch_page("pages/models.py").run()
+    at.switch_page("views/models.py").run()
     no_problems(at)
     frame = at.dataframe[0].value
     assert list(frame["role"]) == ["base", "agent", "agent", "agent"]
@@ -84,7 +84,7 @@ def test_models_page_reports_demo(env):
 
 def test_models_bad_path_shows_error(env, tmp_path):
     at = new_app()
-    at.switch_page("pages/models.py").run()
+    at.switch_page("views/models.py").run()
     at.radio(key="model_source").set_value("Custom: local folders or Hub ids").run()
     at.text_input(key="custom_base").set_value(str(tmp_path / "missing-model")).run()
     assert not at.exception
@@ -96,7 +96,7 @@ def test_models_bad_path_shows_error(env, tmp_path):
 
 def test_models_hub_preset_offline_is_readable(env):
     at = new_app()
-    at.switch_page("pages/models.py").run()
+    at.switch_page("views/models.py").run()
     at.radio(key="model_source").set_value(next(o for o in at.radio(key="model_source").options if "Qwen" in o)).run()
     no_problems(at)  # nothing is fetched until asked
     at.button(key="check_compat").click().run()
@@ -106,7 +106,7 @@ def test_models_hub_preset_offline_is_readable(env):
 
 def test_tune_changes_lambda_without_rereading(env):
     at = new_app().run()
-    at.switch_page("pages/tune.py").run()
+    at.switch_page("views/tune.py").run()
     no_problems(at)
     before = lambdas(at)
     at.slider(key="tune_r").set_value(0.5).run()
@@ -139,7 +139,7 @@ def test_tune_is_fast(env):
 
 def test_dilution_page(env):
     at = new_app()
-    at.switch_page("pages/dilution.py").run()
+    at.switch_page("views/dilution.py").run()
     no_problems(at)
     assert len(at.get("plotly_chart")) >= 2
     at.slider(key="toy_n").set_value(5).run()
@@ -150,9 +150,9 @@ def test_dilution_page(env):
 
 def test_merge_writes_folder_that_loads(env, tmp_path):
     at = new_app().run()
-    at.switch_page("pages/tune.py").run()
+    at.switch_page("views/tune.py").run()
     at.slider(key="tune_r").set_value(0.3).run()
-    at.switch_page("pages/merge.py").run()
+    at.switch_page("views/merge.py").run()
     no_problems(at)
     assert at.number_input(key="param_ram_plus_r").value == pytest.approx(0.3)  # pre-filled from Tune
     out = tmp_path / "out" / "merged"
@@ -181,7 +181,7 @@ def test_merge_bad_output_shows_error(env, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     at = new_app()
-    at.switch_page("pages/merge.py").run()
+    at.switch_page("views/merge.py").run()
     at.text_input(key="merge_out_ram_plus").set_value(str(blocker)).run()
     at.button(key="start_merge").click().run()
     assert not at.exception
@@ -208,7 +208,7 @@ def test_one_merge_at_a_time(env, tmp_path):
         with pytest.raises(jobs.Busy, match="another session"):
             mgr.submit(MergeSpec("demo:base", ["demo:code", "demo:tool"], "ram", {}, str(tmp_path / "x")), "me")
         at = new_app()
-        at.switch_page("pages/merge.py").run()
+        at.switch_page("views/merge.py").run()
         assert any("Busy" in w.value for w in at.warning)
         at.text_input(key="merge_out_ram_plus").set_value(str(tmp_path / "mine")).run()
         at.button(key="start_merge").click().run()
@@ -235,7 +235,7 @@ def test_cancel_from_the_ui(env, tmp_path):
         raise MergeCancelled()
 
     at = new_app()
-    at.switch_page("pages/merge.py").run()
+    at.switch_page("views/merge.py").run()
     at.text_input(key="merge_out_ram_plus").set_value(str(tmp_path / "c")).run()
     mgr = jobs.manager()
     original = mgr.submit
@@ -253,3 +253,28 @@ def test_cancel_from_the_ui(env, tmp_path):
         del mgr.submit
     assert mgr.running() is None
     assert not Path(tmp_path / "c").exists()
+
+
+def test_dilution_shows_demo_evidence(env, tmp_path, monkeypatch):
+    """With results next to the demo models, Table 1 and the reward curves are drawn."""
+    import pandas as pd
+
+    from tests.conftest_app import build_demo
+
+    demo = build_demo(tmp_path / "models")
+    results = tmp_path / "results"
+    results.mkdir()
+    pd.DataFrame({"model": ["base", "average", "ram", "ram_plus"], "params": ["", "", "eps=1e-05", "r=0.1"],
+                  "code": [10.0, 20.0, 30.0, 35.0], "tool": [5.0, 15.0, 40.0, 41.0],
+                  "memory": [1.0, 12.0, 33.0, 36.0], "memory@8": [2.0, 3.0, 4.0, 5.0],
+                  "avg": [5.3, 15.7, 34.3, 37.3], "val_avg": [5.0, 15.0, 34.0, 37.0]}).to_csv(results / "table1.csv",
+                                                                                            index=False)
+    rows = [{"stage": "rl", "agent": a, "task": a, "step": s, "mean_reward": s / 10 * (i + 1) / 3}
+            for i, a in enumerate(["code", "tool", "memory"]) for s in range(1, 11)]
+    pd.DataFrame(rows).to_csv(results / "training_log.csv", index=False)
+    monkeypatch.setenv("RAM_STUDIO_DEMO_ROOT", str(demo))
+    at = new_app()
+    at.switch_page("views/dilution.py").run()
+    no_problems(at)
+    assert len(at.get("plotly_chart")) == 4
+    assert not at.info  # no "results not here yet" note

@@ -157,7 +157,7 @@ if use:
         kind = "demo" if source == "Bundled demo" else ("preset" if source in state.PRESETS else "custom")
         state.set_selection(state.Selection(base, tuple(agents), kind))
         st.success("Selected. Open **Heterogeneity** to analyse them.", icon=":material/check_circle:")
-        st.page_link("pages/heterogeneity.py", label="Go to Heterogeneity", icon=":material/arrow_forward:")
+        st.page_link("views/heterogeneity.py", label="Go to Heterogeneity", icon=":material/arrow_forward:")
 
 with st.expander("What the demo is"):
     names = demo_names()

@@ -22,7 +22,6 @@ EVAL_KEY = "eval_rows"
 ZIP_LIMIT = 300e6  # offer a zip download only below this size
 SHARD_SIZES = ["100MB", "500MB", "1GB", "2GB", "5GB", "10GB"]
 DTYPES = {"as base": None, "BF16": "BF16", "F16": "F16", "F32": "F32"}
-TABLE1 = Path(__file__).resolve().parents[2] / "assets" / "demo" / "results" / "table1.csv"
 
 
 def default_method(p: dict) -> str:
@@ -210,9 +209,10 @@ def evaluate_section(folder: Path, method: str) -> None:
 
 def comparison_table(rows: dict) -> pd.DataFrame | None:
     frames = []
-    if TABLE1.exists():
+    table1 = state.demo_results() / "table1.csv"
+    if table1.exists():
         try:
-            t = pd.read_csv(TABLE1)
+            t = pd.read_csv(table1)
             first = t.columns[0]
             frames.append(t.set_index(first))
         except (OSError, ValueError, pd.errors.ParserError):

@@ -1,8 +1,6 @@
 """Signal dilution: a toy you can play with, then the demo's measured evidence."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 import torch
@@ -10,7 +8,6 @@ import torch
 from app import charts, state
 from merging.tensor_merge import merge_in_memory
 
-RESULTS = Path(__file__).resolve().parents[2] / "assets" / "demo" / "results"
 ROWS, COLS = 8, 16  # 128 toy parameters per agent
 TOY_EPS = 1e-6
 
@@ -48,6 +45,12 @@ def unique_retention(taus: torch.Tensor, merged: dict[str, torch.Tensor], names:
     return pd.DataFrame(rows)
 
 
+def demo_agent_labels() -> list[str]:
+    """The demo agents' labels in the order that fixes their colours elsewhere in the app."""
+    demo = state.demo_selection()
+    return [a.split(":", 1)[-1] for a in demo.agents] if demo else []
+
+
 st.title("Signal dilution")
 st.markdown(
     "A task vector τ_t = θ_t − θ_0 is what RL fine-tuning changed. RL changes **few** weights, and "
@@ -62,7 +65,7 @@ n = c[0].slider("Agents N", 2, 5, 3, key="toy_n")
 seed = c[0].number_input("Seed", 0, 999, 0, key="toy_seed")
 defaults = [(0.08, 0.6), (0.35, 0.4), (0.5, 0.3), (0.2, 0.5), (0.15, 0.2)]
 names = [f"A{i + 1}" for i in range(n)]
-dcols = c[1].columns(5)
+dcols = c[1].columns(max(n, 3))
 densities, overlaps = [], []
 for i, nm in enumerate(names):
     with dcols[i].container(border=True):
@@ -98,23 +101,24 @@ st.divider()
 st.header("Measured on the demo")
 st.markdown("The bundled demo trains three tiny RL agents (code, tool, memory) from one base, merges them, and "
             "scores every model on the three tasks.")
-table1, log = RESULTS / "table1.csv", RESULTS / "training_log.csv"
+results = state.demo_results()
+table1, log = results / "table1.csv", results / "training_log.csv"
 if not table1.exists() and not log.exists():
     st.info("The demo's results are not here yet (`assets/demo/results/table1.csv`, `training_log.csv`). They are "
             "produced by `python -m assets.demo.build`; this section fills in once they exist.",
             icon=":material/hourglass_empty:")
-left, right = st.columns(2)
 if table1.exists():
-    with left, state.guard("Reading table1.csv"):
+    with state.guard("Reading table1.csv"):
         st.subheader("Accuracy per model (mini Table 1)")
         t = pd.read_csv(table1)
         first = t.columns[0]
-        metrics = [col for col in t.columns[1:] if pd.api.types.is_numeric_dtype(t[col]) and "@" not in str(col)]
-        charts.show(charts.table1_bars(t, first, metrics[:6]), t,
+        metrics = [col for col in ("code", "tool", "memory", "avg") if col in t.columns] or [
+            col for col in t.columns[1:] if pd.api.types.is_numeric_dtype(t[col]) and "@" not in str(col)][:6]
+        charts.show(charts.table1_bars(t, first, metrics, demo_agent_labels()), t,
                     "Look at each task's bar for RAM/RAM+ vs averaging: the unique skills should survive the merge.",
                     "table1")
 if log.exists():
-    with right, state.guard("Reading training_log.csv"):
+    with state.guard("Reading training_log.csv"):
         st.subheader("RL reward during training")
         lg = pd.read_csv(log)
         if "stage" in lg.columns and (lg["stage"] == "rl").any():
@@ -124,9 +128,7 @@ if log.exists():
         if ycol is None or group is None or "step" not in lg.columns:
             st.dataframe(lg, width="stretch")
         else:
-            sel = state.selection()
-            labels = list(sel.agents) if sel else []
-            agents = [a.split(":", 1)[-1] for a in labels] or sorted(lg[group].astype(str).unique())
+            agents = demo_agent_labels() or sorted(lg[group].astype(str).unique())
             charts.show(charts.reward_curves(lg, agents, "step", ycol, group), lg,
                         "Each agent's reward should climb on its own task: the updates RAM must preserve.",
                         "reward_curves")

@@ -80,4 +80,4 @@ def tuner() -> None:
 
 
 tuner()
-st.page_link("pages/merge.py", label="Merge with these parameters", icon=":material/arrow_forward:")
+st.page_link("views/merge.py", label="Merge with these parameters", icon=":material/arrow_forward:")
