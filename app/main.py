@@ -1,6 +1,7 @@
 """RAM Studio: `streamlit run app/main.py` — a multipage app that opens on the bundled demo, already loaded."""
 from __future__ import annotations
 
+import html
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ first on 
 
 import streamlit as st  # noqa: E402
 
-from app import state  # noqa: E402
+from app import charts, state  # noqa: E402
 
 st.set_page_config(page_title="RAM Studio", page_icon=":material/merge:", layout="wide")
 
@@ -35,7 +36,11 @@ with st.sidebar:
         st.caption("No models selected.")
     else:
         st.markdown(f"**Base** `{sel.base}`")
-        st.markdown("**Agents** " + " ".join(f"`{a}`" for a in sel.agents))
+        st.markdown("**Agents**")
+        colors = charts.agent_colors(list(sel.agents))  # the same colour as in every chart
+        st.html("".join(f"<div style='font-size:0.85rem;margin:2px 0'><span style='display:inline-block;width:10px;"
+                        f"height:10px;border-radius:50%;background:{c};margin-right:6px'></span>"
+                        f"<code>{html.escape(a)}</code></div>" for a, c in colors.items()))
         if state.cached_analysis(sel) is not None:
             st.caption(":material/check_circle: analysis ready")
 

@@ -181,7 +181,7 @@ def analysis_or_stop(sel: Selection | None, *, allow_download: bool = False):
     res = cached_analysis(sel)
     if res is not None:
         return res
-    hub = [r for r in (sel.base, *sel.agents) if _is_uncached_hub(r)]
+    hub = [r for r in (sel.base, *sel.agents) if is_uncached_hub(r)]
     if hub and not allow_download:
         st.warning(f"{len(hub)} of the selected models are on the Hugging Face Hub and not downloaded yet. "
                    "The analysis reads every weight once, so they must be downloaded first.",
@@ -195,7 +195,7 @@ def analysis_or_stop(sel: Selection | None, *, allow_download: bool = False):
     return res
 
 
-def _is_uncached_hub(ref: str) -> bool:
+def is_uncached_hub(ref: str) -> bool:
     from merging.refs import parse_ref, resolve
 
     try:

@@ -278,3 +278,23 @@ def test_dilution_shows_demo_evidence(env, tmp_path, monkeypatch):
     no_problems(at)
     assert len(at.get("plotly_chart")) == 4
     assert not at.info  # no "results not here yet" note
+
+
+def test_custom_local_folders_are_analysed(env, tmp_path):
+    """Local folders chosen on Models become the selection every page analyses."""
+    from tests.conftest_app import build_demo
+
+    root = build_demo(tmp_path / "family")
+    at = new_app()
+    at.switch_page("views/models.py").run()
+    at.radio(key="model_source").set_value("Custom: local folders or Hub ids").run()
+    at.text_input(key="custom_base").set_value(str(root / "base")).run()
+    at.text_area(key="custom_agents").set_value(f"{root / 'code'}\n{root / 'tool'}").run()
+    no_problems(at)
+    assert len(at.dataframe[0].value) == 3
+    at.button(key="use_models").click().run()
+    no_problems(at)
+    at.switch_page("views/heterogeneity.py").run()
+    no_problems(at)
+    assert len(at.get("plotly_chart")) >= 5
+    assert set(at.session_state["ram_selection"].agents) == {str(root / "code"), str(root / "tool")}

@@ -250,6 +250,10 @@ shard = c[1].selectbox("Shard size", SHARD_SIZES, index=SHARD_SIZES.index("5GB")
 dtype = c[2].selectbox("Output dtype", list(DTYPES), key="merge_dtype", disabled=mine_running)
 overwrite = c[3].checkbox("Overwrite", key="merge_overwrite", disabled=mine_running,
                           help="Replace an existing non-empty folder (only once the new one is complete).")
+hub = [r for r in (sel.base, *sel.agents) if state.is_uncached_hub(r)]
+if hub:
+    st.info(f"{len(hub)} model(s) will be downloaded from the Hugging Face Hub before merging "
+            "(see the size estimate on **Models**).", icon=":material/cloud_download:")
 if other is not None and not mine_running:
     st.warning(f"Busy: another session is merging into `{other.out.name}` right now "
                f"({state.fmt_seconds(other.elapsed)} so far). One merge runs at a time per server.",
