@@ -55,6 +55,21 @@ class OverlapAccumulator:
                                     torch.zeros(n, L, dtype=torch.float64), torch.zeros(n, L, dtype=torch.float64),
                                     torch.zeros(n, L, dtype=torch.int64))
 
+    def add_chunk(self, chunk, fused: bool) -> bool:
+        """Add a chunk given as merging.tensor_merge.ChunkInputs; `fused` uses the numba kernel."""
+        if not (fused and self.joint):
+            return self.add(chunk.taus)
+        from merging.kernels import cpu
+
+        base, agents = chunk.numpy()
+        if base.size == 0:
+            return True
+        counts, sq = cpu.overlap_histogram(base, agents, self._ladder_t.numpy(), cpu.blocks(base.size))
+        self._counts += torch.from_numpy(counts).double()
+        sq_t = torch.from_numpy(sq)
+        self._sq += sq_t
+        return bool(torch.isfinite(sq_t.sum()))
+
     def add(self, taus: torch.Tensor) -> bool:
         """Add a chunk of task vectors (N, E), float32 on any device; False if it held NaN or Inf.
 

@@ -13,7 +13,8 @@ from merging.checkpoint import Checkpoint, open_checkpoint
 from merging.compat import ModelHeaders, check_compatibility
 from merging.device import pick_device
 from merging.dtypes import FLOAT_CODES, ITEMSIZE
-from merging.engine import ProgressFn, ProgressTracker, build_taus, check_finite, tensor_order
+from merging.engine import ProgressFn, ProgressTracker, build_inputs, check_finite, peak_abs_tau, tensor_order
+from merging.kernels import kernels_enabled
 from merging.errors import MergeCancelled, RamStudioError
 from merging.stream import DEFAULT_CHUNK_ELEMS, AlignedReader, prefetch, row_spans
 
@@ -131,15 +132,16 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     step_of = {n: sum(ITEMSIZE[c.tensors[n].dtype] for c in [base, *agents] if n in c.tensors) for n in names}
     tracker = ProgressTracker("analyze", sum(s.numel * step_of[s.tensor] for s in spans), len(names), progress)
     acc = OverlapAccumulator(len(agents), ladder)
+    fused = device.type == "cpu" and kernels_enabled()
     rows: list[dict] = []
     last_of = {n: row_spans(n, base.tensors[n].shape, chunk_elems)[-1].start for n in names}
     try:
         for data in prefetch(reader.read(s) for s in spans):
             if cancel is not None and cancel.is_set():
                 raise MergeCancelled()
-            _, taus = build_taus(data, device)
-            if not acc.add(taus):
-                check_finite(data, taus, labels, base.label)  # raises, naming the model and index
+            chunk = build_inputs(data, device, fused)
+            if not acc.add_chunk(chunk, fused):
+                check_finite(data, peak_abs_tau(chunk, fused), labels, base.label)  # raises, naming where
             span = data.span
             done = span.start == last_of[span.tensor]
             if done:

@@ -16,9 +16,10 @@ from .checkpoint import Checkpoint
 from .device import to_compute
 from .dtypes import FLOAT_CODES, ITEMSIZE, ST_TO_TORCH
 from .errors import MergeCancelled, RamStudioError
+from .kernels import kernels_enabled
 from .methods.base import MergeMethod
 from .stream import DEFAULT_CHUNK_ELEMS, AlignedReader, BackgroundWriter, ChunkData, prefetch, row_spans
-from .tensor_merge import TensorMerger
+from .tensor_merge import ChunkInputs, TensorMerger
 from .writer import PlannedTensor, ShardSetWriter
 
 
@@ -75,22 +76,37 @@ def tensor_order(base: Checkpoint) -> list[str]:
     return sorted(base.tensors, key=lambda n: (base.tensors[n].file.name, base.tensors[n].begin))
 
 
-def build_taus(data: ChunkData, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Base chunk and task vectors τ_t = θ_t − θ0 as float32 (N, E) on `device`; absent agents give 0."""
+def build_inputs(data: ChunkData, device: torch.device, fused: bool) -> ChunkInputs:
+    """The chunk as float32 on `device`: base (E,) and agents (N, E); an absent agent is a copy of the base."""
     base = to_compute(data.base, device).reshape(-1)
-    taus = torch.empty((len(data.agents), base.numel()), dtype=torch.float32, device=device)
+    agents = torch.empty((len(data.agents), base.numel()), dtype=torch.float32, device=device)
     for t, a in enumerate(data.agents):
         if a is None:
-            taus[t].copy_(base)
+            agents[t].copy_(base)
         else:
-            to_compute(a, device, out=taus[t])
-    taus.sub_(base)
-    return base, taus
+            to_compute(a, device, out=agents[t])
+    return ChunkInputs(base, agents, keep_agents=fused)
 
 
-def check_finite(data: ChunkData, taus: torch.Tensor, labels: list[str], base_label: str) -> torch.Tensor:
-    """Per-agent max |τ| of a chunk; a NaN/Inf anywhere in the inputs stops the run with its location."""
-    peak = taus.abs().amax(1) if taus.numel() else torch.zeros(taus.shape[0], device=taus.device)
+def build_taus(data: ChunkData, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Base chunk and task vectors τ_t = θ_t − θ0 as float32 (N, E) on `device`; absent agents give 0."""
+    chunk = build_inputs(data, device, fused=False)
+    return chunk.base, chunk.taus
+
+
+def peak_abs_tau(chunk: ChunkInputs, fused: bool) -> torch.Tensor:
+    """Per-agent max |τ| of a chunk (NaN if any τ is NaN)."""
+    if fused:
+        from .kernels import cpu
+
+        base, agents = chunk.numpy()
+        return torch.from_numpy(cpu.peak_abs_tau(base, agents, cpu.blocks(base.size)))
+    taus = chunk.taus
+    return taus.abs().amax(1) if taus.numel() else torch.zeros(taus.shape[0], device=taus.device)
+
+
+def check_finite(data: ChunkData, peak: torch.Tensor, labels: list[str], base_label: str) -> torch.Tensor:
+    """Pass through the per-agent max |τ|; a NaN/Inf anywhere in the inputs stops the run with its location."""
     if bool(torch.isfinite(peak).all()):
         return peak
     span = data.span
@@ -151,6 +167,7 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     labels = [a.label for a in agents]
     keys = agent_keys or tuple(labels)
     rounds = len(method.passes(params)) + 1
+    fused = device.type == "cpu" and kernels_enabled()
     reader = AlignedReader(base, agents)
     per_elem = [sum(ITEMSIZE[c.tensors[n].dtype] if n in c.tensors else 0 for c in [base, *agents])
                 for n in tensor_order(base)]
@@ -162,7 +179,7 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     writer = BackgroundWriter()
     peaks = torch.zeros(len(agents), dtype=torch.float64)
     merger: TensorMerger | None = None
-    cached: tuple[int, ChunkData, torch.Tensor, torch.Tensor] | None = None
+    cached: tuple[ChunkData, ChunkInputs] | None = None
     written = 0
     try:
         for r, last, data in prefetch(_work(reader, base, rounds, chunk_elems, cancel)):
@@ -178,25 +195,25 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                 r = rounds - 1
             else:
                 if merger is None or merger.ctx.tensor != span.tensor:
-                    merger = TensorMerger(method, params, span.tensor, entry.numel, keys, shared)
+                    merger = TensorMerger(method, params, span.tensor, entry.numel, keys, shared, fused=fused)
                     cached = None
-                if cached is not None and cached[1] is data:
-                    base_f, taus = cached[2], cached[3]
+                if cached is not None and cached[0] is data:
+                    chunk = cached[1]  # a one-chunk tensor: converted once for all its rounds
                 else:
-                    base_f, taus = build_taus(data, device)
-                    cached = (r, data, base_f, taus)
+                    chunk = build_inputs(data, device, fused)
+                    cached = (data, chunk)
                 if r < rounds - 1:
-                    merger.reduce(r, span.offset, taus)
+                    merger.reduce(r, span.offset, chunk)
                     if last:
                         merger.finish_round(r)
                     tracker.advance(step, span.tensor)
                     continue
-                peaks = torch.maximum(peaks, check_finite(data, taus, labels, base.label).double().cpu())
-                tau_m = merger.merge(span.offset, taus)
+                peak = check_finite(data, peak_abs_tau(chunk, fused), labels, base.label)
+                peaks = torch.maximum(peaks, peak.double().cpu())
                 target = ST_TO_TORCH[out_dtype] if out_dtype else data.base.dtype
-                out = (base_f + tau_m).to(target).cpu()
+                out = merger.merge(span.offset, chunk).to(target).cpu()
             written += _submit(writer, sink, span, out)
-            tracker.advance(step, span.tensor, tensor_finished=last and span.stop == (entry.shape[0] if entry.shape else 1))
+            tracker.advance(step, span.tensor, tensor_finished=last)
         writer.close()
     except BaseException:
         try:

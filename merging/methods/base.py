@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from ..errors import RamStudioError
@@ -50,9 +51,14 @@ class TensorPass:
     name: str
     reduce: Callable[[torch.Tensor, ChunkContext], torch.Tensor]
     finish: Callable[[torch.Tensor, ChunkContext], None]
+    # Same result from float32 numpy arrays base (E,) and agents (N, E) through a fused CPU kernel.
+    fused_reduce: Callable[[Any, Any, ChunkContext], torch.Tensor] | None = None
 
 
 MergeFn = Callable[[torch.Tensor, ChunkContext], torch.Tensor]
+# A fused CPU kernel: (base (E,), agents (N, E), ctx, out (E,)) → writes θ0 + τ_m into out, bit for bit
+# what θ0 + merge(taus, ctx) gives in float32.
+FusedFn = Callable[[Any, Any, ChunkContext, Any], None]
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class MergeMethod:
     prepare: Callable[[dict[str, Any], dict[str, list[int]] | None, list[str]], dict[str, Any]] = (
         lambda p, c, agents: {})
     min_agents: int = 2
+    fused: FusedFn | None = None
 
     def resolve_params(self, given: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults, coerce types and validate; unknown or invalid values raise a clear error."""
@@ -94,6 +101,12 @@ class MergeMethod:
                 raise RamStudioError(f"invalid {p.name}={value}: {problem}.", p.help)
             out[p.name] = value
         return out
+
+
+def f32(x: float) -> float:
+    """Round a scalar to float32: ε, p and λ are used as float32 values by both the torch and the
+    kernel paths, so a comparison never depends on how a backend promotes a Python float."""
+    return float(np.float32(x))
 
 
 def non_negative(v: float) -> str | None:

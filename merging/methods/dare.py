@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import torch
 
 from . import register
-from .base import ChunkContext, MergeMethod, Param, in_unit_closed_open
+from .base import ChunkContext, MergeMethod, Param, f32, in_unit_closed_open
 from .linear import LAMBDA
 from .ties import elect_and_mean
 
@@ -40,7 +41,7 @@ def uniform(key: int, offset: int, count: int, device: torch.device | str = "cpu
 
 def keep_mask(ctx: ChunkContext, agent: int, count: int, device: torch.device) -> torch.Tensor:
     key = stream_key(ctx.params["seed"], ctx.agent_keys[agent], ctx.tensor)
-    return uniform(key, ctx.offset, count, device) >= ctx.params["drop_rate"]
+    return uniform(key, ctx.offset, count, device) >= f32(ctx.params["drop_rate"])
 
 
 def drop_and_rescale(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
@@ -50,15 +51,27 @@ def drop_and_rescale(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
         return taus
     flat = taus.reshape(taus.shape[0], -1)
     masks = torch.stack([keep_mask(ctx, t, flat.shape[1], taus.device) for t in range(taus.shape[0])])
-    return (flat * masks * (1.0 / (1.0 - p))).view_as(taus)
+    return (flat * masks * f32(1.0 / (1.0 - p))).view_as(taus)
 
 
 def dare_ta(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
-    return drop_and_rescale(taus, ctx).sum(0) * ctx.params["lambda"]
+    return drop_and_rescale(taus, ctx).sum(0) * f32(ctx.params["lambda"])
 
 
 def dare_ties(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
-    return elect_and_mean(drop_and_rescale(taus, ctx)) * ctx.params["lambda"]
+    return elect_and_mean(drop_and_rescale(taus, ctx)) * f32(ctx.params["lambda"])
+
+
+def _fused(ties_mode: bool):
+    def run(base, agents, ctx: ChunkContext, out) -> None:
+        from ..kernels import cpu
+
+        p = ctx.params["drop_rate"]
+        keys = np.array([stream_key(ctx.params["seed"], k, ctx.tensor) for k in ctx.agent_keys], np.uint64)
+        cpu.dare(base, agents, keys, ctx.offset, np.float32(p), np.float32(1.0 / (1.0 - p)),
+                 np.float32(ctx.params["lambda"]), ties_mode, out)
+
+    return run
 
 
 DROP = Param("drop_rate", 0.5, float, "Drop rate p of DARE, in [0, 1) (paper's grid: 0.1 … 0.9).",
@@ -66,6 +79,6 @@ DROP = Param("drop_rate", 0.5, float, "Drop rate p of DARE, in [0, 1) (paper's g
 SEED = Param("seed", 0, int, "Seed of the DARE keep masks (per seed, agent and tensor).")
 
 register(MergeMethod("dare_ta", "DARE + Task Arithmetic: drop with rate p, rescale by 1/(1−p), then λ·Σ.",
-                     dare_ta, (DROP, LAMBDA, SEED)))
+                     dare_ta, (DROP, LAMBDA, SEED), fused=_fused(False)))
 register(MergeMethod("dare_ties", "DARE + TIES: drop and rescale, elect sign, disjoint mean, scale by λ.",
-                     dare_ties, (DROP, LAMBDA, SEED)))
+                     dare_ties, (DROP, LAMBDA, SEED), fused=_fused(True)))

@@ -1,24 +1,39 @@
 """Task Arithmetic (τ_m = λ·Σ_t τ_t) and plain averaging (λ = 1/N): the methods that dilute unique updates."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from . import register
-from .base import ChunkContext, MergeMethod, Param
+from .base import ChunkContext, MergeMethod, Param, f32
 
 
 def task_arithmetic(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
-    """λ·Σ_t τ_t (Ilharco et al.)."""
-    return taus.sum(0) * ctx.params["lambda"]
+    """λ·Σ_t τ_t (Ilharco et al.), λ as float32."""
+    return taus.sum(0) * f32(ctx.params["lambda"])
 
 
 def average(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
     """Element-wise mean of the task vectors, i.e. the mean of the agents' weights (TA with λ = 1/N)."""
-    return taus.sum(0) * (1.0 / taus.shape[0])
+    return taus.sum(0) * f32(1.0 / taus.shape[0])
+
+
+def _fused_ta(base, agents, ctx: ChunkContext, out) -> None:
+    from ..kernels import cpu
+
+    cpu.linear(base, agents, np.float32(ctx.params["lambda"]), out)
+
+
+def _fused_average(base, agents, ctx: ChunkContext, out) -> None:
+    from ..kernels import cpu
+
+    cpu.linear(base, agents, np.float32(1.0 / agents.shape[0]), out)
 
 
 LAMBDA = Param("lambda", 1.0, float, "Scaling λ of the summed task vectors (paper's grid: 0.1 … 1.0).",
                lambda v: None if v >= 0 else "must be ≥ 0")
 
-register(MergeMethod("task_arithmetic", "Task Arithmetic: θ0 + λ·Σ_t τ_t.", task_arithmetic, (LAMBDA,)))
-register(MergeMethod("average", "Averaging: θ0 + (1/N)·Σ_t τ_t (the mean of the agents).", average))
+register(MergeMethod("task_arithmetic", "Task Arithmetic: θ0 + λ·Σ_t τ_t.", task_arithmetic, (LAMBDA,),
+                     fused=_fused_ta))
+register(MergeMethod("average", "Averaging: θ0 + (1/N)·Σ_t τ_t (the mean of the agents).", average,
+                     fused=_fused_average))

@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from . import register
-from .base import ChunkContext, MergeMethod, Param, TensorPass, non_negative
+from .base import ChunkContext, MergeMethod, Param, TensorPass, f32, non_negative
 
 RULES = ("clip", "soft")
 SCOPES = ("global", "tensor")
@@ -44,8 +45,8 @@ def lambdas_for(shared: Sequence[int], unique: Sequence[int], r: float, alpha: f
 
 
 def overlap_masks(taus: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """m_t = |τ_t| > ε (Eq. 1) and the overlap count c = Σ_t m_t."""
-    m = taus.abs() > eps
+    """m_t = |τ_t| > ε (Eq. 1, ε as float32) and the overlap count c = Σ_t m_t."""
+    m = taus.abs() > f32(eps)
     return m, m.sum(0, dtype=torch.int32)
 
 
@@ -74,7 +75,12 @@ def _count_pass(eps_of: str = "eps") -> TensorPass:
         ctx.state["lambda"] = torch.tensor(lam, dtype=torch.float64)
         ctx.state["counts"] = total
 
-    return TensorPass("overlap_counts", reduce, finish)
+    def fused_reduce(base, agents, ctx: ChunkContext) -> torch.Tensor:
+        from ..kernels import cpu
+
+        return torch.from_numpy(cpu.overlap_counts(base, agents, np.float32(ctx.params[eps_of]), cpu.blocks(base.size)))
+
+    return TensorPass("overlap_counts", reduce, finish, fused_reduce)
 
 
 def _merge(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
@@ -82,6 +88,16 @@ def _merge(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
     if lam is not None and ctx.params.get("r", 0.0) == 0.0:
         lam = None
     return ram_combine(taus, ctx.params["eps"], None if lam is None else lam.to(taus.device))
+
+
+def _fused(base, agents, ctx: ChunkContext, out) -> None:
+    """The same merge through the fused CPU kernel."""
+    from ..kernels import cpu
+
+    lam = ctx.state.get("lambda", ctx.shared.get("lambda"))
+    use = lam is not None and ctx.params.get("r", 0.0) != 0.0
+    lam32 = lam.numpy().astype(np.float32) if use else np.ones(agents.shape[0], np.float32)
+    cpu.ram(base, agents, np.float32(ctx.params["eps"]), lam32, use, out)
 
 
 def _passes(p: dict[str, Any]) -> tuple[TensorPass, ...]:
@@ -119,10 +135,10 @@ def _fixed(**values: Any) -> Param:
 
 register(MergeMethod(
     "ram", "RAM (Eq. 7): average overlapping updates, keep unique ones unchanged (RAM+ with r = 0).",
-    _merge, (EPS,)))
+    _merge, (EPS,), fused=_fused))
 register(MergeMethod(
     "ram_plus", "RAM+ (Eq. 6-7): RAM, with each agent's unique updates scaled by λ_t = 1 + r·clip(ρ_t, 0, α).",
-    _merge, (EPS, R, ALPHA, SCOPE, _fixed(rule="clip")), _passes, _global_eps, _prepare))
+    _merge, (EPS, R, ALPHA, SCOPE, _fixed(rule="clip")), _passes, _global_eps, _prepare, fused=_fused))
 register(MergeMethod(
     "ram_plus_soft", "RAM+s (Eq. 8): unique updates scaled by λ_t = 1 + r·ρ_t/(1+ρ_t).",
-    _merge, (EPS, R, SCOPE, _fixed(rule="soft")), _passes, _global_eps, _prepare))
+    _merge, (EPS, R, SCOPE, _fixed(rule="soft")), _passes, _global_eps, _prepare, fused=_fused))

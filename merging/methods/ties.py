@@ -8,10 +8,11 @@ then 16 low bits), so no full sort and memory bounded by the chunk size. A zero 
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from . import register
-from .base import ChunkContext, MergeMethod, Param, TensorPass, in_unit_open_closed
+from .base import ChunkContext, MergeMethod, Param, TensorPass, f32, in_unit_open_closed
 from .linear import LAMBDA
 
 _HI = 1 << 15  # |τ| has its sign bit clear, so the high 16 bits of its float32 pattern are < 2^15
@@ -73,7 +74,7 @@ def _fine_finish(total: torch.Tensor, ctx: ChunkContext) -> None:
         keep_equal.append(rank_in)  # how many elements equal to the threshold are kept
     ctx.state["threshold"] = thresholds
     ctx.state["keep_equal"] = keep_equal
-    ctx.state["seen_equal"] = [0] * len(thresholds)
+    ctx.state["seen_equal"] = np.zeros(len(thresholds), np.int64)  # shared by the torch and kernel paths
 
 
 def trim_mask(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
@@ -87,7 +88,7 @@ def trim_mask(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
     rows = []
     for t, thr in enumerate(ctx.state["threshold"]):
         equal = bits[t] == thr
-        rank = equal.to(torch.int64).cumsum(0) + ctx.state["seen_equal"][t]  # 1-based rank among equals
+        rank = equal.to(torch.int64).cumsum(0) + int(ctx.state["seen_equal"][t])  # 1-based rank among equals
         rows.append((bits[t] > thr) | (equal & (rank <= ctx.state["keep_equal"][t])))
         ctx.state["seen_equal"][t] += int(equal.sum())
     return torch.stack(rows)
@@ -105,16 +106,44 @@ def elect_and_mean(taus: torch.Tensor) -> torch.Tensor:
 def ties(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
     """θ0 + λ·disjoint_mean(elect(trim(τ)))."""
     trimmed = taus * trim_mask(taus, ctx)
-    return elect_and_mean(trimmed) * ctx.params["lambda"]
+    return elect_and_mean(trimmed) * f32(ctx.params["lambda"])
+
+
+def _fused_coarse(base, agents, ctx: ChunkContext) -> torch.Tensor:
+    from ..kernels import cpu
+
+    dummy = np.zeros(agents.shape[0], np.int32)
+    return torch.from_numpy(cpu.abs_bits_histogram(base, agents, False, dummy, cpu.blocks(base.size)))
+
+
+def _fused_fine(base, agents, ctx: ChunkContext) -> torch.Tensor:
+    from ..kernels import cpu
+
+    his = np.array([h if h is not None else -1 for h, _ in ctx.state["hi"]], np.int32)
+    return torch.from_numpy(cpu.abs_bits_histogram(base, agents, True, his, cpu.blocks(base.size)))
+
+
+def _fused(base, agents, ctx: ChunkContext, out) -> None:
+    """TIES through the kernel; 'keep all' / 'keep none' become thresholds no bit pattern can cross."""
+    from ..kernels import cpu
+
+    n, k = agents.shape[0], ctx.state["k"]
+    if k >= ctx.numel or k <= 0:
+        thr = np.full(n, -1 if k > 0 else np.iinfo(np.int32).max, np.int32)
+        keep_equal = np.zeros(n, np.int64)
+    else:
+        thr = np.array(ctx.state["threshold"], np.int32)
+        keep_equal = np.array(ctx.state["keep_equal"], np.int64)
+    cpu.ties_merge(base, agents, thr, keep_equal, ctx.state["seen_equal"], np.float32(ctx.params["lambda"]), out)
 
 
 def _passes(p: dict) -> tuple[TensorPass, ...]:
-    return (TensorPass("topk_coarse", _coarse_reduce, _coarse_finish),
-            TensorPass("topk_fine", _fine_reduce, _fine_finish))
+    return (TensorPass("topk_coarse", _coarse_reduce, _coarse_finish, _fused_coarse),
+            TensorPass("topk_fine", _fine_reduce, _fine_finish, _fused_fine))
 
 
 DENSITY = Param("density", 0.2, float, "Fraction of each task vector kept per tensor (paper's grid: 0.1-0.3).",
                 in_unit_open_closed)
 
 register(MergeMethod("ties", "TIES: trim to top-k per tensor, elect sign, disjoint mean, scale by λ.",
-                     ties, (DENSITY, LAMBDA), _passes))
+                     ties, (DENSITY, LAMBDA), _passes, fused=_fused))
