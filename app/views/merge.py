@@ -242,14 +242,16 @@ names = list(METHODS)
 method = st.selectbox("Method", names, index=names.index(default_method(tuned)), key="merge_method",
                       format_func=lambda n: f"{n} — {METHODS[n].summary}", disabled=mine_running)
 params = param_widgets(method, tuned, mine_running)
-c = st.columns([5, 1.2, 1.2, 1.1], vertical_alignment="bottom")
+c = st.columns([5, 1.2, 1.2], vertical_alignment="bottom")
 out = c[0].text_input("Output folder", value=default_out(sel, method), key=f"merge_out_{method}",
                       disabled=mine_running, help="Created if missing; must be empty unless you allow overwriting.")
 shard = c[1].selectbox("Shard size", SHARD_SIZES, index=SHARD_SIZES.index("5GB"), key="merge_shard",
                        disabled=mine_running)
 dtype = c[2].selectbox("Output dtype", list(DTYPES), key="merge_dtype", disabled=mine_running)
-overwrite = c[3].checkbox("Overwrite", key="merge_overwrite", disabled=mine_running,
-                          help="Replace an existing non-empty folder (only once the new one is complete).")
+row = st.container(horizontal=True, vertical_alignment="center")
+go = row.button("Start merge", type="primary", icon=":material/play_arrow:", key="start_merge", disabled=mine_running)
+overwrite = row.checkbox("Overwrite an existing folder", key="merge_overwrite", disabled=mine_running,
+                         help="Replace a non-empty folder (only once the new one is complete).")
 hub = [r for r in (sel.base, *sel.agents) if state.is_uncached_hub(r)]
 if hub:
     st.info(f"{len(hub)} model(s) will be downloaded from the Hugging Face Hub before merging "
@@ -258,8 +260,7 @@ if other is not None and not mine_running:
     st.warning(f"Busy: another session is merging into `{other.out.name}` right now "
                f"({state.fmt_seconds(other.elapsed)} so far). One merge runs at a time per server.",
                icon=":material/hourglass_top:")
-if st.button("Start merge", type="primary", icon=":material/play_arrow:", key="start_merge",
-             disabled=mine_running):
+if go:
     try:
         start(sel, method, params, out, shard, DTYPES[dtype], overwrite)
     except RamStudioError as exc:

@@ -54,6 +54,11 @@ def draft_refs(source: str) -> tuple[str, list[str]]:
     return base.strip(), [a.strip() for a in agents_text.splitlines() if a.strip()]
 
 
+def approx(seconds: float) -> str:
+    text = state.fmt_seconds(seconds)
+    return text if text.startswith("<") else "≈ " + text
+
+
 def report(base: str, agents: list[str]) -> None:
     """The compatibility report, sizes and estimate; errors become readable messages."""
     if not base or len(agents) < 2:
@@ -96,9 +101,9 @@ def report(base: str, agents: list[str]) -> None:
     c = st.columns(4)
     c[0].metric("To download", state.fmt_bytes(download), help="Hub weights not yet in the local cache.")
     c[1].metric("Disk needed", state.fmt_bytes(download + out), help="Downloads plus one merged model (base dtype).")
-    c[2].metric("Analysis time", "≈ " + state.fmt_seconds(read / READ_BPS + download / DOWNLOAD_BPS),
+    c[2].metric("Analysis time", approx(read / READ_BPS + download / DOWNLOAD_BPS),
                 help="One streaming read of every model (plus the download).")
-    c[3].metric("Merge time", "≈ " + state.fmt_seconds((read + out) / READ_BPS),
+    c[3].metric("Merge time", approx((read + out) / READ_BPS),
                 help="Read every model once and write the merged one.")
     st.caption(f"Estimates assume {DOWNLOAD_BPS / 1e6:.0f} MB/s download and {READ_BPS / 1e6:.0f} MB/s disk; "
                "memory stays bounded by the chunk size whatever the model size.")
@@ -133,7 +138,7 @@ for ref in [base, *agents]:
 auto = not hub_refs  # demo and local folders are instant; Hub metadata needs a network round trip
 checked = st.session_state.get("checked_refs") == [base, *agents]
 cols = st.container(horizontal=True)
-if cols.button("Check compatibility", icon=":material/fact_check:", disabled=auto, key="check_compat"):
+if not auto and cols.button("Check compatibility", icon=":material/fact_check:", key="check_compat"):
     st.session_state["checked_refs"] = [base, *agents]
     checked = True
 use = cols.button("Use these models", type="primary", icon=":material/check:", key="use_models")
