@@ -1,0 +1,30 @@
+"""The README's commands are the ones CI runs, and the documented CLI matches the real parser."""
+from pathlib import Path
+
+from merging.cli import build_parser
+from merging.methods import METHODS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    blocks = text.split("```bash\n")[1:3]
+    return [b.split("\n```", 1)[0].strip() for b in blocks]
+
+
+def test_ci_runs_the_readme_test_command():
+    install_run, test = readme_commands()
+    assert "streamlit run app/main.py" in install_run and "pip install torch==2.13.0" in install_run
+    assert "python -m pytest" in test
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert test in ci_lines
+
+
+def test_readme_lists_every_method_and_subcommand():
+    text = (ROOT / "README.md").read_text()
+    for name in METHODS:
+        assert f"`{name}`" in text, name
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for command in sub.choices:
+        assert f"python -m merging {command}" in text, command
