@@ -49,6 +49,28 @@ class Job:
         return (self.finished or time.time()) - self.started
 
 
+@dataclass
+class EvalJob:
+    """Evaluation of one merged folder on the demo tasks, in a worker thread."""
+
+    id: str
+    folder: Path
+    label: str
+    status: str = "running"  # running | done | failed
+    row: dict | None = None  # accuracy (%) per task, as in the demo's Table 1
+    error: tuple[str, str] | None = None
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    @property
+    def elapsed(self) -> float:
+        return (self.finished or time.time()) - self.started
+
+
 class JobManager:
     """Process-wide registry; `submit` refuses a second merge while one is running."""
 
@@ -56,6 +78,7 @@ class JobManager:
         self._lock = threading.Lock()
         self.jobs: dict[str, Job] = {}
         self.written_by: dict[Path, str] = {}  # output folder -> owner session
+        self.evals: dict[str, EvalJob] = {}
 
     def running(self) -> Job | None:
         with self._lock:
@@ -115,6 +138,32 @@ class JobManager:
             with self._lock:
                 if job.status != "done":
                     self.written_by.pop(job.out, None)
+
+    def submit_eval(self, folder: Path, label: str, runner) -> EvalJob:
+        """Evaluate `folder` with `runner(folder) -> row` in a thread (one per folder at a time)."""
+        with self._lock:
+            for ev in self.evals.values():
+                if ev.running and ev.folder == folder:
+                    return ev
+            ev = EvalJob(uuid.uuid4().hex[:10], folder, label)
+            self.evals[ev.id] = ev
+
+        def work() -> None:
+            try:
+                ev.row = runner(folder)
+                ev.status = "done"
+            except RamStudioError as exc:
+                ev.status, ev.error = "failed", (exc.message, exc.hint)
+            except Exception as exc:  # noqa: BLE001
+                text = str(exc).splitlines()[0] if str(exc) else ""
+                ev.status, ev.error = "failed", (f"unexpected {type(exc).__name__}: {text}",
+                                                 "Is this a model built from the demo base? Only those can be "
+                                                 "scored on the demo tasks.")
+            finally:
+                ev.finished = time.time()
+
+        threading.Thread(target=work, daemon=True, name=f"ram-eval-{ev.id}").start()
+        return ev
 
     def cancel(self, job_id: str) -> None:
         job = self.jobs.get(job_id)

@@ -137,7 +137,9 @@ def _akey(sel: Selection) -> str:
 
 
 def forget_analysis(sel: Selection) -> None:
+    """Drop the in-memory result and make this session's next analysis re-read the weights."""
     _analysis_store().results.pop(_akey(sel), None)
+    st.session_state["_fresh_analysis"] = True
 
 
 def run_analysis(sel: Selection):
@@ -161,7 +163,9 @@ def run_analysis(sel: Selection):
         with store.lock:  # one analysis pass at a time per server; a second caller then hits the cache
             hit = store.results.get(_akey(sel))
             if hit is None:
-                hit = analyze(sel.base, list(sel.agents), ladder=DEFAULT_LADDER, progress=on_progress)
+                fresh = bool(st.session_state.pop("_fresh_analysis", False))
+                hit = analyze(sel.base, list(sel.agents), ladder=DEFAULT_LADDER, progress=on_progress,
+                              use_cache=not fresh)
                 store.results[_akey(sel)] = hit
     except Exception as exc:  # noqa: BLE001
         bar.empty()

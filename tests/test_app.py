@@ -298,3 +298,43 @@ def test_custom_local_folders_are_analysed(env, tmp_path):
     no_problems(at)
     assert len(at.get("plotly_chart")) >= 5
     assert set(at.session_state["ram_selection"].agents) == {str(root / "code"), str(root / "tool")}
+
+
+def test_evaluate_merged_model_adds_a_row(env, tmp_path, monkeypatch):
+    """The demo's evaluate button runs in the background and adds the merge to the comparison table."""
+    import pandas as pd
+
+    pytest.importorskip("assets.demo.evaluate")
+    from assets.demo import evaluate
+
+    seen = []
+
+    def fake_eval(folder, tasks, split="test", limit=None):
+        seen.append((Path(folder), tuple(tasks), split))
+        return pd.DataFrame({"task": list(tasks), "subset": ["all"] * len(tasks), "n": [10] * len(tasks),
+                             "correct": [7] * len(tasks), "accuracy": [0.7] * len(tasks)})
+
+    monkeypatch.setattr(evaluate, "evaluate_model", fake_eval)
+    at = new_app()
+    at.switch_page("views/merge.py").run()
+    out = tmp_path / "eval-me"
+    at.text_input(key="merge_out_ram_plus").set_value(str(out)).run()
+    at.button(key="start_merge").click().run()
+    wait_merge(at)
+    at.button(key="eval_merged").click().run()
+    deadline = time.time() + 30
+    while time.time() < deadline and not any("(this session)" in str(df.value.index.tolist()) for df in at.dataframe):
+        time.sleep(0.3)
+        at.run()
+    no_problems(at)
+    assert seen and seen[0][0] == out and seen[0][2] == "test"
+    table = [df.value for df in at.dataframe if "(this session)" in str(df.value.index.tolist())][0]
+    assert table.loc["ram_plus (this session)", "avg"] == pytest.approx(70.0)
+
+
+def test_rerun_reads_the_weights_again(env):
+    at = new_app().run()
+    at.button(key="het_rerun").click().run()
+    no_problems(at)
+    assert any("analysed in" in c.value for c in at.caption)
+    assert len(at.get("plotly_chart")) >= 5

@@ -5,7 +5,6 @@ import importlib.util
 import io
 import json
 import os
-import time
 import zipfile
 from pathlib import Path
 
@@ -189,18 +188,42 @@ def push(folder: Path, repo: str, private: bool, token: str | None) -> None:
     st.success(f"Pushed to {getattr(info, 'commit_url', repo)}", icon=":material/cloud_done:")
 
 
+def run_demo_eval(folder: Path) -> dict:
+    """Worker-thread body: score a folder on the three demo tasks (test split)."""
+    from assets.demo import evaluate
+    from assets.demo.tasks import TASKS
+
+    return evaluate.summary_row(evaluate.evaluate_model(folder, list(TASKS), split="test"))
+
+
+def eval_panel(ev: jobs.EvalJob) -> None:
+    """Polls the evaluation; when it ends, records the row and reruns the page once."""
+    if ev.running:
+        st.progress(min(0.95, ev.elapsed / 120), text=f"Evaluating on code, tool and memory… {ev.elapsed:.0f} s")
+        return
+    if st.session_state.get("_eval_seen") == ev.id:
+        st.session_state["_eval_seen"] = None
+        st.rerun()
+
+
 def evaluate_section(folder: Path, method: str) -> None:
     st.subheader("Evaluate on the demo tasks")
     rows: dict = st.session_state.setdefault(EVAL_KEY, {})
-    if st.button("Evaluate the merged model (test split)", icon=":material/science:", key="eval_merged"):
-        from assets.demo.evaluate import evaluate_model, summary_row
-        from assets.demo.tasks import TASKS
-
-        with st.spinner("Evaluating on code, tool and memory…"), state.guard("The evaluation"):
-            t0 = time.perf_counter()
-            df = evaluate_model(folder, list(TASKS), split="test")
-            rows[f"{method} (this session)"] = summary_row(df)
-            st.toast(f"Evaluated in {time.perf_counter() - t0:.0f} s.")
+    mgr = jobs.manager()
+    ev = mgr.evals.get(st.session_state.get("eval_job") or "")
+    busy = ev is not None and ev.running
+    if st.button("Evaluate the merged model (test split)", icon=":material/science:", key="eval_merged",
+                 disabled=busy):
+        ev = mgr.submit_eval(folder, f"{method} (this session)", run_demo_eval)
+        st.session_state["eval_job"] = ev.id
+        busy = True
+    if ev is not None and busy:
+        st.session_state["_eval_seen"] = ev.id
+        st.fragment(run_every=1.0)(eval_panel)(ev)
+    elif ev is not None and ev.status == "failed":
+        state.show_error(RamStudioError(*ev.error), "The evaluation")
+    elif ev is not None and ev.status == "done" and ev.row is not None:
+        rows[ev.label] = ev.row
     table = comparison_table(rows)
     if table is not None:
         st.dataframe(table, width="stretch")
