@@ -338,3 +338,15 @@ def test_rerun_reads_the_weights_again(env):
     no_problems(at)
     assert any("analysed in" in c.value for c in at.caption)
     assert len(at.get("plotly_chart")) >= 5
+
+
+def test_without_demo_every_page_explains(env, tmp_path, monkeypatch):
+    """No demo models: each page says what to do instead of failing."""
+    monkeypatch.setenv("RAM_STUDIO_DEMO_ROOT", str(tmp_path / "nothing-here"))
+    at = new_app().run()
+    assert not at.exception
+    assert at.info and "Models" in at.info[0].value
+    for page in ("models", "tune", "dilution", "merge"):
+        at.switch_page(f"views/{page}.py").run()
+        assert not at.exception, page
+        assert not at.error, page
