@@ -119,7 +119,7 @@ def test_tune_changes_lambda_without_rereading(env):
     assert lambdas(at) != after
     at.radio(key="tune_scope").set_value("tensor").run()
     no_problems(at)
-    assert "λ range over tensors" in at.table[0].value.columns
+    assert "λ range (tensors)" in at.table[0].value.columns
     assert len(at.get("plotly_chart")) == 2
 
 

@@ -23,13 +23,13 @@ def lambda_rows(lam: pd.DataFrame) -> pd.DataFrame:
     """The λ_t table as display strings (a static table: readable, copyable, stable in screenshots)."""
     out = pd.DataFrame({
         "agent": lam["agent"],
-        "shared elements": lam["shared"].map(lambda v: f"{int(v):,}"),
-        "unique elements": lam["unique"].map(lambda v: f"{int(v):,}"),
+        "shared": lam["shared"].map(lambda v: f"{int(v):,}"),
+        "unique": lam["unique"].map(lambda v: f"{int(v):,}"),
         "ρ_t": lam["rho"].map(lambda v: "∞" if not math.isfinite(v) else f"{v:.4f}"),
         "λ_t": lam["lambda"].map(lambda v: f"{v:.4f}"),
     })
     if "lambda_min" in lam:
-        out["λ range over tensors"] = [f"{a:.3f} – {b:.3f}" for a, b in zip(lam["lambda_min"], lam["lambda_max"])]
+        out["λ range (tensors)"] = [f"{a:.3f}–{b:.3f}" for a, b in zip(lam["lambda_min"], lam["lambda_max"])]
     return out.set_index("agent")
 
 
@@ -38,7 +38,7 @@ def tuner() -> None:
     t0 = time.perf_counter()
     p = state.tuned()
     ladder = list(res.ladder)
-    c = st.columns([3, 2, 2, 2, 2])
+    c = st.columns([2.4, 2, 2, 1.9, 2.1])
     eps = c[0].select_slider("ε (changed when |τ| > ε)", options=ladder,
                              value=p["eps"] if p["eps"] in ladder else ladder[0], format_func=charts.eps_label,
                              key="tune_eps")
@@ -57,19 +57,23 @@ def tuner() -> None:
         lam = views.lambda_table(res, eps, r, alpha, rule, scope)
         ret = views.signal_retention(res, eps, r, alpha, rule, scope)
         ret["method"] = ret["method"].str.replace(r"\(λ=[^)]*\)", "(λ = 1/N)", regex=True)
-        left, right = st.columns([2, 3])
+        left, right = st.columns([1, 1] if scope == "tensor" else [2, 3])
         with left:
             st.subheader("λ_t per agent")
             st.table(lambda_rows(lam))
             st.download_button("CSV", lam.to_csv(index=False).encode(), "lambda_table.csv", "text/csv",
                                key="csv_lambda_table", icon=":material/download:")
             st.caption("λ_t > 1 boosts an agent's unique update to make up for what averaging its shared "
-                       "part costs it; the more it overlaps (higher ρ_t), the larger λ_t.")
+                       "part costs it; the more it overlaps (higher ρ_t), the larger λ_t."
+                       + (" Tensor scope: λ_t here is the mean over tensors, weighted by unique elements."
+                          if scope == "tensor" else ""))
         with right:
             st.subheader("λ(ρ) with each agent's ρ_t")
             curve_df = lam[["agent", "shared", "unique", "rho", "lambda"]]
             charts.show(charts.lambda_curve(lam, agents, r, alpha, rule), curve_df,
-                        "Each dot is an agent; past α the clip rule stops growing, so heavy overlap cannot explode λ.",
+                        ("Each dot is an agent; past α the clip rule stops growing, so heavy overlap cannot explode λ."
+                         if rule == "clip" else
+                         "Each dot is an agent; the soft rule saturates towards 1 + r, gentler than clipping."),
                         "lambda_curve")
         st.subheader("How much of each agent's unique update survives")
         charts.show(charts.retention_bars(ret, agents), ret,
