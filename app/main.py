@@ -44,4 +44,7 @@ with st.sidebar:
         if state.cached_analysis(sel) is not None:
             st.caption(":material/check_circle: analysis ready")
 
-nav.run()
+try:
+    nav.run()
+except Exception as exc:  # noqa: BLE001 — last line of defence: a readable box, the other pages still work
+    state.show_error(exc, f"The {nav.title} page")
