@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -151,7 +150,6 @@ def run_analysis(sel: Selection):
     from analysis.stats import analyze
 
     bar = st.progress(0.0, text="Reading base and agents…")
-    t0 = time.perf_counter()
 
     def on_progress(p) -> None:
         eta = f", about {p.eta:.0f} s left" if p.eta is not None else ""
@@ -172,8 +170,6 @@ def run_analysis(sel: Selection):
         show_error(exc, "The analysis")
         return None
     bar.empty()
-    if not hit.from_cache:
-        st.toast(f"Analysis done in {time.perf_counter() - t0:.1f} s (cached for next time).")
     return hit
 
 

@@ -1,7 +1,6 @@
 """Models: pick the demo, a paper preset, or local folders / Hub ids; see the compatibility report first."""
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from app import state
