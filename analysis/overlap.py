@@ -61,10 +61,10 @@ class OverlapAccumulator:
             return self.add(chunk.taus)
         from merging.kernels import cpu
 
-        base, agents = chunk.numpy()
+        base, agents = chunk.raw()
         if base.size == 0:
             return True
-        counts, sq = cpu.overlap_histogram(base, agents, self._ladder_t.numpy(), cpu.blocks(base.size))
+        counts, sq = cpu.overlap_histogram(base, agents, self._ladder_t.numpy(), cpu.parts(base.size))
         self._counts += torch.from_numpy(counts).double()
         sq_t = torch.from_numpy(sq)
         self._sq += sq_t

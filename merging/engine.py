@@ -77,15 +77,8 @@ def tensor_order(base: Checkpoint) -> list[str]:
 
 
 def build_inputs(data: ChunkData, device: torch.device, fused: bool) -> ChunkInputs:
-    """The chunk as float32 on `device`: base (E,) and agents (N, E); an absent agent is a copy of the base."""
-    base = to_compute(data.base, device).reshape(-1)
-    agents = torch.empty((len(data.agents), base.numel()), dtype=torch.float32, device=device)
-    for t, a in enumerate(data.agents):
-        if a is None:
-            agents[t].copy_(base)
-        else:
-            to_compute(a, device, out=agents[t])
-    return ChunkInputs(base, agents, keep_agents=fused)
+    """The chunk, converted to float32 on `device` lazily (the fused kernels read the stored values)."""
+    return ChunkInputs(data.base, data.agents, device, keep_agents=fused)
 
 
 def build_taus(data: ChunkData, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,8 +92,9 @@ def peak_abs_tau(chunk: ChunkInputs, fused: bool) -> torch.Tensor:
     if fused:
         from .kernels import cpu
 
-        base, agents = chunk.numpy()
-        return torch.from_numpy(cpu.peak_abs_tau(base, agents, cpu.blocks(base.size)))
+        base, agents = chunk.raw()
+        peak = cpu.peak_abs_tau(base, agents, cpu.parts(base.size))
+        return torch.from_numpy(peak.max(axis=0))
     taus = chunk.taus
     return taus.abs().amax(1) if taus.numel() else torch.zeros(taus.shape[0], device=taus.device)
 
@@ -208,10 +202,10 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                         merger.finish_round(r)
                     tracker.advance(step, span.tensor)
                     continue
-                peak = check_finite(data, peak_abs_tau(chunk, fused), labels, base.label)
-                peaks = torch.maximum(peaks, peak.double().cpu())
+                merged, peak = merger.merge(span.offset, chunk)
+                peaks = torch.maximum(peaks, check_finite(data, peak, labels, base.label).double().cpu())
                 target = ST_TO_TORCH[out_dtype] if out_dtype else data.base.dtype
-                out = merger.merge(span.offset, chunk).to(target).cpu()
+                out = merged.to(target).cpu()
             written += _submit(writer, sink, span, out)
             tracker.advance(step, span.tensor, tensor_finished=last)
         writer.close()

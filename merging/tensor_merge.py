@@ -7,25 +7,51 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+import numpy as np
 import torch
 
+from .device import to_compute
 from .methods import get_method
 from .methods.base import ChunkContext, MergeMethod
 from .methods.ram import overlap_masks
 
 
 class ChunkInputs:
-    """One chunk as float32: base (E,) and agents (N, E); τ = agents − base is made only when needed.
+    """One chunk: base (E,) and agents (N × (E,)) as stored (CPU), with float32 forms made on demand.
 
-    With `keep_agents` False (the torch/GPU path) τ is computed in place, saving one (N, E) buffer;
-    the fused CPU kernels read base and agents directly and compute τ themselves.
+    The torch path (GPUs, and methods without kernels) uses `base`/`agents`/`taus` on the compute device;
+    with `keep_agents` False τ is computed in place, saving one (N, E) buffer. The fused CPU kernels read
+    `raw()` (bf16 bit patterns or float32) and widen in cache.
     """
 
-    def __init__(self, base: torch.Tensor, agents: torch.Tensor, keep_agents: bool) -> None:
-        self.base = base
-        self.agents = agents
+    def __init__(self, base: torch.Tensor, agents: list[torch.Tensor | None], device: torch.device,
+                 keep_agents: bool) -> None:
+        self._base_raw = base.reshape(-1)
+        self._agents_raw = [self._base_raw if a is None else a.reshape(-1) for a in agents]
+        self._device = device
         self._keep = keep_agents
+        self._base: torch.Tensor | None = None
+        self._agents: torch.Tensor | None = None
         self._taus: torch.Tensor | None = None
+
+    @property
+    def numel(self) -> int:
+        return self._base_raw.numel()
+
+    @property
+    def base(self) -> torch.Tensor:
+        if self._base is None:
+            self._base = to_compute(self._base_raw, self._device)
+        return self._base
+
+    @property
+    def agents(self) -> torch.Tensor:
+        if self._agents is None:
+            out = torch.empty((len(self._agents_raw), self.numel), dtype=torch.float32, device=self._device)
+            for t, a in enumerate(self._agents_raw):
+                to_compute(a, self._device, out=out[t])
+            self._agents = out
+        return self._agents
 
     @property
     def taus(self) -> torch.Tensor:
@@ -33,8 +59,14 @@ class ChunkInputs:
             self._taus = self.agents - self.base if self._keep else self.agents.sub_(self.base)
         return self._taus
 
-    def numpy(self) -> tuple[Any, Any]:
-        return self.base.numpy(), self.agents.numpy()
+    def raw(self) -> tuple[Any, tuple[Any, ...]]:
+        """Numpy views for the kernels: all bf16 as uint16 bit patterns, or all float32."""
+        tensors = [self._base_raw, *self._agents_raw]
+        if all(t.dtype == torch.bfloat16 for t in tensors):
+            arrays = [t.contiguous().view(torch.uint16).numpy() for t in tensors]
+        else:
+            arrays = [t.contiguous().to(torch.float32).numpy() for t in tensors]
+        return arrays[0], tuple(arrays[1:])
 
 
 class TensorMerger:
@@ -61,7 +93,7 @@ class TensorMerger:
         self.ctx.offset = offset
         p = self.passes[round_]
         if self.fused and p.fused_reduce is not None:
-            part = p.fused_reduce(*chunk.numpy(), self.ctx)
+            part = p.fused_reduce(*chunk.raw(), self.ctx)
         else:
             part = p.reduce(chunk.taus, self.ctx)
         self._total = part if self._total is None else self._total + part
@@ -70,14 +102,20 @@ class TensorMerger:
         self.passes[round_].finish(self._total, self.ctx)
         self._total = None
 
-    def merge(self, offset: int, chunk: ChunkInputs) -> torch.Tensor:
-        """θ0 + τ_m for the chunk, float32 (E,)."""
+    def merge(self, offset: int, chunk: ChunkInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """θ0 + τ_m for the chunk (float32, (E,)) and each agent's max |τ| in it (NaN if any τ is NaN)."""
         self.ctx.offset = offset
         if self.fused and self.method.fused is not None:
-            out = torch.empty_like(chunk.base)
-            self.method.fused(*chunk.numpy(), self.ctx, out.numpy())
-            return out
-        return chunk.base + self.method.merge(chunk.taus, self.ctx)
+            from .kernels.cpu import parts
+
+            base, agents = chunk.raw()
+            out = np.empty(chunk.numel, np.float32)
+            peak = np.zeros((parts(chunk.numel), len(agents)), np.float32)
+            self.method.fused(base, agents, self.ctx, out, peak)
+            return torch.from_numpy(out), torch.from_numpy(peak.max(axis=0) if peak.size else peak.sum(axis=0))
+        taus = chunk.taus
+        peak = taus.abs().amax(1) if taus.numel() else torch.zeros(taus.shape[0], device=taus.device)
+        return chunk.base + self.method.merge(taus, self.ctx), peak
 
 
 def whole_counts(taus: torch.Tensor, eps: float) -> dict[str, list[int]]:
@@ -108,7 +146,7 @@ def merge_in_memory(method: str | MergeMethod, taus: torch.Tensor, params: dict[
     agents_f = flat + b  # θ_t = θ0 + τ_t, so that the chunk inputs look like real models
 
     def chunk(lo: int, hi: int) -> ChunkInputs:
-        c = ChunkInputs(b[lo:hi].contiguous(), agents_f[:, lo:hi].contiguous(), keep_agents=True)
+        c = ChunkInputs(b[lo:hi].contiguous(), list(agents_f[:, lo:hi]), torch.device("cpu"), keep_agents=True)
         if zero:
             c._taus = flat[:, lo:hi]  # exact τ (adding and removing a zero base is exact anyway)
         return c
@@ -119,5 +157,5 @@ def merge_in_memory(method: str | MergeMethod, taus: torch.Tensor, params: dict[
         for lo, hi in spans:
             tm.reduce(r, lo, chunk(lo, hi))
         tm.finish_round(r)
-    out = torch.cat([tm.merge(lo, chunk(lo, hi)) for lo, hi in spans])
+    out = torch.cat([tm.merge(lo, chunk(lo, hi))[0] for lo, hi in spans])
     return out.view(taus.shape[1:])

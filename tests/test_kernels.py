@@ -45,14 +45,17 @@ def test_fused_equals_torch_bitwise(method, params, chunk):
     assert torch.equal(ref.view(torch.int32), fused.view(torch.int32))
 
 
-def test_fused_histogram_equals_torch():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_histogram_equals_torch(dtype):
     base, taus = inputs(1)
-    agents = base + taus
+    agents = (base + taus).to(dtype)
+    base = base.to(dtype)
     torch_acc, fused_acc = OverlapAccumulator(3, DEFAULT_LADDER), OverlapAccumulator(3, DEFAULT_LADDER)
     for lo in range(0, base.numel(), 6000):
         hi = lo + 6000
-        torch_acc.add(agents[:, lo:hi] - base[lo:hi])
-        fused_acc.add_chunk(ChunkInputs(base[lo:hi].contiguous(), agents[:, lo:hi].contiguous(), True), fused=True)
+        torch_acc.add(agents[:, lo:hi].float() - base[lo:hi].float())
+        chunk = ChunkInputs(base[lo:hi].contiguous(), list(agents[:, lo:hi]), torch.device("cpu"), True)
+        fused_acc.add_chunk(chunk, fused=True)
     a, b = torch_acc.result(), fused_acc.result()
     for field in ("changed", "shared", "unique", "hist", "conflicts"):
         assert torch.equal(getattr(a, field), getattr(b, field)), field

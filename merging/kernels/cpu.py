@@ -1,138 +1,204 @@
-"""The numba kernels. Inputs are float32 arrays: `base` (E,) and `agents` (N, E), both as stored values
-converted to float32; every τ is computed here as agents[t, i] − base[i] in float32, like the torch path.
-Literals are float32 on purpose: a float64 constant would silently change the arithmetic."""
+"""The numba kernels.
+
+Inputs are the stored values: `base` (E,) and `agents`, a tuple of N arrays (E,), either all bfloat16
+(passed as uint16 bit patterns) or all float32. Each kernel splits E into a few partitions per thread
+and walks each partition in small blocks: the block of every model is widened to float32 into buffers
+that stay in cache, then every τ = agent − base is computed in float32 exactly like the torch path.
+Literals are float32 on purpose: a float64 constant would silently change the arithmetic.
+"""
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from numba.core import types
+from numba.extending import overload
 
-F32 = np.float32
 _ZERO = np.float32(0.0)
+_ONE = np.float32(1.0)
+BLOCK = 16384
 
 
-def blocks(n: int) -> int:
-    """How many independent blocks to split E elements into (a few per thread)."""
-    return max(1, min(n, nb.get_num_threads() * 4))
+def parts(n: int) -> int:
+    """How many independent partitions to split E elements into (a few per thread)."""
+    return max(1, min(n // BLOCK + 1, nb.get_num_threads() * 4))
+
+
+
+
+def widen_block(raw, lo, hi, scratch):
+    """Float32 view of raw[lo:hi] (bf16 bit patterns are widened into `scratch`)."""
+
+
+@overload(widen_block, inline="always")
+def _widen_block(raw, lo, hi, scratch):
+    if raw.dtype == types.uint16:
+        def impl(raw, lo, hi, scratch):
+            n = hi - lo
+            for j in range(n):
+                scratch[j] = np.uint32(raw[lo + j]) << np.uint32(16)  # bfloat16 → float32 is exact
+            return scratch[:n].view(np.float32)
+        return impl
+    if raw.dtype == types.float32:
+        def impl(raw, lo, hi, scratch):
+            return raw[lo:hi]
+        return impl
+    return None
+
+
+@nb.njit(inline="always")
+def _load(base, agents, lo, hi, scratch):
+    """Float32 blocks of base and of every agent for elements lo..hi."""
+    b = widen_block(base, lo, hi, scratch[0])
+    n = len(agents)
+    out = np.empty((n, hi - lo), np.float32)
+    for t in range(n):
+        out[t] = widen_block(agents[t], lo, hi, scratch[t + 1])
+    return b, out
+
+
+@nb.njit(inline="always")
+def _span(e, nparts, p):
+    return p * e // nparts, (p + 1) * e // nparts
+
+
+@nb.njit(inline="always")
+def _note_peak(peak, p, t, a):
+    """Running max |τ| that keeps a NaN once seen (like torch.amax)."""
+    m = peak[p, t]
+    if m == m and not a <= m:
+        peak[p, t] = a
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def overlap_histogram(base, agents, ladder, nblk):
-    """Joint-state histogram (counts and Σ τ_t² per state) for the analysis pass (see analysis/overlap.py)."""
-    n, e = agents.shape
+def peak_abs_tau(base, agents, nparts):
+    """Per-partition, per-agent max |τ| (N, nparts)."""
+    n, e = len(agents), base.shape[0]
+    peak = np.zeros((nparts, n), np.float32)
+    for p in nb.prange(nparts):
+        lo, hi = _span(e, nparts, p)
+        scratch = np.empty((n + 1, BLOCK), np.uint32)
+        for s in range(lo, hi, BLOCK):
+            u = min(s + BLOCK, hi)
+            b, a = _load(base, agents, s, u, scratch)
+            for t in range(n):
+                for j in range(u - s):
+                    _note_peak(peak, p, t, abs(a[t, j] - b[j]))
+    return peak
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def overlap_histogram(base, agents, ladder, nparts):
+    """Joint-state histogram (counts, Σ τ_t² per state) for the analysis pass (see analysis/overlap.py)."""
+    n, e = len(agents), base.shape[0]
     L = ladder.shape[0]
-    s = 2 * (L + 1)
-    states = s ** n
-    counts = np.zeros((nblk, states), np.int64)
-    sq = np.zeros((nblk, n, states), np.float64)
-    for blk in nb.prange(nblk):
-        lo = blk * e // nblk
-        hi = (blk + 1) * e // nblk
-        for i in range(lo, hi):
-            b0 = base[i]
-            code = 0
-            mul = 1
-            for t in range(n):
-                tau = agents[t, i] - b0
-                a = abs(tau)
-                k = 0
-                if a != a:
-                    k = L  # NaN sorts above every ε, as in torch.searchsorted
-                else:
-                    while k < L and ladder[k] < a:
-                        k += 1
-                code += (2 * k + (1 if tau > _ZERO else 0)) * mul
-                mul *= s
-            counts[blk, code] += 1
-            for t in range(n):
-                tau = np.float64(agents[t, i] - b0)
-                sq[blk, t, code] += tau * tau
+    s_ = 2 * (L + 1)
+    states = s_ ** n
+    counts = np.zeros((nparts, states), np.int64)
+    sq = np.zeros((nparts, n, states), np.float64)
+    for p in nb.prange(nparts):
+        lo, hi = _span(e, nparts, p)
+        scratch = np.empty((n + 1, BLOCK), np.uint32)
+        for s in range(lo, hi, BLOCK):
+            u = min(s + BLOCK, hi)
+            b, a = _load(base, agents, s, u, scratch)
+            for j in range(u - s):
+                code = 0
+                mul = 1
+                for t in range(n):
+                    tau = a[t, j] - b[j]
+                    x = abs(tau)
+                    k = 0
+                    if x != x:
+                        k = L  # NaN sorts above every ε, as in torch.searchsorted
+                    else:
+                        while k < L and ladder[k] < x:
+                            k += 1
+                    code += (2 * k + (1 if tau > _ZERO else 0)) * mul
+                    mul *= s_
+                counts[p, code] += 1
+                for t in range(n):
+                    tau64 = np.float64(a[t, j] - b[j])
+                    sq[p, t, code] += tau64 * tau64
     return counts.sum(axis=0), sq.sum(axis=0)
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def peak_abs_tau(base, agents, nblk):
-    """Per-agent max |τ| (NaN wins, like torch.amax), used to refuse NaN/Inf and idle agents."""
-    n, e = agents.shape
-    acc = np.zeros((nblk, n), np.float32)
-    for blk in nb.prange(nblk):
-        lo = blk * e // nblk
-        hi = (blk + 1) * e // nblk
-        for t in range(n):
-            m = _ZERO
-            for i in range(lo, hi):
-                a = abs(agents[t, i] - base[i])
-                if not a <= m:  # true for a larger value and for NaN
-                    m = a
-                    if a != a:
-                        break
-            acc[blk, t] = m
-    out = np.zeros(n, np.float32)
-    for t in range(n):
-        for blk in range(nblk):
-            v = acc[blk, t]
-            if out[t] != out[t]:
-                break  # NaN already found: keep it
-            if not v <= out[t]:
-                out[t] = v
-    return out
+def ram(base, agents, eps, lam, use_lam, out, peak):
+    """RAM / RAM+ (Eq. 7): out = θ0 + τ_m (float32); per-agent max |τ| into `peak` (nparts, N)."""
+    n, e = len(agents), base.shape[0]
+    nparts = peak.shape[0]
+    for p in nb.prange(nparts):
+        lo, hi = _span(e, nparts, p)
+        scratch = np.empty((n + 1, BLOCK), np.uint32)
+        for s in range(lo, hi, BLOCK):
+            u = min(s + BLOCK, hi)
+            b, a = _load(base, agents, s, u, scratch)
+            for j in range(u - s):
+                b0 = b[j]
+                c = 0
+                total = _ZERO
+                uniq = _ZERO
+                for t in range(n):
+                    tau = a[t, j] - b0
+                    x = abs(tau)
+                    _note_peak(peak, p, t, x)
+                    if x > eps:
+                        c += 1
+                        total += tau
+                        uniq = lam[t] * tau
+                if c == 0:
+                    out[s + j] = b0 + _ZERO  # torch adds a +0 sum here, turning a −0 base into +0
+                elif c == 1:
+                    out[s + j] = b0 + (uniq if use_lam else total)
+                else:
+                    out[s + j] = b0 + total / np.float32(c)
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def ram(base, agents, eps, lam, use_lam, out):
-    """RAM / RAM+ (Eq. 7): out = θ0 + τ_m, written into `out` (float32)."""
-    n, e = agents.shape
-    for i in nb.prange(e):
-        b0 = base[i]
-        c = 0
-        total = _ZERO
-        uniq = _ZERO
-        for t in range(n):
-            tau = agents[t, i] - b0
-            if abs(tau) > eps:
-                c += 1
-                total += tau
-                uniq = lam[t] * tau
-        if c == 0:
-            out[i] = b0 + _ZERO  # torch adds a +0 sum here, which turns a −0 base into +0
-        elif c == 1:
-            out[i] = b0 + (uniq if use_lam else total)
-        else:
-            out[i] = b0 + total / np.float32(c)
-
-
-@nb.njit(parallel=True, cache=True, nogil=True)
-def overlap_counts(base, agents, eps, nblk):
+def overlap_counts(base, agents, eps, nparts):
     """Per-agent shared and unique counts (N, 2) of one chunk, for tensor-local ρ."""
-    n, e = agents.shape
-    acc = np.zeros((nblk, n, 2), np.int64)
-    for blk in nb.prange(nblk):
-        lo = blk * e // nblk
-        hi = (blk + 1) * e // nblk
-        for i in range(lo, hi):
-            b0 = base[i]
-            c = 0
-            for t in range(n):
-                if abs(agents[t, i] - b0) > eps:
-                    c += 1
-            if c == 0:
-                continue
-            col = 0 if c >= 2 else 1
-            for t in range(n):
-                if abs(agents[t, i] - b0) > eps:
-                    acc[blk, t, col] += 1
+    n, e = len(agents), base.shape[0]
+    acc = np.zeros((nparts, n, 2), np.int64)
+    for p in nb.prange(nparts):
+        lo, hi = _span(e, nparts, p)
+        scratch = np.empty((n + 1, BLOCK), np.uint32)
+        active = np.empty(n, np.bool_)
+        for s in range(lo, hi, BLOCK):
+            u = min(s + BLOCK, hi)
+            b, a = _load(base, agents, s, u, scratch)
+            for j in range(u - s):
+                c = 0
+                for t in range(n):
+                    active[t] = abs(a[t, j] - b[j]) > eps
+                    c += active[t]
+                if c == 0:
+                    continue
+                col = 0 if c >= 2 else 1
+                for t in range(n):
+                    if active[t]:
+                        acc[p, t, col] += 1
     return acc.sum(axis=0)
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def linear(base, agents, scale, out):
+def linear(base, agents, scale, out, peak):
     """Task arithmetic / averaging: out = θ0 + (Σ_t τ_t)·scale."""
-    n, e = agents.shape
-    for i in nb.prange(e):
-        b0 = base[i]
-        total = _ZERO  # torch's sum starts from +0, which matters only for signed zeros
-        for t in range(n):
-            total += agents[t, i] - b0
-        out[i] = b0 + total * scale
+    n, e = len(agents), base.shape[0]
+    nparts = peak.shape[0]
+    for p in nb.prange(nparts):
+        lo, hi = _span(e, nparts, p)
+        scratch = np.empty((n + 1, BLOCK), np.uint32)
+        for s in range(lo, hi, BLOCK):
+            u = min(s + BLOCK, hi)
+            b, a = _load(base, agents, s, u, scratch)
+            for j in range(u - s):
+                b0 = b[j]
+                total = _ZERO  # torch's sum starts from +0, which matters only for signed zeros
+                for t in range(n):
+                    tau = a[t, j] - b0
+                    _note_peak(peak, p, t, abs(tau))
+                    total += tau
+                out[s + j] = b0 + total * scale
 
 
 @nb.njit(inline="always")
@@ -143,29 +209,6 @@ def _mix(x):
     return x ^ (x >> np.uint64(31))
 
 
-@nb.njit(parallel=True, cache=True, nogil=True)
-def dare(base, agents, keys, offset, p, scale, lam, ties_mode, out):
-    """DARE+TA (ties_mode False) or DARE+TIES (True): drop by hashed uniforms, rescale, combine, × λ."""
-    n, e = agents.shape
-    inv = np.float32(1.0 / (1 << 24))
-    for i in nb.prange(e):
-        b0 = base[i]
-        vals = np.empty(n, np.float32)
-        for t in range(n):
-            tau = agents[t, i] - b0
-            x = _mix(np.uint64(offset + i) + keys[t])
-            u = np.float32((x >> np.uint64(40)) & np.uint64(0xFFFFFF)) * inv
-            keep = np.float32(1.0) if u >= p else _ZERO
-            vals[t] = (tau * keep) * scale
-        if ties_mode:
-            out[i] = b0 + _elect_mean(vals) * lam
-        else:
-            total = _ZERO
-            for t in range(n):
-                total += vals[t]
-            out[i] = b0 + total * lam
-
-
 @nb.njit(inline="always")
 def _elect_mean(vals):
     """TIES sign election (zero sum elects +) and disjoint mean, as merging.methods.ties.elect_and_mean."""
@@ -173,7 +216,7 @@ def _elect_mean(vals):
     total = _ZERO
     for t in range(n):
         total += vals[t]
-    elected = np.float32(1.0) if total >= _ZERO else np.float32(-1.0)
+    elected = _ONE if total >= _ZERO else np.float32(-1.0)
     agree_sum = _ZERO
     count = 0
     for t in range(n):
@@ -187,49 +230,82 @@ def _elect_mean(vals):
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def abs_bits_histogram(base, agents, fine, his, nblk):
+def dare(base, agents, keys, offset, p_drop, scale, lam, ties_mode, out, peak):
+    """DARE+TA (ties_mode False) or DARE+TIES (True): drop by hashed uniforms, rescale, combine, × λ."""
+    n, e = len(agents), base.shape[0]
+    nparts = peak.shape[0]
+    inv = np.float32(1.0 / (1 << 24))
+    for p in nb.prange(nparts):
+        lo, hi = _span(e, nparts, p)
+        scratch = np.empty((n + 1, BLOCK), np.uint32)
+        vals = np.empty(n, np.float32)
+        for s in range(lo, hi, BLOCK):
+            u = min(s + BLOCK, hi)
+            b, a = _load(base, agents, s, u, scratch)
+            for j in range(u - s):
+                b0 = b[j]
+                for t in range(n):
+                    tau = a[t, j] - b0
+                    _note_peak(peak, p, t, abs(tau))
+                    x = _mix(np.uint64(offset + s + j) + keys[t])
+                    r = np.float32((x >> np.uint64(40)) & np.uint64(0xFFFFFF)) * inv
+                    vals[t] = (tau * (_ONE if r >= p_drop else _ZERO)) * scale
+                if ties_mode:
+                    out[s + j] = b0 + _elect_mean(vals) * lam
+                else:
+                    total = _ZERO
+                    for t in range(n):
+                        total += vals[t]
+                    out[s + j] = b0 + total * lam
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def abs_bits_histogram(base, agents, fine, his, nparts):
     """TIES passes: per-agent histogram of the high 16 bits of |τ|'s float32 pattern (coarse), or of the
     low 16 bits of the elements whose high bits equal his[t] (fine)."""
-    n, e = agents.shape
+    n, e = len(agents), base.shape[0]
     bins = 65536 if fine else 32768
-    acc = np.zeros((nblk, n, bins), np.int64)
-    for blk in nb.prange(nblk):
-        lo = blk * e // nblk
-        hi = (blk + 1) * e // nblk
-        buf = np.empty(hi - lo, np.float32)
-        bits = buf.view(np.int32)
-        for t in range(n):
-            for i in range(lo, hi):
-                buf[i - lo] = abs(agents[t, i] - base[i])
-            for j in range(hi - lo):
-                if fine:
-                    if (bits[j] >> 16) == his[t]:
-                        acc[blk, t, bits[j] & 0xFFFF] += 1
-                else:
-                    acc[blk, t, bits[j] >> 16] += 1
+    acc = np.zeros((nparts, n, bins), np.int64)
+    for p in nb.prange(nparts):
+        lo, hi = _span(e, nparts, p)
+        scratch = np.empty((n + 1, BLOCK), np.uint32)
+        mag = np.empty(BLOCK, np.float32)
+        bits = mag.view(np.int32)
+        for s in range(lo, hi, BLOCK):
+            u = min(s + BLOCK, hi)
+            b, a = _load(base, agents, s, u, scratch)
+            for t in range(n):
+                for j in range(u - s):
+                    mag[j] = abs(a[t, j] - b[j])
+                for j in range(u - s):
+                    if fine:
+                        if (bits[j] >> 16) == his[t]:
+                            acc[p, t, bits[j] & 0xFFFF] += 1
+                    else:
+                        acc[p, t, bits[j] >> 16] += 1
     return acc.sum(axis=0)
 
 
 @nb.njit(cache=True, nogil=True)
-def ties_merge(base, agents, thresholds, keep_equal, seen_equal, lam, out):
+def ties_merge(base, agents, thresholds, keep_equal, seen_equal, lam, out, peak):
     """TIES merge of one chunk: exact top-k trim (ties broken by flat index, hence sequential), sign
     election, disjoint mean, × λ. `seen_equal` carries the tie count from earlier chunks."""
-    n, e = agents.shape
-    step = 65536
-    tau = np.empty((n, step), np.float32)
-    mag = np.empty(step, np.float32)
+    n, e = len(agents), base.shape[0]
+    scratch = np.empty((n + 1, BLOCK), np.uint32)
+    mag = np.empty(BLOCK, np.float32)
     bits = mag.view(np.int32)
+    keep = np.empty((n, BLOCK), np.bool_)
     vals = np.empty(n, np.float32)
-    keep = np.empty((n, step), np.bool_)
-    for lo in range(0, e, step):
-        hi = min(lo + step, e)
+    for s in range(0, e, BLOCK):
+        u = min(s + BLOCK, e)
+        b, a = _load(base, agents, s, u, scratch)
         for t in range(n):
-            for i in range(lo, hi):
-                v = agents[t, i] - base[i]
-                tau[t, i - lo] = v
-                mag[i - lo] = abs(v)
+            for j in range(u - s):
+                x = abs(a[t, j] - b[j])
+                mag[j] = x
+                _note_peak(peak, 0, t, x)
             thr = thresholds[t]
-            for j in range(hi - lo):
+            for j in range(u - s):
                 if bits[j] > thr:
                     keep[t, j] = True
                 elif bits[j] == thr:
@@ -237,7 +313,8 @@ def ties_merge(base, agents, thresholds, keep_equal, seen_equal, lam, out):
                     keep[t, j] = seen_equal[t] <= keep_equal[t]
                 else:
                     keep[t, j] = False
-        for i in range(lo, hi):
+        for j in range(u - s):
+            b0 = b[j]
             for t in range(n):
-                vals[t] = tau[t, i - lo] * (np.float32(1.0) if keep[t, i - lo] else _ZERO)
-            out[i] = base[i] + _elect_mean(vals) * lam
+                vals[t] = (a[t, j] - b0) * (_ONE if keep[t, j] else _ZERO)
+            out[s + j] = b0 + _elect_mean(vals) * lam

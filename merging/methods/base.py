@@ -51,14 +51,14 @@ class TensorPass:
     name: str
     reduce: Callable[[torch.Tensor, ChunkContext], torch.Tensor]
     finish: Callable[[torch.Tensor, ChunkContext], None]
-    # Same result from float32 numpy arrays base (E,) and agents (N, E) through a fused CPU kernel.
+    # Same result from the stored arrays base (E,) and agents (N arrays) through a fused CPU kernel.
     fused_reduce: Callable[[Any, Any, ChunkContext], torch.Tensor] | None = None
 
 
 MergeFn = Callable[[torch.Tensor, ChunkContext], torch.Tensor]
-# A fused CPU kernel: (base (E,), agents (N, E), ctx, out (E,)) → writes θ0 + τ_m into out, bit for bit
-# what θ0 + merge(taus, ctx) gives in float32.
-FusedFn = Callable[[Any, Any, ChunkContext, Any], None]
+# A fused CPU kernel: (base (E,), agents (N arrays), ctx, out (E,), peak (P, N)) → writes θ0 + τ_m into
+# out, bit for bit what θ0 + merge(taus, ctx) gives in float32, and each agent's max |τ| into peak.
+FusedFn = Callable[[Any, Any, ChunkContext, Any, Any], None]
 
 
 @dataclass(frozen=True)

@@ -18,16 +18,16 @@ def average(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
     return taus.sum(0) * f32(1.0 / taus.shape[0])
 
 
-def _fused_ta(base, agents, ctx: ChunkContext, out) -> None:
+def _fused_ta(base, agents, ctx: ChunkContext, out, peak) -> None:
     from ..kernels import cpu
 
-    cpu.linear(base, agents, np.float32(ctx.params["lambda"]), out)
+    cpu.linear(base, agents, np.float32(ctx.params["lambda"]), out, peak)
 
 
-def _fused_average(base, agents, ctx: ChunkContext, out) -> None:
+def _fused_average(base, agents, ctx: ChunkContext, out, peak) -> None:
     from ..kernels import cpu
 
-    cpu.linear(base, agents, np.float32(1.0 / agents.shape[0]), out)
+    cpu.linear(base, agents, np.float32(1.0 / len(agents)), out, peak)
 
 
 LAMBDA = Param("lambda", 1.0, float, "Scaling λ of the summed task vectors (paper's grid: 0.1 … 1.0).",

@@ -78,7 +78,7 @@ def _count_pass(eps_of: str = "eps") -> TensorPass:
     def fused_reduce(base, agents, ctx: ChunkContext) -> torch.Tensor:
         from ..kernels import cpu
 
-        return torch.from_numpy(cpu.overlap_counts(base, agents, np.float32(ctx.params[eps_of]), cpu.blocks(base.size)))
+        return torch.from_numpy(cpu.overlap_counts(base, agents, np.float32(ctx.params[eps_of]), cpu.parts(base.size)))
 
     return TensorPass("overlap_counts", reduce, finish, fused_reduce)
 
@@ -90,14 +90,14 @@ def _merge(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
     return ram_combine(taus, ctx.params["eps"], None if lam is None else lam.to(taus.device))
 
 
-def _fused(base, agents, ctx: ChunkContext, out) -> None:
+def _fused(base, agents, ctx: ChunkContext, out, peak) -> None:
     """The same merge through the fused CPU kernel."""
     from ..kernels import cpu
 
     lam = ctx.state.get("lambda", ctx.shared.get("lambda"))
     use = lam is not None and ctx.params.get("r", 0.0) != 0.0
-    lam32 = lam.numpy().astype(np.float32) if use else np.ones(agents.shape[0], np.float32)
-    cpu.ram(base, agents, np.float32(ctx.params["eps"]), lam32, use, out)
+    lam32 = lam.numpy().astype(np.float32) if use else np.ones(len(agents), np.float32)
+    cpu.ram(base, agents, np.float32(ctx.params["eps"]), lam32, use, out, peak)
 
 
 def _passes(p: dict[str, Any]) -> tuple[TensorPass, ...]:

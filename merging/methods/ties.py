@@ -112,29 +112,30 @@ def ties(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
 def _fused_coarse(base, agents, ctx: ChunkContext) -> torch.Tensor:
     from ..kernels import cpu
 
-    dummy = np.zeros(agents.shape[0], np.int32)
-    return torch.from_numpy(cpu.abs_bits_histogram(base, agents, False, dummy, cpu.blocks(base.size)))
+    dummy = np.zeros(len(agents), np.int32)
+    return torch.from_numpy(cpu.abs_bits_histogram(base, agents, False, dummy, cpu.parts(base.size)))
 
 
 def _fused_fine(base, agents, ctx: ChunkContext) -> torch.Tensor:
     from ..kernels import cpu
 
     his = np.array([h if h is not None else -1 for h, _ in ctx.state["hi"]], np.int32)
-    return torch.from_numpy(cpu.abs_bits_histogram(base, agents, True, his, cpu.blocks(base.size)))
+    return torch.from_numpy(cpu.abs_bits_histogram(base, agents, True, his, cpu.parts(base.size)))
 
 
-def _fused(base, agents, ctx: ChunkContext, out) -> None:
+def _fused(base, agents, ctx: ChunkContext, out, peak) -> None:
     """TIES through the kernel; 'keep all' / 'keep none' become thresholds no bit pattern can cross."""
     from ..kernels import cpu
 
-    n, k = agents.shape[0], ctx.state["k"]
+    n, k = len(agents), ctx.state["k"]
     if k >= ctx.numel or k <= 0:
         thr = np.full(n, -1 if k > 0 else np.iinfo(np.int32).max, np.int32)
         keep_equal = np.zeros(n, np.int64)
     else:
         thr = np.array(ctx.state["threshold"], np.int32)
         keep_equal = np.array(ctx.state["keep_equal"], np.int64)
-    cpu.ties_merge(base, agents, thr, keep_equal, ctx.state["seen_equal"], np.float32(ctx.params["lambda"]), out)
+    cpu.ties_merge(base, agents, thr, keep_equal, ctx.state["seen_equal"], np.float32(ctx.params["lambda"]), out,
+                   peak[:1])  # sequential kernel: one partition
 
 
 def _passes(p: dict) -> tuple[TensorPass, ...]:
