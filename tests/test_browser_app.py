@@ -125,6 +125,10 @@ def test_app_loads_with_charts(page, server):
     page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
     assert page.locator('[data-testid="stException"]').count() == 0
     shoot(page, "heterogeneity")
+    with page.expect_download() as download:  # every chart's data comes as CSV
+        page.locator('[data-testid="stDownloadButton"]').filter(has_text="CSV").first.click()
+    assert download.value.suggested_filename == "density_per_agent.csv"
+    assert "density" in Path(download.value.path()).read_text().splitlines()[0]
 
 
 def test_models_page(page, server):
