@@ -43,14 +43,16 @@ class BuildConfig:
                                                  "intermediate": 256})
     warmup: WarmupConfig = WarmupConfig()
     rl: RLConfig = RLConfig()
-    rl_steps: dict = field(default_factory=lambda: {"code": 150, "tool": 80, "memory": 150})
+    rl_steps: dict = field(default_factory=lambda: {"code": 300, "tool": 80, "memory": 300})
+    rl_lr: dict = field(default_factory=lambda: {"code": 3e-4, "tool": 1e-4, "memory": 3e-4})
     eval_limit: int | None = None
 
 
 FULL = BuildConfig()
 QUICK = BuildConfig(model={"hidden": 32, "layers": 2, "heads": 2, "intermediate": 64},
                     warmup=WarmupConfig(steps=20, batch_size=8),
-                    rl=RLConfig(steps=2, prompts=2, group=4), rl_steps={}, eval_limit=6)
+                    rl=RLConfig(steps=2, prompts=2, group=4), rl_steps={}, rl_lr={},
+                    eval_limit=6)
 
 
 class CsvLog:
@@ -71,14 +73,17 @@ class CsvLog:
             print("  " + " ".join(f"{k}={v}" for k, v in record.items()), flush=True)
 
 
-def build(out: Path, cfg: BuildConfig) -> dict:
-    """Run every stage into a temp folder, then move `models/` and `results/` into `out`."""
+def build(out: Path, cfg: BuildConfig, reuse_base: Path | None = None) -> dict:
+    """Run every stage into a temp folder, then move `models/` and `results/` into `out`.
+
+    `reuse_base` skips the warm-up and copies an existing base (e.g. the committed one, which the
+    deterministic warm-up reproduces) so only the RL stages and the analysis are re-run."""
     torch.set_num_threads(1)  # 1 thread is much faster than 2 on a shared 2-core machine
     torch.use_deterministic_algorithms(True)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".build.partial-", dir=out))
     try:
-        info = _build_into(work, cfg)
+        info = _build_into(work, cfg, reuse_base)
         for name in ("models", "results"):
             _swap_in(work / name, out / name)
     finally:
@@ -95,7 +100,7 @@ def _swap_in(src: Path, dst: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _build_into(work: Path, cfg: BuildConfig) -> dict:
+def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) -> dict:
     """The actual pipeline; returns build metadata (timings, versions, config)."""
     models, results = work / "models", work / "results"
     models.mkdir()
@@ -104,22 +109,35 @@ def _build_into(work: Path, cfg: BuildConfig) -> dict:
     timings: dict[str, float] = {}
     t_start = time.time()
 
-    print(f"[build] warm-up of the base ({cfg.warmup.steps} steps)", flush=True)
     t0 = time.time()
-    tokenizer = build_tokenizer()
-    model = new_model(tokenizer, cfg.seed, **cfg.model)
-    warmup(model, tokenizer, cfg.warmup, log)
-    save_checkpoint(model, tokenizer, models / "base")
-    timings["warmup_s"] = round(time.time() - t0, 1)
+    if reuse_base is None:
+        print(f"[build] warm-up of the base ({cfg.warmup.steps} steps)", flush=True)
+        tokenizer = build_tokenizer()
+        model = new_model(tokenizer, cfg.seed, **cfg.model)
+        warmup(model, tokenizer, cfg.warmup, log)
+        save_checkpoint(model, tokenizer, models / "base")
+        timings["warmup_s"] = round(time.time() - t0, 1)
+    else:
+        print(f"[build] reusing the base from {reuse_base}", flush=True)
+        shutil.copytree(reuse_base, models / "base")
+        old_log = reuse_base.parent.parent / "results" / "training_log.csv"
+        if old_log.is_file():  # keep the warm-up rows of the run that produced this base
+            old = pd.read_csv(old_log, dtype=str, keep_default_na=False)
+            for rec in old[old.stage == "warmup"].to_dict("records"):
+                log({**rec, "step": int(rec["step"])})
 
+    update_stats: list[dict] = []
     for agent in AGENTS:
         steps = cfg.rl_steps.get(agent, cfg.rl.steps)
         print(f"[build] RL agent {agent!r} ({steps} GRPO steps)", flush=True)
         t0 = time.time()
         # Start from the *stored* bf16 base so untouched weights round back bit-exactly.
         policy, tok = load_checkpoint(models / "base")
-        rl_cfg = RLConfig(**{**asdict(cfg.rl), "steps": steps})
+        lr = cfg.rl_lr.get(agent, cfg.rl.lr)
+        rl_cfg = RLConfig(**{**asdict(cfg.rl), "steps": steps, "lr": lr})
+        start = {k: v.detach().clone() for k, v in policy.named_parameters()}
         rl_train(policy, tok, agent, rl_cfg, agent, log)
+        update_stats.append(_update_stats(agent, start, dict(policy.named_parameters())))
         save_checkpoint(policy, tok, models / agent)
         timings[f"rl_{agent}_s"] = round(time.time() - t0, 1)
 
@@ -140,6 +158,7 @@ def _build_into(work: Path, cfg: BuildConfig) -> dict:
     print(format_table(table), flush=True)
     timings["evaluation_s"] = round(time.time() - t0, 1)
 
+    pd.DataFrame(update_stats).to_csv(results / "rl_update_precision.csv", index=False)
     agent_dirs = {a: models / a for a in AGENTS}
     tv = analyze(models / "base", agent_dirs, 1e-5)
     tv.to_csv(results / "task_vectors.csv", index=False)
@@ -156,6 +175,21 @@ def _build_into(work: Path, cfg: BuildConfig) -> dict:
     return info
 
 
+def _update_stats(agent: str, start: dict[str, torch.Tensor], end: dict[str, torch.Tensor]) -> dict:
+    """How much of the fp32 RL update survives bf16 storage (density before/after rounding)."""
+    total = changed_fp32 = changed_any = survived = 0
+    for name, before in start.items():
+        after = end[name].detach().float()
+        diff = (after - before).abs()
+        stored = (after.to(torch.bfloat16).float() - before).abs()
+        total += diff.numel()
+        changed_any += int((diff > 0).sum())
+        changed_fp32 += int((diff > 1e-5).sum())
+        survived += int((stored > 1e-5).sum())
+    return {"agent": agent, "params": total, "fp32_changed_any": changed_any / total,
+            "fp32_density_eps1e-5": changed_fp32 / total, "bf16_density_eps1e-5": survived / total}
+
+
 def _jsonable(obj: object) -> object:
     """Tuples to lists recursively so the config can be stored as JSON."""
     if isinstance(obj, dict):
@@ -170,6 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m assets.demo.build",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes and a handful of steps")
+    parser.add_argument("--reuse-base", type=Path, default=None,
+                        help="skip the warm-up and start RL from this base folder")
     parser.add_argument("--out", type=Path, default=None,
                         help="destination folder (required with --quick; default assets/demo)")
     args = parser.parse_args(argv)
@@ -178,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = (args.out or DEMO_DIR).resolve()
     if args.quick and out == DEMO_DIR:
         parser.error("--quick must not write into the committed demo folder")
-    info = build(out, QUICK if args.quick else FULL)
+    reuse = args.reuse_base.resolve() if args.reuse_base else None
+    info = build(out, QUICK if args.quick else FULL, reuse)
     print(f"[build] models in {out / 'models'}, results in {out / 'results'}; "
           f"run time {info['timings']['total_s']} s")
     return 0

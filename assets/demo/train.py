@@ -38,6 +38,7 @@ class RLConfig:
     temperature: float = 1.0
     max_grad_norm: float = 1.0
     seed: int = 0
+    optimizer: str = "adam"  # "adam" (what real RL stacks use) or "sgd" (precision study only)
 
 
 def _pack(tokenizer: PreTrainedTokenizerFast, prompts: Sequence[str], completions: Sequence[list[int]]
@@ -109,7 +110,8 @@ def rl_train(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: s
     one policy-gradient step with group-normalised advantages (no supervised targets, no KL)."""
     rng = random.Random(cfg.seed + 7919)
     torch.manual_seed(cfg.seed)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99))
+    opt = (torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99))
+           if cfg.optimizer == "adam" else torch.optim.SGD(model.parameters(), lr=cfg.lr))
     eos = tokenizer.eos_token_id
     t0 = time.time()
     for step in range(1, cfg.steps + 1):
