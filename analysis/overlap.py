@@ -64,7 +64,7 @@ class OverlapAccumulator:
         base, agents = chunk.raw()
         if base.size == 0:
             return True
-        counts, sq = cpu.overlap_histogram(base, agents, self._ladder_t.numpy(), cpu.parts(base.size))
+        counts, sq = cpu.overlap_histogram(base, agents, self._ladder_t.numpy(), cpu.hist_parts(base.size))
         self._counts += torch.from_numpy(counts).double()
         sq_t = torch.from_numpy(sq)
         self._sq += sq_t

@@ -23,6 +23,11 @@ def parts(n: int) -> int:
     return max(1, min(n // BLOCK + 1, nb.get_num_threads() * 4))
 
 
+def hist_parts(n: int) -> int:
+    """Partitions for kernels with a large private histogram each: one per thread at most."""
+    return max(1, min(n // BLOCK + 1, nb.get_num_threads()))
+
+
 
 
 def widen_block(raw, lo, hi, scratch):
@@ -118,7 +123,8 @@ def overlap_histogram(base, agents, ladder, nparts):
                 counts[p, code] += 1
                 for t in range(n):
                     tau64 = np.float64(a[t, j] - b[j])
-                    sq[p, t, code] += tau64 * tau64
+                    if tau64 != 0.0:  # most elements of a sparse agent: nothing to add
+                        sq[p, t, code] += tau64 * tau64
     return counts.sum(axis=0), sq.sum(axis=0)
 
 

@@ -113,14 +113,14 @@ def _fused_coarse(base, agents, ctx: ChunkContext) -> torch.Tensor:
     from ..kernels import cpu
 
     dummy = np.zeros(len(agents), np.int32)
-    return torch.from_numpy(cpu.abs_bits_histogram(base, agents, False, dummy, cpu.parts(base.size)))
+    return torch.from_numpy(cpu.abs_bits_histogram(base, agents, False, dummy, cpu.hist_parts(base.size)))
 
 
 def _fused_fine(base, agents, ctx: ChunkContext) -> torch.Tensor:
     from ..kernels import cpu
 
     his = np.array([h if h is not None else -1 for h, _ in ctx.state["hi"]], np.int32)
-    return torch.from_numpy(cpu.abs_bits_histogram(base, agents, True, his, cpu.parts(base.size)))
+    return torch.from_numpy(cpu.abs_bits_histogram(base, agents, True, his, cpu.hist_parts(base.size)))
 
 
 def _fused(base, agents, ctx: ChunkContext, out, peak) -> None:
