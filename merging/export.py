@@ -123,7 +123,9 @@ def _float_dtype(base: Checkpoint) -> str | None:
 def input_fingerprints(models: list[Checkpoint]) -> list[dict[str, Any]]:
     out = []
     for c in models:
-        out.append({"ref": c.ref.raw, "label": c.label, "revision": c.ref.revision,
+        # A Hub snapshot folder is named by its commit hash: record it, so a recipe pins what was merged.
+        resolved = c.folder.name if c.ref.kind == "hub" else None
+        out.append({"ref": c.ref.raw, "label": c.label, "revision": c.ref.revision, "commit": resolved,
                     "files": [{"name": h.path.name, "size": h.file_size, "header_sha256": h.header_sha256}
                               for h in c.headers]})
     return out
