@@ -78,3 +78,14 @@ def test_quick_refuses_committed_folder() -> None:
         main(["--quick"])
     with pytest.raises(SystemExit):
         main(["--quick", "--out", str(DEMO_DIR)])
+
+
+def test_quick_build_is_deterministic(quick_build: tuple[Path, float], tmp_path: Path) -> None:
+    out, _ = quick_build
+    proc = subprocess.run([sys.executable, "-m", "assets.demo.build", "--quick", "--out",
+                           str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("base", "code", "tool", "memory"):
+        a = (out / "models" / name / "model.safetensors").read_bytes()
+        b = (tmp_path / "models" / name / "model.safetensors").read_bytes()
+        assert a == b, name
