@@ -15,7 +15,7 @@ sel = state.selection()
 res = state.analysis_or_stop(sel)
 agents = res.agents
 
-top = st.columns([3, 2.4, 1.6], vertical_alignment="bottom")
+top = st.columns([2.8, 2.2, 2], vertical_alignment="bottom")
 eps = top[0].select_slider("ε: an element counts as changed when |τ| > ε", options=list(res.ladder),
                            value=state.DEFAULT_EPS if state.DEFAULT_EPS in res.ladder else res.ladder[0],
                            format_func=charts.eps_label, key="het_eps")
