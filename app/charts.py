@@ -211,11 +211,18 @@ def table1_bars(df: pd.DataFrame, model_col: str, metrics: list[str], agents: li
 
 
 def reward_curves(df: pd.DataFrame, agents: list[str], x: str, y: str, group: str) -> go.Figure:
+    """Raw reward per step (faint) and its moving average (solid), one colour per agent."""
     colors = agent_colors(agents)
     fig = go.Figure()
     for name, part in df.groupby(group, sort=False):
-        fig.add_scatter(x=part[x], y=part[y], mode="lines", name=str(name),
-                        line=dict(color=colors.get(str(name), None), width=2.5))
+        part = part.sort_values(x)
+        color = colors.get(str(name), None)
+        window = max(1, len(part) // 15)
+        fig.add_scatter(x=part[x], y=part[y], mode="lines", line=dict(color=color, width=1), opacity=0.25,
+                        showlegend=False, hoverinfo="skip")
+        fig.add_scatter(x=part[x], y=part[y].rolling(window, min_periods=1).mean(), mode="lines", name=str(name),
+                        line=dict(color=color, width=2.5),
+                        hovertemplate=f"{name} · step %{{x}}: %{{y:.2f}} (moving average of {window})<extra></extra>")
     fig.update_xaxes(title=f"{x} (RL updates)")
     fig.update_yaxes(title=f"{y.replace('_', ' ')} (fraction correct)")
     return _layout(fig, height=340)

@@ -350,3 +350,21 @@ def test_without_demo_every_page_explains(env, tmp_path, monkeypatch):
         at.switch_page(f"views/{page}.py").run()
         assert not at.exception, page
         assert not at.error, page
+
+
+def test_dilution_falls_back_to_agent_accuracy(env, tmp_path, monkeypatch):
+    """Before table1.csv exists, the build's accuracy.csv (base and agents) is charted instead."""
+    import pandas as pd
+
+    from tests.conftest_app import build_demo
+
+    demo = build_demo(tmp_path / "models")
+    (tmp_path / "results").mkdir()
+    rows = [{"model": m, "split": "test", "task": t, "subset": "all", "n": 10, "correct": 3, "accuracy": 0.3}
+            for m in ("base", "code", "tool", "memory") for t in ("code", "tool", "memory")]
+    pd.DataFrame(rows).to_csv(tmp_path / "results" / "accuracy.csv", index=False)
+    monkeypatch.setenv("RAM_STUDIO_DEMO_ROOT", str(demo))
+    at = new_app()
+    at.switch_page("views/dilution.py").run()
+    no_problems(at)
+    assert len(at.get("plotly_chart")) == 3

@@ -102,7 +102,7 @@ st.header("Measured on the demo")
 st.markdown("The bundled demo trains three tiny RL agents (code, tool, memory) from one base, merges them, and "
             "scores every model on the three tasks.")
 results = state.demo_results()
-table1, log = results / "table1.csv", results / "training_log.csv"
+table1, log, acc = results / "table1.csv", results / "training_log.csv", results / "accuracy.csv"
 if not table1.exists() and not log.exists():
     st.info("The demo's results are not here yet (`assets/demo/results/table1.csv`, `training_log.csv`). They are "
             "produced by `python -m assets.demo.build`; this section fills in once they exist.",
@@ -117,6 +117,18 @@ if table1.exists():
         charts.show(charts.table1_bars(t, first, metrics, demo_agent_labels()), t,
                     "Look at each task's bar for RAM/RAM+ vs averaging: the unique skills should survive the merge.",
                     "table1")
+elif acc.exists():
+    with state.guard("Reading accuracy.csv"):
+        st.subheader("Accuracy of the base and the agents")
+        a = pd.read_csv(acc)
+        a = a[(a["subset"].astype(str) == "all") & (a["split"] == ("test" if (a["split"] == "test").any() else a["split"].iloc[0]))]
+        wide = (100 * a.pivot_table(index="model", columns="task", values="accuracy", sort=False)).round(2)
+        wide["avg"] = wide.mean(axis=1).round(2)
+        wide = wide.reset_index()
+        tasks = [t for t in ("code", "tool", "memory", "avg") if t in wide.columns]
+        charts.show(charts.table1_bars(wide, "model", tasks, demo_agent_labels()), wide,
+                    "Each agent should beat the base on its own task; the merges join this chart once "
+                    "table1.csv exists.", "accuracy")
 if log.exists():
     with state.guard("Reading training_log.csv"):
         st.subheader("RL reward during training")
@@ -130,5 +142,6 @@ if log.exists():
         else:
             agents = demo_agent_labels() or sorted(lg[group].astype(str).unique())
             charts.show(charts.reward_curves(lg, agents, "step", ycol, group), lg,
-                        "Each agent's reward should climb on its own task: the updates RAM must preserve.",
+                        "Solid = moving average: each agent's reward should climb on its own task — the skill "
+                        "its task vector carries.",
                         "reward_curves")
