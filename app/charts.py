@@ -128,17 +128,21 @@ def eps_curve(df: pd.DataFrame, agents: list[str], chosen: float | None = None) 
 def lambda_curve(lam: pd.DataFrame, agents: list[str], r: float, alpha: float, rule: str) -> go.Figure:
     """λ as a function of ρ for the chosen rule, with each agent's (ρ_t, λ_t) marked."""
     colors = agent_colors(agents)
+    # The interesting part of the curve is ρ ≲ 2α; agents beyond the range sit on the right edge (▶).
     finite = [v for v in lam["rho"] if math.isfinite(v)]
-    top = max([3.0, alpha * 1.5] + [v * 1.15 for v in finite])
+    top = min(max([3.0, alpha * 1.5] + [v * 1.15 for v in finite]), max(3.0, 2.5 * alpha))
     xs = [top * i / 200 for i in range(201)]
     ys = [1 + r * (min(max(x, 0), alpha) if rule == "clip" else x / (1 + x)) for x in xs]
     fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines", name=f"λ(ρ), {rule} rule",
                                line=dict(color="#555", width=2), hoverinfo="skip"))
     for _, row in lam.iterrows():
-        rho_v = row["rho"] if math.isfinite(row["rho"]) else top
-        fig.add_scatter(x=[rho_v], y=[row["lambda"]], mode="markers", name=row["agent"],
-                        marker=dict(color=colors.get(row["agent"], "#333"), size=13, line=dict(color="white", width=1.5)),
-                        hovertemplate=f"{row['agent']}: ρ=%{{x:.3f}}, λ=%{{y:.3f}}<extra></extra>")
+        beyond = not math.isfinite(row["rho"]) or row["rho"] > top
+        rho_text = "∞" if not math.isfinite(row["rho"]) else f"{row['rho']:.3g}"
+        fig.add_scatter(x=[top if beyond else row["rho"]], y=[row["lambda"]], mode="markers", name=row["agent"],
+                        marker=dict(color=colors.get(row["agent"], "#333"), size=13, line=dict(color="white", width=1.5),
+                                    symbol="triangle-right" if beyond else "circle"),
+                        hovertemplate=f"{row['agent']}: ρ={rho_text}, λ={row['lambda']:.4f}<extra></extra>",
+                        cliponaxis=False)
     fig.update_xaxes(title="ρ = shared / unique changed elements (ratio)", range=[0, top])
     fig.update_yaxes(title="λ (unique-update scale, ×)", range=[0.98, max(ys) + 0.02 + 0.05 * r])
     return _layout(fig, height=340)

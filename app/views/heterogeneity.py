@@ -15,12 +15,12 @@ sel = state.selection()
 res = state.analysis_or_stop(sel)
 agents = res.agents
 
-top = st.columns([2.8, 2.2, 2], vertical_alignment="bottom")
+top = st.columns([3, 1, 2], vertical_alignment="bottom")
 eps = top[0].select_slider("ε: an element counts as changed when |τ| > ε", options=list(res.ladder),
                            value=state.DEFAULT_EPS if state.DEFAULT_EPS in res.ladder else res.ladder[0],
                            format_func=charts.eps_label, key="het_eps")
-top[1].caption(f"{len(agents)} agents · {state.fmt_count(res.total_params)} params · "
-               + ("cached pass" if res.from_cache else f"analysed in {res.seconds:.1f} s"))
+top[0].caption(f"{len(agents)} agents · {state.fmt_count(res.total_params)} parameters · "
+               + ("statistics from the cache" if res.from_cache else f"analysed in {res.seconds:.1f} s"))
 buttons = top[2].container(horizontal=True, horizontal_alignment="right")
 buttons.download_button("All data", res.frame.to_csv(index=False).encode(), "analysis_statistics.csv", "text/csv",
                         key="csv_all_stats", icon=":material/download:",

@@ -71,7 +71,8 @@ def tuner() -> None:
             st.subheader("λ(ρ) with each agent's ρ_t")
             curve_df = lam[["agent", "shared", "unique", "rho", "lambda"]]
             charts.show(charts.lambda_curve(lam, agents, r, alpha, rule), curve_df,
-                        ("Each dot is an agent; past α the clip rule stops growing, so heavy overlap cannot explode λ."
+                        ("Each dot is an agent (▶ = ρ_t beyond the axis); past α the clip rule stops growing, so "
+                         "heavy overlap cannot explode λ."
                          if rule == "clip" else
                          "Each dot is an agent; the soft rule saturates towards 1 + r, gentler than clipping."),
                         "lambda_curve")
