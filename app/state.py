@@ -62,6 +62,33 @@ def demo_results() -> Path:
     return demo_root().parent / "results"
 
 
+def demo_accuracy() -> tuple["pd.DataFrame | None", str]:
+    """The demo's comparison table (rows = models, accuracy % per task + avg) and where it came from.
+
+    table1.csv (base, agents and every merge) when present, else accuracy.csv (base and agents only).
+    """
+    import pandas as pd
+
+    results = demo_results()
+    table1, acc = results / "table1.csv", results / "accuracy.csv"
+    if table1.exists():
+        t = pd.read_csv(table1)
+        return t.set_index(t.columns[0]).drop(columns=["params", "val_avg"], errors="ignore"), "table1.csv"
+    if acc.exists():
+        a = pd.read_csv(acc)
+        split = "test" if (a["split"] == "test").any() else a["split"].iloc[0]
+        a = a[a["split"] == split]
+        a = a.assign(key=[t if str(sub) == "all" else f"{t}@{sub}" for t, sub in zip(a["task"], a["subset"])])
+        wide = (100 * a.pivot_table(index="model", columns="key", values="accuracy", sort=False)).round(2)
+        tasks = [c for c in ("code", "tool", "memory") if c in wide.columns]
+        wide = wide[tasks + sorted((c for c in wide.columns if "@" in c), key=lambda c: (c.split("@")[0],
+                                                                                     int(c.split("@")[1])))]
+        wide["avg"] = wide[tasks].mean(axis=1).round(2)
+        wide.columns.name = None
+        return wide, "accuracy.csv"
+    return None, ""
+
+
 def selection() -> Selection | None:
     """The current selection; the bundled demo by default (None if the demo is missing)."""
     if SEL_KEY not in st.session_state:

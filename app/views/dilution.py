@@ -120,11 +120,7 @@ if table1.exists():
 elif acc.exists():
     with state.guard("Reading accuracy.csv"):
         st.subheader("Accuracy of the base and the agents")
-        a = pd.read_csv(acc)
-        a = a[(a["subset"].astype(str) == "all") & (a["split"] == ("test" if (a["split"] == "test").any() else a["split"].iloc[0]))]
-        wide = (100 * a.pivot_table(index="model", columns="task", values="accuracy", sort=False)).round(2)
-        wide["avg"] = wide.mean(axis=1).round(2)
-        wide = wide.reset_index()
+        wide = state.demo_accuracy()[0].reset_index(names="model")
         tasks = [t for t in ("code", "tool", "memory", "avg") if t in wide.columns]
         charts.show(charts.table1_bars(wide, "model", tasks, demo_agent_labels()), wide,
                     "Each agent should beat the base on its own task; the merges join this chart once "

@@ -227,19 +227,18 @@ def evaluate_section(folder: Path, method: str) -> None:
     table = comparison_table(rows)
     if table is not None:
         st.dataframe(table, width="stretch")
-        st.caption("Accuracy (%) on the demo's test split; rows marked 'this session' come from the button above.")
+        st.caption("Accuracy (%) on the demo's test split; rows marked 'this session' come from the button above, "
+                   "the others from the demo build.")
 
 
 def comparison_table(rows: dict) -> pd.DataFrame | None:
     frames = []
-    table1 = state.demo_results() / "table1.csv"
-    if table1.exists():
-        try:
-            t = pd.read_csv(table1)
-            first = t.columns[0]
-            frames.append(t.set_index(first))
-        except (OSError, ValueError, pd.errors.ParserError):
-            pass
+    try:
+        measured, _source = state.demo_accuracy()
+    except (OSError, ValueError, KeyError, pd.errors.ParserError):
+        measured = None  # an unreadable results file only hides those rows
+    if measured is not None:
+        frames.append(measured)
     if rows:
         frames.append(pd.DataFrame(rows).T)
     return pd.concat(frames) if frames else None
