@@ -44,7 +44,8 @@ def wait_merge(at: AppTest, seconds: float = 120) -> None:
     deadline = time.time() + seconds
     while time.time() < deadline:
         at.run()
-        if at.success or at.error or at.info:
+        finished = not at.button(key="start_merge").disabled  # disabled while this session's job runs
+        if finished and (at.success or at.error or at.info):
             return
         time.sleep(0.3)
     raise AssertionError("merge did not finish in time")
