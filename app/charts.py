@@ -191,11 +191,6 @@ def toy_heatmaps(panels: list[tuple[str, object]], zmax: float, colors: list[str
     return _layout(fig, height=190 * rows + 40, legend=False)
 
 
-def toy_magnitude_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
-    """Mean |τ_m| on each agent's unique elements relative to the agent's own, per method."""
-    return retention_bars(df, agents)
-
-
 # ---------------------------------------------------------------- Demo evidence
 
 def table1_bars(df: pd.DataFrame, model_col: str, metrics: list[str], agents: list[str]) -> go.Figure:

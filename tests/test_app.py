@@ -147,6 +147,11 @@ def test_dilution_page(env):
     no_problems(at)
     at.slider(key="toy_o0").set_value(1.0).run()
     no_problems(at)
+    for i in range(5):  # extremes: every agent dense and fully overlapping
+        at.slider(key=f"toy_d{i}").set_value(0.6)
+        at.slider(key=f"toy_o{i}").set_value(1.0)
+    at.run()
+    no_problems(at)
 
 
 def test_merge_writes_folder_that_loads(env, tmp_path):

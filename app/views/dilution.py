@@ -6,6 +6,7 @@ import streamlit as st
 import torch
 
 from app import charts, state
+from merging.methods.ram import overlap_masks
 from merging.tensor_merge import merge_in_memory
 
 ROWS, COLS = 8, 16  # 128 toy parameters per agent
@@ -21,20 +22,20 @@ def toy_taus(densities: list[float], overlaps: list[float], seed: int) -> torch.
     shared_n = [round(o * c) for o, c in zip(overlaps, counts)]
     pool = perm[: max(shared_n + [0])]
     rest = perm[len(pool):]
-    private = rest.chunk(n) if len(rest) else [rest] * n
+    private = torch.tensor_split(rest, n)  # always n (possibly empty) disjoint regions
     taus = torch.zeros(n, e)
     for t in range(n):
         own = torch.cat([pool[: shared_n[t]], private[t][: counts[t] - shared_n[t]]])
         mag = 0.5 + torch.rand(len(own), generator=g)
-        sign = torch.where(torch.rand(len(own), generator=g) < 0.8, 1.0, -1.0) * (1 if t % 2 == 0 else 1)
+        sign = torch.where(torch.rand(len(own), generator=g) < 0.8, 1.0, -1.0)  # mostly agreeing signs
         taus[t, own] = mag * sign
     return taus
 
 
 def unique_retention(taus: torch.Tensor, merged: dict[str, torch.Tensor], names: list[str]) -> pd.DataFrame:
     """Per agent and method: mean |τ_m| / mean |τ_t| over the agent's unique elements."""
-    active = taus.abs() > TOY_EPS
-    only = active & (active.sum(0) == 1)
+    active, count = overlap_masks(taus, TOY_EPS)  # m_t and c of Eq. 1, from the core
+    only = active & (count == 1)
     rows = []
     for t, name in enumerate(names):
         mask = only[t]
