@@ -374,3 +374,23 @@ def test_dilution_falls_back_to_agent_accuracy(env, tmp_path, monkeypatch):
     at.switch_page("views/dilution.py").run()
     no_problems(at)
     assert len(at.get("plotly_chart")) == 3
+
+
+def test_hub_selection_asks_before_downloading(env):
+    """Hub models are never downloaded implicitly; offline, the download attempt fails readably."""
+    at = new_app()
+    at.switch_page("views/models.py").run()
+    preset = next(o for o in at.radio(key="model_source").options if "Llama" in o)
+    at.radio(key="model_source").set_value(preset).run()
+    at.button(key="use_models").click().run()
+    no_problems(at)
+    at.switch_page("views/heterogeneity.py").run()
+    assert not at.exception
+    assert any("not downloaded yet" in w.value for w in at.warning)
+    assert not at.get("plotly_chart")
+    at.button(key="download_and_analyse").click().run()
+    assert not at.exception
+    assert at.error and "Hub" in at.error[0].value
+    at.switch_page("views/dilution.py").run()  # the rest of the app still works
+    no_problems(at)
+    assert at.get("plotly_chart")
