@@ -38,7 +38,9 @@ def merge(models: Path, method: str, out: Path, params: dict[str, float]) -> Non
             "eps": "--eps", "r": "--r", "alpha": "--alpha"}
     cmd = [sys.executable, "-m", "merging", "merge", str(models / "base"),
            *[str(models / a) for a in AGENTS], "--method", method, "--out", str(out),
-           "--seed", str(SEED), "--overwrite", "--quiet"]
+           "--overwrite", "--quiet"]
+    if method.startswith("dare"):
+        cmd += ["--seed", str(SEED)]
     for key, value in params.items():
         cmd += [flag[key], str(value)]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -97,11 +99,12 @@ def run(models: Path, out_dir: Path, val_limit: int | None, test_limit: int | No
                                          for d in DENSITIES for lam in LAMBDAS]),
         }
         ta_lam = chosen["task_arithmetic"]["lambda"]
-        ties_lam, ties_d = chosen["ties"]["lambda"], chosen["ties"]["density"]
+        ties_lam = chosen["ties"]["lambda"]
         chosen["dare_ta"] = search.best("dare_ta", [{"lambda": ta_lam, "drop_rate": p}
                                                      for p in DROP_RATES])
-        chosen["dare_ties"] = search.best("dare_ties", [{"lambda": ties_lam, "density": ties_d,
-                                                         "drop_rate": p} for p in DROP_RATES])
+        # The core CLI's dare_ties has no trim step (drop, elect sign, disjoint mean, λ).
+        chosen["dare_ties"] = search.best("dare_ties", [{"lambda": ties_lam, "drop_rate": p}
+                                                        for p in DROP_RATES])
         chosen["ram"] = search.best("ram", [{"eps": RAM_DEFAULTS["eps"]}])
         chosen["ram_plus"] = search.best("ram_plus", [dict(RAM_DEFAULTS)])
         for method, rec in chosen.items():

@@ -10,6 +10,7 @@ import ast
 import hashlib
 import random
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
@@ -113,7 +114,9 @@ def _gen_tool(rng: random.Random) -> tuple[str, str, str]:
 def parse_calls(text: str) -> list[tuple[str, tuple[tuple[str, object], ...]]] | None:
     """Parse `[f(k=v,...),...]` into sorted (name, sorted kwargs) tuples; None if malformed."""
     try:
-        node = ast.parse(text.strip(), mode="eval").body
+        with warnings.catch_warnings():  # model outputs like `1a` trigger SyntaxWarning
+            warnings.simplefilter("ignore")
+            node = ast.parse(text.strip(), mode="eval").body
     except (SyntaxError, ValueError):
         return None
     if not isinstance(node, ast.List):
