@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from app import jobs, state
+from merging.compat import POLICIES, POLICY_HELP
 from merging.errors import RamStudioError
 from merging.methods import METHODS, get_method
 from merging.recipe import MergeSpec
@@ -63,7 +64,7 @@ def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
 
 
 def start(sel: state.Selection, method: str, params: dict, out: str, shard: str, dtype: str | None,
-          overwrite: bool) -> None:
+          overwrite: bool, policy: str = "error") -> None:
     """Validate, then hand the merge to the job manager (errors are shown, nothing starts)."""
     get_method(method).resolve_params(params)  # readable error for a bad value, before any thread starts
     if not out.strip():
@@ -76,7 +77,7 @@ def start(sel: state.Selection, method: str, params: dict, out: str, shard: str,
     except OSError as exc:
         raise RamStudioError(f"cannot create {target.parent} ({exc.strerror}).",
                              "Choose a folder you can write to.") from None
-    spec = MergeSpec(sel.base, list(sel.agents), method, params, str(target), dtype, shard)
+    spec = MergeSpec(sel.base, list(sel.agents), method, params, str(target), dtype, shard, on_mismatch=policy)
     job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite)
     st.session_state[JOB_KEY] = job.id
 
@@ -264,12 +265,13 @@ names = list(METHODS)
 method = st.selectbox("Method", names, index=names.index(default_method(tuned)), key="merge_method",
                       format_func=lambda n: f"{n} — {METHODS[n].summary}", disabled=mine_running)
 params = param_widgets(method, tuned, mine_running)
-c = st.columns([5, 1.2, 1.2], vertical_alignment="bottom")
+c = st.columns([4.2, 1.2, 1.2, 1.2], vertical_alignment="bottom")
 out = c[0].text_input("Output folder", value=default_out(sel, method), key=f"merge_out_{method}",
                       disabled=mine_running, help="Created if missing; must be empty unless you allow overwriting.")
 shard = c[1].selectbox("Shard size", SHARD_SIZES, index=SHARD_SIZES.index("5GB"), key="merge_shard",
                        disabled=mine_running)
 dtype = c[2].selectbox("Output dtype", list(DTYPES), key="merge_dtype", disabled=mine_running)
+policy = c[3].selectbox("On mismatch", list(POLICIES), key="merge_policy", disabled=mine_running, help=POLICY_HELP)
 row = st.container(horizontal=True, vertical_alignment="center")
 go = row.button("Start merge", type="primary", icon=":material/play_arrow:", key="start_merge", disabled=mine_running)
 overwrite = row.checkbox("Overwrite an existing folder", key="merge_overwrite", disabled=mine_running,
@@ -284,7 +286,7 @@ if other is not None and not mine_running:
                icon=":material/hourglass_top:")
 if go:
     try:
-        start(sel, method, params, out, shard, DTYPES[dtype], overwrite)
+        start(sel, method, params, out, shard, DTYPES[dtype], overwrite, policy)
     except RamStudioError as exc:
         state.show_error(exc, "Starting the merge")
     else:
