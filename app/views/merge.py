@@ -20,6 +20,7 @@ from merging.recipe import MergeSpec
 JOB_KEY = "merge_job"
 EVAL_KEY = "eval_rows"
 ZIP_LIMIT = 300e6  # offer a zip download only below this size
+STEPS = {"eps": 1e-6, "r": 0.01, "alpha": 0.1, "lambda": 0.05, "density": 0.05, "drop_rate": 0.05}
 SHARD_SIZES = ["100MB", "500MB", "1GB", "2GB", "5GB", "10GB"]
 DTYPES = {"as base": None, "BF16": "BF16", "F16": "F16", "F32": "F32"}
 
@@ -52,8 +53,8 @@ def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
             values[p.name] = col.number_input(p.name, value=int(value or 0), step=1, help=p.help, key=key,
                                               disabled=disabled)
         elif p.kind is float:
-            values[p.name] = col.number_input(p.name, value=float(value), format="%g", step=None, help=p.help,
-                                              key=key, disabled=disabled)
+            values[p.name] = col.number_input(p.name, value=float(value), format="%g", step=STEPS.get(p.name, 0.01),
+                                              help=p.help, key=key, disabled=disabled)
         else:
             text = col.text_input(p.name, "" if value is None else str(value), help=p.help, key=key,
                                   disabled=disabled)
