@@ -394,3 +394,19 @@ def test_hub_selection_asks_before_downloading(env):
     at.switch_page("views/dilution.py").run()  # the rest of the app still works
     no_problems(at)
     assert at.get("plotly_chart")
+
+
+def test_every_method_has_a_form_and_average_merges(env, tmp_path):
+    from merging.methods import METHODS
+
+    at = new_app()
+    at.switch_page("views/merge.py").run()
+    for name in METHODS:
+        at.selectbox(key="merge_method").set_value(name).run()
+        no_problems(at)
+    at.selectbox(key="merge_method").set_value("average").run()
+    at.text_input(key="merge_out_average").set_value(str(tmp_path / "avg")).run()
+    at.button(key="start_merge").click().run()
+    wait_merge(at)
+    no_problems(at)
+    assert (tmp_path / "avg" / "config.json").exists()
