@@ -97,7 +97,7 @@ def signal_retention(result: AnalysisResult, eps: float, r: float, alpha: float,
     ta = 1.0 / n if ta_lambda is None else ta_lambda
     rows = []
     for agent in result.agents:
-        for method, factor in [("average", 1.0 / n), (f"task arithmetic (λ={ta:g})", ta), ("RAM", 1.0),
+        for method, factor in [("average", 1.0 / n), (f"task arithmetic (λ={ta:.3g})", ta), ("RAM", 1.0),
                                ("RAM+", float(lam.get(agent, 1.0)))]:
             rows.append({"agent": agent, "method": method, "retention": factor,
                          "unique_norm": float(norms.get(agent, 0.0)),
