@@ -193,10 +193,19 @@ def ratio(a: Optional[float], b: Optional[float]) -> str:
     return f"{a / b:.2f}" if a is not None and b else "-"
 
 
-def print_table(rows: list[Row]) -> None:
+def load_baseline(path: str) -> list[Row]:
+    """Floor and mergekit rows of an earlier results JSON (to get ratios in split runs)."""
+    with open(path) as f:
+        doc = json.load(f)
+    return [Row(**{**x, "name": x["name"] + " (baseline)"}) for x in doc["rows"]
+            if x["group"] in ("floor", "mergekit") and x["status"] == "ok"]
+
+
+def print_table(rows: list[Row], baseline: Optional[list[Row]] = None) -> None:
     """Print times with ratios to F and to mergekit's time for the same method."""
-    floor = next((r.wall_s for r in rows if r.group == "floor" and r.status == "ok"), None)
-    mk = {r.method: r.wall_s for r in rows if r.group == "mergekit" and r.status == "ok"}
+    ref = rows + (baseline or [])
+    floor = next((r.wall_s for r in ref if r.group == "floor" and r.status == "ok"), None)
+    mk = {r.method: r.wall_s for r in ref if r.group == "mergekit" and r.status == "ok"}
     our_to_mk = {m: v[1] for m, v in OUR_METHODS.items()}
     print(f"\n{'command':34} {'status':8} {'wall s':>8} {'xF':>6} {'xMK':>6} {'VmRSS MB':>9} {'Anon MB':>8} {'out GB':>7}")
     for r in rows:
@@ -224,12 +233,19 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     ap.add_argument("--mergekit-shard-size", default=None, help="mergekit --out-shard-size (default: its 5B)")
     ap.add_argument("--timeout", type=float, default=None, help="per-command timeout in seconds")
     ap.add_argument("--results", help="results JSON path (default under .bench/results)")
+    ap.add_argument("--baseline", help="earlier results JSON whose floor/mergekit rows give the ratios")
+    ap.add_argument("--table", help="only print the table of an existing results JSON")
     return ap.parse_args(argv)
 
 
 def main(argv: Optional[list[str]] = None) -> None:
     """Run the selected benchmarks, print the table, write the JSON results."""
     args = parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            rows = [Row(**x) for x in json.load(f)["rows"]]
+        print_table(rows, load_baseline(args.baseline) if args.baseline else None)
+        return
     only = set(args.only.split(",")) if args.only else None
     want = (lambda m: only is None or m in only)
     if not os.path.exists(os.path.join(MERGEKIT_VENV, "bin", "mergekit-yaml")) and not args.skip_mergekit:
@@ -245,7 +261,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             if not args.skip_check and want("check"):
                 r.correctness()
     finally:
-        print_table(r.rows)
+        print_table(r.rows, load_baseline(args.baseline) if args.baseline else None)
         for c in r.checks:
             print("check:", json.dumps(c))
         os.makedirs(os.path.join(BENCH, "results"), exist_ok=True)
