@@ -222,12 +222,12 @@ def _elect_mean(vals):
     total = _ZERO
     for t in range(n):
         total += vals[t]
-    elected = _ONE if total >= _ZERO else np.float32(-1.0)
+    positive = total >= _ZERO
     agree_sum = _ZERO
     count = 0
     for t in range(n):
         v = vals[t]
-        if v != _ZERO and np.sign(v) == elected:
+        if (v > _ZERO) if positive else (v < _ZERO):  # sign(v) equals the elected sign, v ≠ 0
             agree_sum += v
             count += 1
     if count == 0:
@@ -267,8 +267,8 @@ def dare(base, agents, keys, offset, p_drop, scale, lam, ties_mode, out, peak):
 
 @nb.njit(parallel=True, cache=True, nogil=True)
 def abs_bits_histogram(base, agents, fine, his, nparts):
-    """TIES passes: per-agent histogram of the high 16 bits of |τ|'s float32 pattern (coarse), or of the
-    low 16 bits of the elements whose high bits equal his[t] (fine)."""
+    """TIES passes: per-partition, per-agent histogram (nparts, N, bins) of the high 16 bits of |τ|'s
+    float32 pattern (coarse), or of the low 16 bits of the elements whose high bits equal his[t] (fine)."""
     n, e = len(agents), base.shape[0]
     bins = 65536 if fine else 32768
     acc = np.zeros((nparts, n, bins), np.int64)
@@ -289,38 +289,43 @@ def abs_bits_histogram(base, agents, fine, his, nparts):
                             acc[p, t, bits[j] & 0xFFFF] += 1
                     else:
                         acc[p, t, bits[j] >> 16] += 1
-    return acc.sum(axis=0)
+    return acc
 
 
-@nb.njit(cache=True, nogil=True)
-def ties_merge(base, agents, thresholds, keep_equal, seen_equal, lam, out, peak):
-    """TIES merge of one chunk: exact top-k trim (ties broken by flat index, hence sequential), sign
-    election, disjoint mean, × λ. `seen_equal` carries the tie count from earlier chunks."""
+@nb.njit(parallel=True, cache=True, nogil=True)
+def _ties_partitions(base, agents, thr, keep_equal, first_rank, lam, out, peak):
+    """TIES merge where partition p's first threshold-equal element of agent t has rank first_rank[p, t]."""
     n, e = len(agents), base.shape[0]
-    scratch = np.empty((n + 1, BLOCK), np.uint32)
-    mag = np.empty(BLOCK, np.float32)
-    bits = mag.view(np.int32)
-    keep = np.empty((n, BLOCK), np.bool_)
-    vals = np.empty(n, np.float32)
-    for s in range(0, e, BLOCK):
-        u = min(s + BLOCK, e)
-        b, a = _load(base, agents, s, u, scratch)
-        for t in range(n):
+    nparts = peak.shape[0]
+    for p in nb.prange(nparts):
+        lo, hi = _span(e, nparts, p)
+        scratch = np.empty((n + 1, BLOCK), np.uint32)
+        vals = np.empty(n, np.float32)
+        seen = first_rank[p].copy()
+        for s in range(lo, hi, BLOCK):
+            u = min(s + BLOCK, hi)
+            b, a = _load(base, agents, s, u, scratch)
             for j in range(u - s):
-                x = abs(a[t, j] - b[j])
-                mag[j] = x
-                _note_peak(peak, 0, t, x)
-            thr = thresholds[t]
-            for j in range(u - s):
-                if bits[j] > thr:
-                    keep[t, j] = True
-                elif bits[j] == thr:
-                    seen_equal[t] += 1
-                    keep[t, j] = seen_equal[t] <= keep_equal[t]
-                else:
-                    keep[t, j] = False
-        for j in range(u - s):
-            b0 = b[j]
-            for t in range(n):
-                vals[t] = (a[t, j] - b0) * (_ONE if keep[t, j] else _ZERO)
-            out[s + j] = b0 + _elect_mean(vals) * lam
+                b0 = b[j]
+                for t in range(n):
+                    tau = a[t, j] - b0
+                    x = abs(tau)
+                    _note_peak(peak, p, t, x)
+                    keep = x > thr[t]
+                    if x == thr[t]:
+                        seen[t] += 1
+                        keep = seen[t] <= keep_equal[t]
+                    vals[t] = tau * (_ONE if keep else _ZERO)
+                out[s + j] = b0 + _elect_mean(vals) * lam
+
+
+def ties_merge(base, agents, thresholds, keep_equal, first_rank, lam, out, peak):
+    """TIES merge of one chunk: exact top-k trim with ties at the threshold kept in flat-index order,
+    sign election, disjoint mean, × λ. `thresholds` are |τ| bit patterns (−1: keep all, int32 max:
+    keep none); for non-negative floats, comparing values orders them as their bits do. Partition p
+    (of peak.shape[0]) starts counting agent t's threshold-equal elements at first_rank[p, t], which
+    the fine pass's per-partition histograms provide, so partitions run in parallel."""
+    thr = thresholds.astype(np.int32).view(np.float32).copy()
+    thr[thresholds < 0] = -1.0  # every |τ| ≥ 0 is above: keep all
+    thr[thresholds == np.iinfo(np.int32).max] = np.inf  # no finite |τ| reaches it: keep none
+    _ties_partitions(base, agents, thr, keep_equal, first_rank, lam, out, peak)

@@ -40,9 +40,9 @@ def _coarse_reduce(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
 
 def _select_bin(hist: torch.Tensor, rank: int) -> tuple[int, int]:
     """Bin holding the rank-th largest element (rank ≥ 1) and that element's rank inside the bin."""
-    above = torch.flip(hist, [0]).cumsum(0)  # counts of elements in bins ≥ each bin, from the top
-    pos = int(torch.searchsorted(above, torch.tensor(rank, dtype=above.dtype)))
-    b = hist.numel() - 1 - pos
+    above = np.cumsum(hist.numpy()[::-1])  # counts of elements in bins ≥ each bin, from the top
+    pos = int(np.searchsorted(above, rank))  # first bin (from the top) reaching the rank
+    b = len(above) - 1 - pos
     before = int(above[pos - 1]) if pos > 0 else 0
     return b, rank - before
 
@@ -113,14 +113,18 @@ def _fused_coarse(base, agents, ctx: ChunkContext) -> torch.Tensor:
     from ..kernels import cpu
 
     dummy = np.zeros(len(agents), np.int32)
-    return torch.from_numpy(cpu.abs_bits_histogram(base, agents, False, dummy, cpu.hist_parts(base.size)))
+    return torch.from_numpy(cpu.abs_bits_histogram(base, agents, False, dummy, cpu.hist_parts(base.size)).sum(0))
 
 
 def _fused_fine(base, agents, ctx: ChunkContext) -> torch.Tensor:
     from ..kernels import cpu
 
     his = np.array([h if h is not None else -1 for h, _ in ctx.state["hi"]], np.int32)
-    return torch.from_numpy(cpu.abs_bits_histogram(base, agents, True, his, cpu.hist_parts(base.size)))
+    parts = cpu.abs_bits_histogram(base, agents, True, his, cpu.hist_parts(base.size))
+    # Kept per chunk and partition: once the threshold is known, they say how many threshold-equal
+    # elements come before each partition, so the merge can run partitions in parallel.
+    ctx.state.setdefault("fine_parts", {})[ctx.offset] = parts
+    return torch.from_numpy(parts.sum(0))
 
 
 def _fused(base, agents, ctx: ChunkContext, out, peak) -> None:
@@ -128,14 +132,25 @@ def _fused(base, agents, ctx: ChunkContext, out, peak) -> None:
     from ..kernels import cpu
 
     n, k = len(agents), ctx.state["k"]
-    if k >= ctx.numel or k <= 0:
+    parts = ctx.state.get("fine_parts", {}).pop(ctx.offset, None)
+    nparts = cpu.hist_parts(base.size)
+    if k >= ctx.numel or k <= 0 or parts is None:
         thr = np.full(n, -1 if k > 0 else np.iinfo(np.int32).max, np.int32)
         keep_equal = np.zeros(n, np.int64)
+        equal = np.zeros((nparts, n), np.int64)
     else:
         thr = np.array(ctx.state["threshold"], np.int32)
         keep_equal = np.array(ctx.state["keep_equal"], np.int64)
-    cpu.ties_merge(base, agents, thr, keep_equal, ctx.state["seen_equal"], np.float32(ctx.params["lambda"]), out,
-                   peak[:1])  # sequential kernel: one partition
+        lows = thr & 0xFFFF
+        equal = parts[:, np.arange(n), lows]  # (nparts, N): threshold-equal elements per partition
+    first = np.zeros_like(equal)
+    first[1:] = np.cumsum(equal, axis=0)[:-1]
+    first += ctx.state["seen_equal"][None, :]
+    own_peak = np.zeros((nparts, n), np.float32)
+    cpu.ties_merge(base, agents, thr, keep_equal, first, np.float32(ctx.params["lambda"]), out, own_peak)
+    ctx.state["seen_equal"] += equal.sum(axis=0)
+    peak[:] = 0
+    peak[0] = own_peak.max(axis=0)
 
 
 def _passes(p: dict) -> tuple[TensorPass, ...]:
