@@ -23,22 +23,13 @@ class Busy(RamStudioError):
 
 
 @dataclass
-class Job:
-    """One merge: its spec, owner session, live progress and outcome."""
+class _Timed:
+    """Status and timing shared by merge and evaluation jobs."""
 
-    id: str
-    spec: MergeSpec
-    owner: str
-    out: Path
-    cancel: threading.Event = field(default_factory=threading.Event)
-    status: str = "running"  # running | done | failed | cancelled
-    phase: str = "starting"
-    progress: Progress | None = None
-    result: object | None = None  # merging.export.MergeResult
+    status: str = "running"
     error: tuple[str, str] | None = None  # (message, hint)
     started: float = field(default_factory=time.time)
     finished: float | None = None
-    thread: threading.Thread | None = field(default=None, repr=False)
 
     @property
     def running(self) -> bool:
@@ -50,25 +41,29 @@ class Job:
 
 
 @dataclass
-class EvalJob:
-    """Evaluation of one merged folder on the demo tasks, in a worker thread."""
+class Job(_Timed):
+    """One merge: its spec, owner session, live progress and outcome (status: running | done | failed |
+    cancelled)."""
 
-    id: str
-    folder: Path
-    label: str
-    status: str = "running"  # running | done | failed
+    id: str = ""
+    spec: MergeSpec | None = None
+    owner: str = ""
+    out: Path = Path()
+    cancel: threading.Event = field(default_factory=threading.Event)
+    phase: str = "starting"
+    progress: Progress | None = None
+    result: object | None = None  # merging.export.MergeResult
+    thread: threading.Thread | None = field(default=None, repr=False)
+
+
+@dataclass
+class EvalJob(_Timed):
+    """Evaluation of one merged folder on the demo tasks, in a worker thread (running | done | failed)."""
+
+    id: str = ""
+    folder: Path = Path()
+    label: str = ""
     row: dict | None = None  # accuracy (%) per task, as in the demo's Table 1
-    error: tuple[str, str] | None = None
-    started: float = field(default_factory=time.time)
-    finished: float | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.status == "running"
-
-    @property
-    def elapsed(self) -> float:
-        return (self.finished or time.time()) - self.started
 
 
 class JobManager:
@@ -103,7 +98,7 @@ class JobManager:
             if other is not None and other != owner:
                 raise RamStudioError(f"output folder {out} was written by another session.",
                                      "Choose a different output folder.")
-            job = Job(uuid.uuid4().hex[:10], spec, owner, out)
+            job = Job(id=uuid.uuid4().hex[:10], spec=spec, owner=owner, out=out)
             self.jobs[job.id] = job
             self.written_by[out] = owner
         job.thread = threading.Thread(target=self._work, args=(job, overwrite, runner), daemon=True,
@@ -145,7 +140,7 @@ class JobManager:
             for ev in self.evals.values():
                 if ev.running and ev.folder == folder:
                     return ev
-            ev = EvalJob(uuid.uuid4().hex[:10], folder, label)
+            ev = EvalJob(id=uuid.uuid4().hex[:10], folder=folder, label=label)
             self.evals[ev.id] = ev
 
         def work() -> None:
