@@ -163,12 +163,10 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     rounds = len(method.passes(params)) + 1
     fused = device.type == "cpu" and kernels_enabled()
     reader = AlignedReader(base, agents)
-    per_elem = [sum(ITEMSIZE[c.tensors[n].dtype] if n in c.tensors else 0 for c in [base, *agents])
-                for n in tensor_order(base)]
-    total = 0
-    for n, b in zip(tensor_order(base), per_elem):
-        e = base.tensors[n]
-        total += e.numel * b * (rounds if e.dtype in FLOAT_CODES else 1)
+    # Bytes of input behind one element of each tensor (base + agents), for progress in bytes.
+    per_elem = {n: sum(ITEMSIZE[c.tensors[n].dtype] for c in [base, *agents] if n in c.tensors)
+                for n in base.tensors}
+    total = sum(e.numel * per_elem[n] * (rounds if e.dtype in FLOAT_CODES else 1) for n, e in base.tensors.items())
     tracker = ProgressTracker("merge", total, len(base.tensors), progress)
     writer = BackgroundWriter()
     peaks = torch.zeros(len(agents), dtype=torch.float64)
@@ -181,12 +179,10 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                 raise MergeCancelled()
             span = data.span
             entry = base.tensors[span.tensor]
-            step = span.numel * sum(ITEMSIZE[c.tensors[span.tensor].dtype] if span.tensor in c.tensors else 0
-                                    for c in [base, *agents])
+            step = span.numel * per_elem[span.tensor]
             if entry.dtype not in FLOAT_CODES:
                 _check_equal_non_float(data, labels)
                 out = data.base
-                r = rounds - 1
             else:
                 if merger is None or merger.ctx.tensor != span.tensor:
                     merger = TensorMerger(method, params, span.tensor, entry.numel, keys, shared, fused=fused)
