@@ -49,6 +49,8 @@ class OverlapAccumulator:
             states = self._tables["states"]
             self._counts = torch.zeros(states, dtype=torch.float64)
             self._sq = torch.zeros(n, states, dtype=torch.float64)
+            # The kernel's squares, binned by (k_t, max over other agents of k_s): (N, (L+1)²).
+            self._sq_km = torch.zeros(n, (L + 1) ** 2, dtype=torch.float64)
         else:
             self._acc = TensorStats(*(torch.zeros(n, L, dtype=torch.int64) for _ in range(3)),
                                     torch.zeros(n, L, n, dtype=torch.int64),
@@ -67,7 +69,7 @@ class OverlapAccumulator:
         counts, sq = cpu.overlap_histogram(base, agents, self._ladder_t.numpy(), cpu.hist_parts(base.size))
         self._counts += torch.from_numpy(counts).double()
         sq_t = torch.from_numpy(sq)
-        self._sq += sq_t
+        self._sq_km += sq_t
         return bool(torch.isfinite(sq_t.sum()))
 
     def add(self, taus: torch.Tensor) -> bool:
@@ -131,9 +133,17 @@ class OverlapAccumulator:
         def sq_per(ind: torch.Tensor) -> torch.Tensor:
             return torch.einsum("ts,stj->tj", self._sq, ind)
 
+        # t is unique at ε_j iff k_t > j and every other agent's k ≤ j; shared iff some other k > j.
+        km = self._sq_km.view(n, L + 1, L + 1)
+        k = torch.arange(L + 1).view(L + 1, 1, 1)
+        m = torch.arange(L + 1).view(1, L + 1, 1)
+        j = torch.arange(L).view(1, 1, L)
+        uniq_km = torch.einsum("tkm,kmj->tj", km, ((k > j) & (m <= j)).double())
+        shared_km = torch.einsum("tkm,kmj->tj", km, ((k > j) & (m > j)).double())
+
         hist = (counts @ tb["hist"].reshape(tb["states"], -1)).reshape(n, L, n).round().to(torch.int64)
         out = TensorStats(per(tb["active"]), per(tb["shared"]), per(tb["unique"]), hist,
-                          sq_per(tb["unique"]), sq_per(tb["shared"]), per(tb["conflict"]))
+                          sq_per(tb["unique"]) + uniq_km, sq_per(tb["shared"]) + shared_km, per(tb["conflict"]))
         self._reset()
         return out
 

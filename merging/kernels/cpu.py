@@ -93,16 +93,20 @@ def peak_abs_tau(base, agents, nparts):
 
 @nb.njit(parallel=True, cache=True, nogil=True)
 def overlap_histogram(base, agents, ladder, nparts):
-    """Joint-state histogram (counts, Σ τ_t² per state) for the analysis pass (see analysis/overlap.py)."""
+    """Joint-state counts for the analysis pass (see analysis/overlap.py), and Σ τ_t² binned by
+    (k_t, max_{s≠t} k_s) — agent t's ladder bucket and the highest bucket of any other agent — which is
+    all the unique/shared norms need (t is unique at ε_j iff k_t > j ≥ that max) in a table that stays
+    in L1 cache, instead of one per joint state."""
     n, e = len(agents), base.shape[0]
     L = ladder.shape[0]
     s_ = 2 * (L + 1)
     states = s_ ** n
     counts = np.zeros((nparts, states), np.int64)
-    sq = np.zeros((nparts, n, states), np.float64)
+    sq = np.zeros((nparts, n, (L + 1) * (L + 1)), np.float64)
     for p in nb.prange(nparts):
         lo, hi = _span(e, nparts, p)
         scratch = np.empty((n + 1, BLOCK), np.uint32)
+        ks = np.empty(n, np.int64)
         for s in range(lo, hi, BLOCK):
             u = min(s + BLOCK, hi)
             b, a = _load(base, agents, s, u, scratch)
@@ -118,13 +122,18 @@ def overlap_histogram(base, agents, ladder, nparts):
                     else:
                         while k < L and ladder[k] < x:
                             k += 1
+                    ks[t] = k
                     code += (2 * k + (1 if tau > _ZERO else 0)) * mul
                     mul *= s_
                 counts[p, code] += 1
                 for t in range(n):
                     tau64 = np.float64(a[t, j] - b[j])
                     if tau64 != 0.0:  # most elements of a sparse agent: nothing to add
-                        sq[p, t, code] += tau64 * tau64
+                        m = 0
+                        for q in range(n):
+                            if q != t and ks[q] > m:
+                                m = ks[q]
+                        sq[p, t, ks[t] * (L + 1) + m] += tau64 * tau64
     return counts.sum(axis=0), sq.sum(axis=0)
 
 
