@@ -57,7 +57,6 @@ class Checkpoint:
         """Close open files (unmapping them) so finished shards stop counting towards resident memory."""
         self._handles.clear()
 
-    close = release
 
     def __enter__(self) -> "Checkpoint":
         return self

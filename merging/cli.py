@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Sequence
 

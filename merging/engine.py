@@ -13,7 +13,6 @@ from typing import Any, Callable, Iterator
 import torch
 
 from .checkpoint import Checkpoint
-from .device import to_compute
 from .dtypes import FLOAT_CODES, ITEMSIZE, ST_TO_TORCH
 from .errors import MergeCancelled, RamStudioError
 from .kernels import kernels_enabled
@@ -79,12 +78,6 @@ def tensor_order(base: Checkpoint) -> list[str]:
 def build_inputs(data: ChunkData, device: torch.device, fused: bool) -> ChunkInputs:
     """The chunk, converted to float32 on `device` lazily (the fused kernels read the stored values)."""
     return ChunkInputs(data.base, data.agents, device, keep_agents=fused)
-
-
-def build_taus(data: ChunkData, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Base chunk and task vectors τ_t = θ_t − θ0 as float32 (N, E) on `device`; absent agents give 0."""
-    chunk = build_inputs(data, device, fused=False)
-    return chunk.base, chunk.taus
 
 
 def peak_abs_tau(chunk: ChunkInputs, fused: bool) -> torch.Tensor:

@@ -151,7 +151,8 @@ def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, progress: Progr
     from analysis.stats import unique_labels  # the analysis package depends on us, not the other way round
 
     labels = unique_labels([a.label for a in agents])
-    report = check_compatibility(ModelHeaders.from_checkpoint(base), [ModelHeaders.from_checkpoint(a) for a in agents])
+    base_headers = ModelHeaders.from_checkpoint(base)
+    report = check_compatibility(base_headers, [ModelHeaders.from_checkpoint(a) for a in agents])
     report.enforce(spec.on_mismatch)
     notes = [f"{m.agent}: {m.kind} {m.tensor or ''} ({m.detail}) — handled by policy '{spec.on_mismatch}'"
              for m in report.mismatches]
@@ -160,9 +161,10 @@ def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, progress: Progr
     lambdas = None
     eps = method.global_counts_eps(params)
     if eps is not None:
+        from analysis.overlap import DEFAULT_LADDER
         from analysis.stats import analyze
 
-        ladder = sorted(set(_default_ladder()) | {eps})
+        ladder = sorted(set(DEFAULT_LADDER) | {eps})
         result = analyze(base, agents, ladder=ladder, device=spec.device, chunk_elems=spec.chunk_elems,
                          policy=spec.on_mismatch, progress=analysis_progress, cancel=cancel)
         counts = result.counts_at(eps)
@@ -175,7 +177,7 @@ def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, progress: Progr
 
     out = Path(spec.out)
     plan = output_plan(base, spec.out_dtype)
-    tmp = prepare_output(out, overwrite, estimate_bytes(ModelHeaders.from_checkpoint(base), spec.out_dtype))
+    tmp = prepare_output(out, overwrite, estimate_bytes(base_headers, spec.out_dtype))
     try:
         sink = ShardSetWriter(tmp, plan_shards(plan, shard_bytes), {"format": "pt"})
         engine = stream_merge(base, agents, method, params, shared, sink, out_dtype=spec.out_dtype, device=device,
@@ -209,9 +211,3 @@ def spec_with(spec: MergeSpec, params: dict[str, Any]) -> MergeSpec:
 
 def _finite_or_none(x: float) -> float | None:
     return x if x == x and x not in (float("inf"), float("-inf")) else None
-
-
-def _default_ladder() -> tuple[float, ...]:
-    from analysis.overlap import DEFAULT_LADDER
-
-    return DEFAULT_LADDER

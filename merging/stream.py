@@ -10,7 +10,6 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import torch
 
 from .checkpoint import Checkpoint
-from .dtypes import ITEMSIZE
 
 DEFAULT_CHUNK_ELEMS = 1 << 23  # 8M elements: 32 MB per model in float32
 
@@ -89,10 +88,6 @@ class AlignedReader:
         self._since_release = 0
         for c in [self.base, *self.agents]:
             c.release()
-
-
-def span_bytes(ckpt: Checkpoint, span: Span) -> int:
-    return span.numel * ITEMSIZE[ckpt.tensors[span.tensor].dtype]
 
 
 T = TypeVar("T")
