@@ -128,7 +128,7 @@ def test_tune_is_fast(env):
     from analysis import views
     from app import state
 
-    at = new_app().run()  # fills the analysis cache
+    new_app().run()  # fills the analysis cache
     res = state.cached_analysis(state.demo_selection())
     assert res is not None
     t0 = time.perf_counter()
