@@ -87,3 +87,25 @@ def test_tool_reward_partial_credit() -> None:
     assert reward(ex, "[weather(city='paris')]") == pytest.approx(2 / 3)
     assert reward(ex, "[weather(city='paris'") == 0.0
     assert reward(_ex("code", "3"), "3") == 1.0 and reward(_ex("code", "3"), "4") == 0.0
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_habits_are_well_formed_near_misses(task: str) -> None:
+    """The careless habit shown in part of the warm-up corpus parses like an answer but fails the
+    verifier whenever it differs from the right answer (and it often does)."""
+    exs = make_split(task, "train", 300)
+    wrong = [e for e in exs if e.habit != e.answer]
+    assert len(wrong) >= 0.3 * len(exs)
+    for e in wrong:
+        assert not verify(e, e.habit), e
+    for e in exs:
+        if task == "tool":
+            assert parse_calls(e.habit) is not None and len(parse_calls(e.habit)) == 1
+        else:
+            assert e.habit.lstrip("-").isdigit()
+
+
+def test_memory_needle_is_in_the_haystack() -> None:
+    for e in eval_set("memory", "test"):
+        key = e.prompt[e.prompt.index("?") + 1]
+        assert e.prompt.count(f"{key}={e.answer}") == 1 and e.prompt.count("=") == 1

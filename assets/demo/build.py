@@ -41,10 +41,11 @@ class BuildConfig:
     seed: int = 0
     model: dict = field(default_factory=lambda: {"hidden": 96, "layers": 3, "heads": 4,
                                                  "intermediate": 256})
-    warmup: WarmupConfig = WarmupConfig()
-    rl: RLConfig = RLConfig()
-    rl_steps: dict = field(default_factory=lambda: {"code": 300, "tool": 80, "memory": 300})
-    rl_lr: dict = field(default_factory=lambda: {"code": 3e-4, "tool": 1e-4, "memory": 3e-4})
+    warmup: WarmupConfig = WarmupConfig(steps=3000, weights=(("code", 1.0), ("tool", 0.8),
+                                                             ("memory", 1.5)))
+    rl: RLConfig = RLConfig(lr=1e-4)
+    rl_steps: dict = field(default_factory=lambda: {"code": 100, "tool": 50, "memory": 100})
+    rl_lr: dict = field(default_factory=dict)
     eval_limit: int | None = None
 
 
@@ -150,7 +151,7 @@ def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) ->
             df = evaluate_loaded(m, tok, TASKS, split, cfg.eval_limit)
             frames.append(df.assign(model=name, split=split))
     acc = pd.concat(frames, ignore_index=True)[["model", "split", "task", "subset", "n", "correct",
-                                                 "accuracy"]]
+                                                 "habit", "accuracy"]]
     acc.to_csv(results / "accuracy.csv", index=False)
     test = {name: acc[(acc.model == name) & (acc.split == "test")] for name in ("base",) + AGENTS}
     table = summary_table(test)

@@ -22,37 +22,46 @@ from .tasks import TASKS, Example, eval_set, verify
 BATCH_SIZE = 64
 
 
-def score_examples(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
-                   examples: Sequence[Example], batch_size: int = BATCH_SIZE) -> list[bool]:
-    """Greedy-decode each example (batched, prompts sorted by length) and verify the output."""
+def greedy_outputs(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
+                   examples: Sequence[Example], batch_size: int = BATCH_SIZE) -> list[str]:
+    """Greedy-decode each example (batched, prompts sorted by length); outputs in input order."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i].prompt))
-    correct = [False] * len(examples)
+    outputs = [""] * len(examples)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         batch = [examples[i] for i in idx]
         _, _, texts = generate(model, tokenizer, [e.prompt for e in batch],
                                MAX_NEW_TOKENS[batch[0].task])
-        for i, e, text in zip(idx, batch, texts):
-            correct[i] = verify(e, text)
-    return correct
+        for i, text in zip(idx, texts):
+            outputs[i] = text
+    return outputs
+
+
+def is_habit(example: Example, output: str) -> bool:
+    """True when a wrong output is exactly the task's careless habit (what RL has to unlearn)."""
+    return example.habit != example.answer and output.strip() == example.habit
 
 
 def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
                     tasks: Sequence[str] = TASKS, split: str = "test",
                     limit: int | None = None) -> pd.DataFrame:
-    """Tidy accuracy table for an already-loaded model (used during training too)."""
+    """Tidy accuracy table for an already-loaded model (used during training too); `habit`
+    counts outputs that are the careless habit answer."""
     rows = []
     torch.manual_seed(0)
     for task in tasks:
         examples = eval_set(task, split, limit)
-        ok = score_examples(model, tokenizer, examples)
-        frame = pd.DataFrame({"subset": [e.subset for e in examples], "ok": ok})
-        rows.append({"task": task, "subset": "all", "n": len(ok), "correct": int(sum(ok))})
+        outputs = greedy_outputs(model, tokenizer, examples)
+        frame = pd.DataFrame({"subset": [e.subset for e in examples],
+                              "ok": [verify(e, o) for e, o in zip(examples, outputs)],
+                              "habit": [is_habit(e, o) for e, o in zip(examples, outputs)]})
+        groups = [("all", frame)]
         if task == "memory":
-            for subset, grp in sorted(frame.groupby("subset"), key=lambda kv: int(kv[0])):
-                rows.append({"task": task, "subset": subset, "n": len(grp),
-                             "correct": int(grp["ok"].sum())})
-    df = pd.DataFrame(rows, columns=["task", "subset", "n", "correct"])
+            groups += sorted(frame.groupby("subset"), key=lambda kv: int(kv[0]))
+        for subset, grp in groups:
+            rows.append({"task": task, "subset": subset, "n": len(grp),
+                         "correct": int(grp["ok"].sum()), "habit": int(grp["habit"].sum())})
+    df = pd.DataFrame(rows, columns=["task", "subset", "n", "correct", "habit"])
     df["accuracy"] = df["correct"] / df["n"]
     return df
 

@@ -1,5 +1,12 @@
 """Toy agentic tasks (code / tool / memory) with deterministic generators and programmatic verifiers.
 
+Every example also carries a *habit*: the answer a careless agent typically gives (code: forgets
+the last operation; tool: makes only the first of several parallel calls; memory: answers with the
+last number it read instead of the needle). The end of the base's warm-up corpus is of mixed
+quality — a share of its demonstrations show the habit instead of the right answer — so the base
+is partially competent and RL from verifier rewards has a real behaviour to fix. Verifiers never accept a habit
+answer that differs from the right one.
+
 Splits are disjoint by construction: every prompt is assigned to exactly one split by a stable hash
 of its text (train 80 %, validation 10 %, test 10 %); each split's generator only keeps prompts
 whose hash bucket belongs to that split, and each split draws from its own seed range.
@@ -30,6 +37,7 @@ class Example:
     subset: str
     prompt: str
     answer: str
+    habit: str = ""  # the careless answer (equal to `answer` when the habit happens to be right)
 
 
 def split_of(prompt: str) -> str:
@@ -42,9 +50,13 @@ def split_of(prompt: str) -> str:
 _VARS = "abcxyz"
 
 
-def _gen_code(rng: random.Random) -> tuple[str, str, str]:
-    """A straight-line program of 1-3 assignments and a print of a small expression."""
-    n_assign = rng.randint(1, 3)
+Raw = tuple[str, str, str, str]  # prompt, answer, subset, habit
+
+
+def _gen_code(rng: random.Random) -> Raw:
+    """A straight-line program of 1-2 assignments and a print of a small expression; the habit
+    prints the variable and forgets the final operation."""
+    n_assign = rng.randint(1, 2)
     env: dict[str, int] = {}
     stmts = []
     for _ in range(n_assign):
@@ -64,7 +76,8 @@ def _gen_code(rng: random.Random) -> tuple[str, str, str]:
     k = rng.randint(1, 3) if op == "*" else rng.randint(1, 9)
     stmts.append(f"print({src}{op}{k})")
     prog = ";".join(stmts)
-    return "C:" + prog + SEPARATOR, str(_apply(env[src], op, k)), f"{n_assign}stmt"
+    return ("C:" + prog + SEPARATOR, str(_apply(env[src], op, k)), f"{n_assign}stmt",
+            str(env[src]))
 
 
 def _apply(a: int, op: str, b: int) -> int:
@@ -102,13 +115,14 @@ def _gen_call(rng: random.Random) -> tuple[str, str]:
     return f"call {who}", f"call(name='{who}')"
 
 
-def _gen_tool(rng: random.Random) -> tuple[str, str, str]:
-    """A request with 1-3 parallel intents; the answer is a list of calls."""
+def _gen_tool(rng: random.Random) -> Raw:
+    """A request with 1-3 parallel intents; the answer is a list of calls, the habit makes only
+    the first call."""
     k = rng.choice((1, 2, 2, 3))
     pairs = [_gen_call(rng) for _ in range(k)]
     prompt = "T:" + " and ".join(p for p, _ in pairs) + SEPARATOR
     answer = "[" + ",".join(c for _, c in pairs) + "]"
-    return prompt, answer, "single" if k == 1 else "parallel"
+    return prompt, answer, "single" if k == 1 else "parallel", f"[{pairs[0][1]}]"
 
 
 def parse_calls(text: str) -> list[tuple[str, tuple[tuple[str, object], ...]]] | None:
@@ -142,19 +156,21 @@ def verify_tool(example: Example, output: str) -> bool:
     return got is not None and got == parse_calls(example.answer)
 
 
-# ---------------------------------------------------------------- memory: needle among distractors
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+# ---------------------------------------------------------------- memory: needle in a haystack
+_HAYSTACK = "abcdefghijklmnopqrstuvwxyz0123456789"
+_KEYS = "ABCDEFGHJKLMNPQRSTUVWXYZ"
 
 
-def _gen_memory(rng: random.Random, length: int) -> tuple[str, str, str]:
-    """`k:vv` pairs (one-letter keys, two-digit values) filling about `length` characters;
-    the query names one key and the answer is its value (a needle among distractors)."""
-    n_pairs = min(len(_LETTERS), max(2, (length + 1) // 5))  # "k:42," is 5 characters
-    keys = rng.sample(_LETTERS, n_pairs)
-    values = [f"{rng.randint(0, 99):02d}" for _ in keys]
-    target = rng.randrange(n_pairs)
-    ctx = ",".join(f"{k}:{v}" for k, v in zip(keys, values))
-    return f"M:{ctx}?{keys[target]}{SEPARATOR}", values[target], str(length)
+def _gen_memory(rng: random.Random, length: int) -> Raw:
+    """RULER-style needle in a haystack: `length` characters of random letters and digits with
+    one `K=42` needle at a random place; the query names the key and the answer is its value.
+    The habit answers with the last two digits of the context (recency instead of retrieval)."""
+    key, value = rng.choice(_KEYS), f"{rng.randint(0, 99):02d}"
+    hay = [rng.choice(_HAYSTACK) for _ in range(max(1, length - 4))]
+    at = rng.randint(0, len(hay))
+    ctx = "".join(hay[:at]) + f"{key}={value}" + "".join(hay[at:])
+    habit = "".join(re.findall(r"\d", ctx)[-2:])
+    return f"M:{ctx}?{key}{SEPARATOR}", value, str(length), habit
 
 
 def verify_memory(example: Example, output: str) -> bool:
@@ -171,7 +187,7 @@ def verify(example: Example, output: str) -> bool:
     return VERIFIERS[example.task](example, output)
 
 
-def _draw(task: str, rng: random.Random, index: int) -> tuple[str, str, str]:
+def _draw(task: str, rng: random.Random, index: int) -> Raw:
     """Draw one raw example; memory cycles through its context lengths."""
     if task == "code":
         return _gen_code(rng)
@@ -190,12 +206,12 @@ def iter_examples(task: str, split: str, seed: int = 0) -> Iterator[Example]:
     seen: set[str] = set()
     index = 0
     while True:
-        prompt, answer, subset = _draw(task, rng, index)
+        prompt, answer, subset, habit = _draw(task, rng, index)
         if prompt in seen or split_of(prompt) != split:
             continue
         seen.add(prompt)
         index += 1
-        yield Example(task, subset, prompt, answer)
+        yield Example(task, subset, prompt, answer, habit)
 
 
 def make_split(task: str, split: str, n: int, seed: int = 0) -> list[Example]:
@@ -220,21 +236,21 @@ def all_prompts(examples: Sequence[Example]) -> set[str]:
     return {e.prompt for e in examples}
 
 
-TRAIN_MEMORY_LENGTHS: tuple[int, ...] = (8, 16, 32, 64, 128)  # short contexts: a curriculum
+TRAIN_MEMORY_LENGTHS: tuple[int, ...] = (16, 32, 64, 128)  # 16: a short-context curriculum
 
 
 def sample_train(task: str, rng: random.Random) -> Example:
     """One training example drawn with replacement from the train split (hash-filtered).
 
-    Memory training also uses very short contexts (8, 16 characters) so that the base can learn
-    the retrieval skill quickly; evaluation uses only MEMORY_LENGTHS."""
+    Memory training also uses 16-character contexts so that the base can learn the retrieval
+    skill quickly; evaluation uses only MEMORY_LENGTHS."""
     while True:
         if task == "memory":
-            prompt, answer, subset = _gen_memory(rng, rng.choice(TRAIN_MEMORY_LENGTHS))
+            prompt, answer, subset, habit = _gen_memory(rng, rng.choice(TRAIN_MEMORY_LENGTHS))
         else:
-            prompt, answer, subset = _draw(task, rng, 0)
+            prompt, answer, subset, habit = _draw(task, rng, 0)
         if split_of(prompt) == "train":
-            return Example(task, subset, prompt, answer)
+            return Example(task, subset, prompt, answer, habit)
 
 
 def reward(example: Example, output: str) -> float:

@@ -18,12 +18,17 @@ LogFn = Callable[[dict], None]
 
 @dataclass(frozen=True)
 class WarmupConfig:
-    """Supervised warm-up: batches of one task at a time, tasks visited by weight."""
+    """Supervised warm-up: batches of one task at a time, tasks visited by weight. The first
+    `clean_fraction` of the steps use only correct demonstrations (the skills are learned first);
+    afterwards a share `habit_rates[task]` of the demonstrations show the careless habit instead
+    of the answer (a mixed-quality fine-tuning corpus, which leaves RL something to fix)."""
 
     steps: int = 2400
     batch_size: int = 32
     lr: float = 2e-3
     weights: tuple[tuple[str, float], ...] = (("code", 1.0), ("tool", 0.7), ("memory", 1.3))
+    habit_rates: tuple[tuple[str, float], ...] = (("code", 0.5), ("tool", 0.5), ("memory", 0.5))
+    clean_fraction: float = 0.6
     seed: int = 0
 
 
@@ -82,7 +87,10 @@ def warmup(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, cfg: Warm
             group["lr"] = lr
         task = rng.choices(tasks, weights)[0]
         batch = [sample_train(task, rng) for _ in range(cfg.batch_size)]
-        answers = [tokenizer(e.answer)["input_ids"] + [eos] for e in batch]
+        mixed = step > cfg.clean_fraction * cfg.steps
+        rate = dict(cfg.habit_rates).get(task, 0.0) if mixed else 0.0
+        shown = [e.habit if rng.random() < rate else e.answer for e in batch]
+        answers = [tokenizer(a)["input_ids"] + [eos] for a in shown]
         ids, attn, target = _pack(tokenizer, [e.prompt for e in batch], answers)
         lp = token_logprobs(model, ids, attn)
         loss = -(lp * target).sum() / target.sum()
