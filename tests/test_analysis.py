@@ -101,3 +101,24 @@ def test_views_are_consistent(family):
 ])
 def test_name_parsing(name, layer, module):
     assert (layer_of(name), module_of(name)) == (layer, module)
+
+
+@pytest.mark.parametrize("label,role", [("demo:code", "code"), ("org/Qwen-Coder-RL", "code"),
+                                        ("chengq9/ToolRL-Llama3.2-3B", "tool"),
+                                        ("BytedTsinghua-SIA/RL-MemoryAgent-7B", "memory"),
+                                        ("./agents/math", None)])
+def test_paper_role(label, role):
+    from analysis.paper import paper_role
+    assert paper_role(label) == role
+
+
+def test_paper_comparison_on_bundled_demo():
+    from analysis.paper import PAPER_AGENTS, paper_comparison
+    res = analyze("demo:base", ["demo:code", "demo:tool", "demo:memory"], ladder=(1e-5,))
+    cmp = paper_comparison(res).set_index("paper_agent")
+    assert list(cmp.index) == ["code", "tool", "memory"]
+    d = views.global_density(res, 1e-5).set_index("agent")
+    for role, row in cmp.iterrows():
+        assert row["paper_density"] == PAPER_AGENTS[role]["density"]
+        assert row["density"] == d.loc[row["agent"], "density"]
+        assert row["unique_share"] == d.loc[row["agent"], "unique"] / d.loc[row["agent"], "changed"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis import views
+from analysis import paper, views
 from app import charts, state
 
 st.title("Heterogeneity")
@@ -44,6 +44,19 @@ with state.guard("Drawing the charts"):
         charts.show(charts.overlap_stacked(o, agents), o,
                     "Purple = unique to the agent: averaging divides exactly these updates by N (signal dilution).",
                     "overlap_distribution")
+
+    if paper.PAPER_EPS in res.ladder and any(paper.paper_role(a) for a in agents):
+        st.subheader("Next to the paper's agents (ε = 1e-5)")
+        cmp = paper.paper_comparison(res)
+        shown = cmp.rename(columns={"agent": "agent", "paper_agent": "paper's agent",
+                                    "density": "density", "paper_density": "paper density",
+                                    "unique_share": "unique share of changed",
+                                    "paper_unique_share": "paper unique share"})
+        pct = {c: st.column_config.NumberColumn(c, format="percent") for c in shown.columns[2:]}
+        st.dataframe(shown, hide_index=True, column_config=pct, width="stretch")
+        st.caption("The paper's Qwen2.5-7B agents (Sec. 3.1) at ε = 1e-5, matched by name (code / tool / memory). "
+                   "Density = share of all parameters changed; unique share = share of the agent's changed "
+                   "elements that no other agent changed.")
 
     st.subheader("Where the changes are: layer × module")
     lm = views.density_by_layer_module(res, eps)

@@ -1,0 +1,38 @@
+"""The paper's measured task-vector heterogeneity (Sec. 3.1, Fig. 2), to set our numbers beside it."""
+from __future__ import annotations
+
+import pandas as pd
+
+from . import views
+from .stats import AnalysisResult
+
+# Qwen2.5-7B-Instruct agents at ε = 1e-5: share of parameters changed, and share of each agent's
+# changed elements that no other agent changed (paper Sec. 3.1).
+PAPER_AGENTS: dict[str, dict[str, float]] = {
+    "code": {"density": 0.032, "unique": 0.063},
+    "tool": {"density": 0.462, "unique": 0.408},
+    "memory": {"density": 0.543, "unique": 0.475},
+}
+PAPER_EPS = 1e-5
+_KEYWORDS = {"code": ("code", "coder"), "tool": ("tool",), "memory": ("memory", "memagent")}
+
+
+def paper_role(agent: str) -> str | None:
+    """The paper agent ("code", "tool", "memory") whose name appears in an agent's label."""
+    name = agent.rsplit("/", 1)[-1].rsplit(":", 1)[-1].lower()
+    return next((role for role, words in _KEYWORDS.items() if any(w in name for w in words)), None)
+
+
+def paper_comparison(result: AnalysisResult, eps: float = PAPER_EPS) -> pd.DataFrame:
+    """Per agent: measured density and unique share at ε next to the paper's agent of that role."""
+    dens = views.global_density(result, eps).set_index("agent")
+    rows = []
+    for agent in result.agents:
+        role = paper_role(agent)
+        changed = float(dens.loc[agent, "changed"])
+        unique = float(dens.loc[agent, "unique"]) / changed if changed else 0.0
+        paper = PAPER_AGENTS.get(role or "", {})
+        rows.append({"agent": agent, "paper_agent": role or "", "density": dens.loc[agent, "density"],
+                     "paper_density": paper.get("density"), "unique_share": unique,
+                     "paper_unique_share": paper.get("unique")})
+    return pd.DataFrame(rows)
