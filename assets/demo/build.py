@@ -42,7 +42,8 @@ class BuildConfig:
     model: dict = field(default_factory=lambda: {"hidden": 96, "layers": 3, "heads": 4,
                                                  "intermediate": 256})
     warmup: WarmupConfig = WarmupConfig(steps=3000, weights=(("code", 1.0), ("tool", 0.8),
-                                                             ("memory", 1.5)))
+                                                             ("memory", 1.5)),
+                                        habit_rates=(("code", 0.5), ("tool", 0.5), ("memory", 0.7)))
     rl: RLConfig = RLConfig(lr=1e-4)
     rl_steps: dict = field(default_factory=lambda: {"code": 100, "tool": 50, "memory": 100})
     rl_lr: dict = field(default_factory=dict)
