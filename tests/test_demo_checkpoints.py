@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 DEMO = Path(__file__).resolve().parents[1] / "assets" / "demo"
 NAMES = ("base", "code", "tool", "memory")
-MIN_GAIN = 0.03  # absolute test-accuracy margin (the measured gains are +3.7 to +5.0 points)
+MIN_GAIN = 0.10  # absolute test-accuracy margin (measured: code +15.3, tool +18.3, memory +53.3 points)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -34,6 +34,14 @@ def test_agents_beat_base_on_own_task() -> None:
     test = acc[(acc.split == "test") & (acc.subset == "all")].set_index(["model", "task"])["accuracy"]
     for agent in ("code", "tool", "memory"):
         assert test[(agent, agent)] >= test[("base", agent)] + MIN_GAIN, agent
+
+
+def test_base_is_partially_competent() -> None:
+    """The warm-up leaves room for RL: the base is neither helpless nor near perfect on any task."""
+    acc = pd.read_csv(DEMO / "results" / "accuracy.csv")
+    base = acc[(acc.model == "base") & (acc.split == "test") & (acc.subset == "all")]
+    assert set(base.task) == {"code", "tool", "memory"}
+    assert base.accuracy.between(0.15, 0.8).all(), base
 
 
 def test_training_log_has_reward_curves() -> None:
