@@ -41,10 +41,8 @@ class BuildConfig:
     seed: int = 0
     model: dict = field(default_factory=lambda: {"hidden": 96, "layers": 3, "heads": 4,
                                                  "intermediate": 256})
-    warmup: WarmupConfig = WarmupConfig(steps=3000, weights=(("code", 1.0), ("tool", 0.8),
-                                                             ("memory", 1.5)),
-                                        habit_rates=(("code", 0.5), ("tool", 0.5), ("memory", 0.7)))
-    rl: RLConfig = RLConfig(lr=1e-4)
+    warmup: WarmupConfig = WarmupConfig()
+    rl: RLConfig = RLConfig()
     rl_steps: dict = field(default_factory=lambda: {"code": 100, "tool": 50, "memory": 100})
     rl_lr: dict = field(default_factory=dict)
     eval_limit: int | None = None

@@ -23,11 +23,11 @@ class WarmupConfig:
     afterwards a share `habit_rates[task]` of the demonstrations show the careless habit instead
     of the answer (a mixed-quality fine-tuning corpus, which leaves RL something to fix)."""
 
-    steps: int = 2400
+    steps: int = 3000
     batch_size: int = 32
     lr: float = 2e-3
-    weights: tuple[tuple[str, float], ...] = (("code", 1.0), ("tool", 0.7), ("memory", 1.3))
-    habit_rates: tuple[tuple[str, float], ...] = (("code", 0.5), ("tool", 0.5), ("memory", 0.5))
+    weights: tuple[tuple[str, float], ...] = (("code", 1.0), ("tool", 0.8), ("memory", 1.5))
+    habit_rates: tuple[tuple[str, float], ...] = (("code", 0.5), ("tool", 0.5), ("memory", 0.7))
     clean_fraction: float = 0.6
     seed: int = 0
 
