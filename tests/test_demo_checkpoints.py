@@ -50,3 +50,14 @@ def test_training_log_has_reward_curves() -> None:
     assert set(rl.agent) == {"code", "tool", "memory"}
     for agent, grp in rl.groupby("agent"):
         assert grp.step.is_monotonic_increasing and grp.mean_reward.between(0, 1).all()
+
+
+def test_demo_passes_merging_inspect() -> None:
+    """The committed checkpoints pass the core CLI's header-only compatibility report."""
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "merging", "inspect", "demo:base", "demo:code", "demo:tool",
+                           "demo:memory"], cwd=DEMO.parents[1], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "compatible: same architecture, tensor names, shapes and dtypes." in proc.stdout
+    assert proc.stdout.count("Qwen2ForCausalLM") == 4 and "BF16 (314,592)" in proc.stdout
