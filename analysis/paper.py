@@ -1,6 +1,8 @@
 """The paper's measured task-vector heterogeneity (Sec. 3.1, Fig. 2), to set our numbers beside it."""
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from . import views
@@ -14,13 +16,17 @@ PAPER_AGENTS: dict[str, dict[str, float]] = {
     "memory": {"density": 0.543, "unique": 0.475},
 }
 PAPER_EPS = 1e-5
-_KEYWORDS = {"code": ("code", "coder"), "tool": ("tool",), "memory": ("memory", "memagent")}
+# A role's word must start a word of the label ("Qwen-Coder", "ToolRL"), or be "coder" inside one
+# ("DeepCoder"); "decoder", "encoder" and "unicode" are not coding agents.
+_ROLE_PATTERNS = {"code": re.compile(r"(?<![a-z])code|(?<!de)(?<!en)coder"),
+                  "tool": re.compile(r"(?<![a-z])tool"),
+                  "memory": re.compile(r"(?<![a-z])mem(ory|agent)")}
 
 
 def paper_role(agent: str) -> str | None:
     """The paper agent ("code", "tool", "memory") whose name appears in an agent's label."""
-    name = agent.rsplit("/", 1)[-1].rsplit(":", 1)[-1].lower()
-    return next((role for role, words in _KEYWORDS.items() if any(w in name for w in words)), None)
+    name = agent.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].rsplit(":", 1)[-1].lower()
+    return next((role for role, pattern in _ROLE_PATTERNS.items() if pattern.search(name)), None)
 
 
 def paper_comparison(result: AnalysisResult, eps: float = PAPER_EPS) -> pd.DataFrame:

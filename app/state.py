@@ -5,13 +5,16 @@ import contextlib
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import streamlit as st
 
 from analysis.overlap import DEFAULT_LADDER
 from merging.errors import RamStudioError
 from merging.refs import demo_names, demo_root
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_EPS = 1e-5
 SEL_KEY = "ram_selection"

@@ -103,22 +103,29 @@ def test_name_parsing(name, layer, module):
     assert (layer_of(name), module_of(name)) == (layer, module)
 
 
-@pytest.mark.parametrize("label,role", [("demo:code", "code"), ("org/Qwen-Coder-RL", "code"),
+@pytest.mark.parametrize("label,role", [("demo:code", "code"), ("Gen-Verse/ReasonFlux-Coder-7B", "code"),
+                                        ("agentica-org/DeepCoder-14B", "code"), ("./agents/code/", "code"),
                                         ("chengq9/ToolRL-Llama3.2-3B", "tool"),
                                         ("BytedTsinghua-SIA/RL-MemoryAgent-7B", "memory"),
-                                        ("./agents/math", None)])
+                                        ("./agents/math", None), ("org/t5-decoder", None),
+                                        ("org/unicode-encoder", None)])
 def test_paper_role(label, role):
     from analysis.paper import paper_role
     assert paper_role(label) == role
 
 
 def test_paper_comparison_on_bundled_demo():
+    """Cross-checked against the demo's own task-vector analysis (a separate, whole-tensor code path)."""
     from analysis.paper import PAPER_AGENTS, paper_comparison
+    from assets.demo.task_vectors import analyze as whole_tensor_analysis
+    from merging.refs import resolve
     res = analyze("demo:base", ["demo:code", "demo:tool", "demo:memory"], ladder=(1e-5,))
     cmp = paper_comparison(res).set_index("paper_agent")
     assert list(cmp.index) == ["code", "tool", "memory"]
-    d = views.global_density(res, 1e-5).set_index("agent")
+    folders = {role: resolve(f"demo:{role}") for role in cmp.index}
+    ref = whole_tensor_analysis(resolve("demo:base"), folders, 1e-5).set_index("agent")
     for role, row in cmp.iterrows():
         assert row["paper_density"] == PAPER_AGENTS[role]["density"]
-        assert row["density"] == d.loc[row["agent"], "density"]
-        assert row["unique_share"] == d.loc[row["agent"], "unique"] / d.loc[row["agent"], "changed"]
+        assert row["paper_unique_share"] == PAPER_AGENTS[role]["unique"]
+        assert row["density"] == pytest.approx(ref.loc[role, "density"], abs=1e-12)
+        assert row["unique_share"] == pytest.approx(ref.loc[role, "frac_overlap_1"], abs=1e-12)

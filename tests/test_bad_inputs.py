@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from merging.cli import main
-from tests.factory import make_agent, state, write_like
+from tests.factory import state, write_like
 
 
 def run(capsys, *argv: str) -> tuple[int, str]:

@@ -66,7 +66,7 @@ def test_evaluation_is_deterministic(quick_build: tuple[Path, float], tmp_path: 
     b = evaluate_model(folder, ("code", "memory"), "validation", limit=12)
     assert a.equals(b)
     assert list(a.columns) == ["task", "subset", "n", "correct", "habit", "accuracy"]
-    assert (a.correct + a.habit <= a.n).all()  # a habit answer is never counted as correct
+    assert (a.correct + a.habit <= a.n).all()  # habit answers are wrong answers
     assert set(a[a.task == "memory"].subset) == {"all", "32", "64", "128"}
     report = tmp_path / "r.json"
     assert evaluate_main([str(folder), "--tasks", "code", "--limit", "5", "--json", str(report)]) == 0

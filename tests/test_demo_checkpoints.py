@@ -26,7 +26,7 @@ def test_checkpoint_is_bf16_qwen2(name: str) -> None:
     model = AutoModelForCausalLM.from_pretrained(folder)
     tok = AutoTokenizer.from_pretrained(folder)
     assert next(model.parameters()).dtype == torch.bfloat16
-    assert tok.decode(tok("M:a:12,b:34?b>")["input_ids"]) == "M:a:12,b:34?b>"
+    assert tok.decode(tok("M:q7vK=42x9b?K>")["input_ids"]) == "M:q7vK=42x9b?K>"
 
 
 def test_agents_beat_base_on_own_task() -> None:

@@ -56,7 +56,7 @@ with state.guard("Drawing the charts"):
         st.dataframe(shown, hide_index=True, column_config=pct, width="stretch")
         st.caption("The paper's Qwen2.5-7B agents (Sec. 3.1) at ε = 1e-5, matched by name (code / tool / memory). "
                    "Density = share of all parameters changed; unique share = share of the agent's changed "
-                   "elements that no other agent changed.")
+                   "elements that no other *selected* agent changed (the paper's is among its three agents).")
 
     st.subheader("Where the changes are: layer × module")
     lm = views.density_by_layer_module(res, eps)

@@ -39,7 +39,7 @@ def greedy_outputs(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
 
 def is_habit(example: Example, output: str) -> bool:
     """True when a wrong output is exactly the task's careless habit (what RL has to unlearn)."""
-    return example.habit != example.answer and output.strip() == example.habit
+    return bool(example.habit) and example.habit != example.answer and output.strip() == example.habit
 
 
 def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
@@ -77,12 +77,14 @@ def evaluate_model(model_dir: Path, tasks: Sequence[str] = TASKS, split: str = "
 def summary_row(df: pd.DataFrame) -> dict[str, float]:
     """One wide row: accuracy (%) per task, per memory length, and the mean over the three tasks."""
     row: dict[str, float] = {}
+    exact: dict[str, float] = {}
     for rec in df.itertuples():
         key = rec.task if rec.subset == "all" else f"{rec.task}@{rec.subset}"
-        row[key] = round(100.0 * rec.accuracy, 2)
+        exact[key] = 100.0 * rec.accuracy
+        row[key] = round(exact[key], 2)
     tasks = [t for t in TASKS if t in row]
-    if tasks:
-        row["avg"] = round(sum(row[t] for t in tasks) / len(tasks), 2)
+    if tasks:  # mean of the unrounded accuracies, rounded once
+        row["avg"] = round(sum(exact[t] for t in tasks) / len(tasks), 2)
     return row
 
 

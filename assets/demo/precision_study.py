@@ -1,6 +1,6 @@
 """Why are (or aren't) the demo's RL task vectors sparse? A small controlled study.
 
-From the committed base, re-run the coding agent's GRPO for a few steps under different learning
+From the committed base, re-run the coding agent's GRPO (100 steps, as in the build) under different learning
 rates and optimizers and measure, per run, how many weights moved at all in fp32, how many moved
 by more than ε = 1e-5 in fp32, how many still differ from the base after bf16 storage, and what
 the run bought: greedy validation accuracy on its task after bf16 storage (the base's in row 0).

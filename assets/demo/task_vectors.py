@@ -8,8 +8,7 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file
 
-PAPER_DENSITY = {"code": 0.032, "tool": 0.462, "memory": 0.543}
-PAPER_UNIQUE_FRACTION = {"code": 0.063, "tool": 0.408, "memory": 0.475}
+from analysis.paper import PAPER_AGENTS
 
 
 def load_state(folder: Path) -> dict[str, torch.Tensor]:
@@ -41,8 +40,8 @@ def analyze(base_dir: Path, agent_dirs: dict[str, Path], eps: float = 1e-5) -> p
         shared = changed - round(row["frac_overlap_1"] * changed)
         unique = changed - shared
         row["rho"] = shared / unique if unique else float("inf")
-        row["paper_density"] = PAPER_DENSITY.get(name)
-        row["paper_unique_fraction"] = PAPER_UNIQUE_FRACTION.get(name)
+        row["paper_density"] = PAPER_AGENTS.get(name, {}).get("density")
+        row["paper_unique_fraction"] = PAPER_AGENTS.get(name, {}).get("unique")
         rows.append(row)
     return pd.DataFrame(rows)
 

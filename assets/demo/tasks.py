@@ -2,7 +2,7 @@
 
 Every example also carries a *habit*: the answer a careless agent typically gives (code: forgets
 the last operation; tool: makes only the first of several parallel calls; memory: answers with the
-last number it read instead of the needle). The end of the base's warm-up corpus is of mixed
+last two digits it read instead of the needle). The end of the base's warm-up corpus is of mixed
 quality — a share of its demonstrations show the habit instead of the right answer — so the base
 is partially competent and RL from verifier rewards has a real behaviour to fix. Verifiers never accept a habit
 answer that differs from the right one.

@@ -6,11 +6,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.paper import PAPER_AGENTS
+
 AGENTS = ("agent_code", "agent_tool", "agent_memory")
 
-# RAM paper, section 3.2 (Qwen agents): density and unique fraction of the non-zero elements.
-PAPER_DENSITY = (0.032, 0.462, 0.543)
-PAPER_UNIQUE_FRACTION = (0.063, 0.408, 0.475)
+# RAM paper, Sec. 3.1 (Qwen agents): density and unique fraction of the non-zero elements.
+PAPER_DENSITY = tuple(PAPER_AGENTS[role]["density"] for role in ("code", "tool", "memory"))
+PAPER_UNIQUE_FRACTION = tuple(PAPER_AGENTS[role]["unique"] for role in ("code", "tool", "memory"))
 
 # Region order on the unit interval: code's and memory's masks are one interval each, tool's two.
 REGIONS = ("C", "CT", "CTM", "CM", "M", "TM", "T", "none")
