@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
-from .errors import RamStudioError
+from .errors import MergeCancelled, RamStudioError
 
 
 def _progress_printer(label: str):
@@ -67,8 +69,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from analysis.views import agents_json, global_density, rho_table
 
     ladder = _ladder(args.eps_ladder) if args.eps_ladder else list(DEFAULT_LADDER)
-    result = analyze(args.base, args.agents, ladder=ladder, device=args.device, policy=args.on_mismatch,
-                     use_cache=not args.no_cache, progress=None if args.quiet else _progress_printer("analyze"))
+    with _stop_on_signal() as stop:
+        result = analyze(args.base, args.agents, ladder=ladder, device=args.device, policy=args.on_mismatch,
+                         use_cache=not args.no_cache, progress=None if args.quiet else _progress_printer("analyze"),
+                         cancel=stop)
     eps = args.eps if args.eps in result.ladder else (1e-5 if 1e-5 in result.ladder else result.ladder[-1])
     table = global_density(result, eps).merge(rho_table(result, eps)[["agent", "rho"]], on="agent")
     table["density"] = (100 * table["density"]).map("{:.3f} %".format)
@@ -101,9 +105,10 @@ def _spec_from_args(args: argparse.Namespace):
 def _run_spec(spec, overwrite: bool, quiet: bool) -> int:
     from .export import merge_to_folder
 
-    result = merge_to_folder(spec, overwrite=overwrite,
-                             progress=None if quiet else _progress_printer("merge"),
-                             analysis_progress=None if quiet else _progress_printer("analyze"))
+    with _stop_on_signal() as stop:
+        result = merge_to_folder(spec, overwrite=overwrite,
+                                 progress=None if quiet else _progress_printer("merge"),
+                                 analysis_progress=None if quiet else _progress_printer("analyze"), cancel=stop)
     print(f"wrote {result.out} ({result.bytes_written / 1e9:.3f} GB in {len(result.files)} files, "
           f"{result.seconds:.1f} s)")
     if result.lambdas:
@@ -224,6 +229,29 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+@contextlib.contextmanager
+def _stop_on_signal() -> Iterator[threading.Event]:
+    """During a long pass, SIGINT/SIGTERM set a flag the engine polls between chunks, so the stop
+    happens at a safe point (an exception raised inside a numba compile or a parallel kernel can
+    leave the process hanging); a second signal interrupts at once."""
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt(f"signal {signum}")
+        stop.set()
+
+    if threading.current_thread() is not threading.main_thread():  # signals only reach the main thread
+        yield stop
+        return
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one clear line on stderr and a non-zero exit for every user error."""
     parser = build_parser()
@@ -233,6 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
     try:
         return args.func(args)
+    except MergeCancelled:
+        print("error: interrupted; nothing was written.", file=sys.stderr)
+        return 130
     except RamStudioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

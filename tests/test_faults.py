@@ -112,6 +112,20 @@ def test_sigterm_and_sigint_clean_up(slow_family, tmp_path, sig):
     no_model_left(out)
 
 
+def test_second_signal_interrupts_at_once(slow_family, tmp_path):
+    """The first signal asks for a stop at the next chunk; a second one interrupts immediately."""
+    out = tmp_path / "stopped-twice"
+    proc = subprocess.Popen(slow_merge_cmd(slow_family, out), cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    partial = wait_for_partial_shard(out, proc)
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert not partial.exists()
+    no_model_left(out)
+
+
 def test_read_only_inputs_are_never_written(slow_family, tmp_path):
     base, agents = slow_family
     before = checksums([base, *agents])
