@@ -13,7 +13,7 @@ from merging.checkpoint import Checkpoint, open_checkpoint
 from merging.compat import ModelHeaders, check_compatibility
 from merging.device import pick_device
 from merging.dtypes import FLOAT_CODES, ITEMSIZE
-from merging.engine import ProgressFn, ProgressTracker, build_inputs, check_finite, peak_abs_tau, tensor_order
+from merging.engine import ProgressFn, ProgressTracker, build_inputs, check_finite, tensor_order
 from merging.kernels import kernels_enabled
 from merging.errors import MergeCancelled, RamStudioError
 from merging.stream import DEFAULT_CHUNK_ELEMS, AlignedReader, prefetch, row_spans
@@ -141,7 +141,7 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
                 raise MergeCancelled()
             chunk = build_inputs(data, device, fused)
             if not acc.add_chunk(chunk, fused):
-                check_finite(data, peak_abs_tau(chunk, fused), labels, base.label)  # raises, naming where
+                check_finite(data, chunk.peak_abs_tau(fused), labels, base.label)  # raises, naming where
             span = data.span
             done = span.start == last_of[span.tensor]
             if done:

@@ -80,18 +80,6 @@ def build_inputs(data: ChunkData, device: torch.device, fused: bool) -> ChunkInp
     return ChunkInputs(data.base, data.agents, device, keep_agents=fused)
 
 
-def peak_abs_tau(chunk: ChunkInputs, fused: bool) -> torch.Tensor:
-    """Per-agent max |τ| of a chunk (NaN if any τ is NaN)."""
-    if fused:
-        from .kernels import cpu
-
-        base, agents = chunk.raw()
-        peak = cpu.peak_abs_tau(base, agents, cpu.parts(base.size))
-        return torch.from_numpy(peak.max(axis=0))
-    taus = chunk.taus
-    return taus.abs().amax(1) if taus.numel() else torch.zeros(taus.shape[0], device=taus.device)
-
-
 def check_finite(data: ChunkData, peak: torch.Tensor, labels: list[str], base_label: str) -> torch.Tensor:
     """Pass through the per-agent max |τ|; a NaN/Inf anywhere in the inputs stops the run with its location."""
     if bool(torch.isfinite(peak).all()):

@@ -59,6 +59,16 @@ class ChunkInputs:
             self._taus = self.agents - self.base if self._keep else self.agents.sub_(self.base)
         return self._taus
 
+    def peak_abs_tau(self, fused: bool) -> torch.Tensor:
+        """Each agent's max |τ| over the chunk (NaN if any τ is NaN), by the fused kernel or by torch."""
+        if fused:
+            from .kernels import cpu
+
+            base, agents = self.raw()
+            return max_over_parts(cpu.peak_abs_tau(base, agents, cpu.parts(base.size)))
+        taus = self.taus
+        return taus.abs().amax(1) if taus.numel() else torch.zeros(taus.shape[0], device=taus.device)
+
     def raw(self) -> tuple[Any, tuple[Any, ...]]:
         """Numpy views for the kernels: all bf16 as uint16 bit patterns, or all float32."""
         tensors = [self._base_raw, *self._agents_raw]
@@ -67,6 +77,11 @@ class ChunkInputs:
         else:
             arrays = [t.contiguous().to(torch.float32).numpy() for t in tensors]
         return arrays[0], tuple(arrays[1:])
+
+
+def max_over_parts(peak: np.ndarray) -> torch.Tensor:
+    """Reduce a kernel's per-partition, per-agent max |τ| (parts, N) to (N,), keeping NaNs."""
+    return torch.from_numpy(peak.max(axis=0) if peak.size else peak.sum(axis=0))
 
 
 class TensorMerger:
@@ -112,10 +127,9 @@ class TensorMerger:
             out = np.empty(chunk.numel, np.float32)
             peak = np.zeros((parts(chunk.numel), len(agents)), np.float32)
             self.method.fused(base, agents, self.ctx, out, peak)
-            return torch.from_numpy(out), torch.from_numpy(peak.max(axis=0) if peak.size else peak.sum(axis=0))
-        taus = chunk.taus
-        peak = taus.abs().amax(1) if taus.numel() else torch.zeros(taus.shape[0], device=taus.device)
-        return chunk.base + self.method.merge(taus, self.ctx), peak
+            return torch.from_numpy(out), max_over_parts(peak)
+        peak = chunk.peak_abs_tau(fused=False)  # before merge, which may work on τ in place
+        return chunk.base + self.method.merge(chunk.taus, self.ctx), peak
 
 
 def whole_counts(taus: torch.Tensor, eps: float) -> dict[str, list[int]]:
