@@ -78,17 +78,12 @@ def demo_accuracy() -> tuple["pd.DataFrame | None", str]:
         t = pd.read_csv(table1)
         return t.set_index(t.columns[0]).drop(columns=["params", "val_avg"], errors="ignore"), "table1.csv"
     if acc.exists():
-        a = pd.read_csv(acc)
+        from assets.demo.evaluate import summary_table  # the same wide rows as the demo's own tables
+
+        a = pd.read_csv(acc, dtype={"subset": str})
         split = "test" if (a["split"] == "test").any() else a["split"].iloc[0]
         a = a[a["split"] == split]
-        a = a.assign(key=[t if str(sub) == "all" else f"{t}@{sub}" for t, sub in zip(a["task"], a["subset"])])
-        wide = (100 * a.pivot_table(index="model", columns="key", values="accuracy", sort=False)).round(2)
-        tasks = [c for c in ("code", "tool", "memory") if c in wide.columns]
-        wide = wide[tasks + sorted((c for c in wide.columns if "@" in c), key=lambda c: (c.split("@")[0],
-                                                                                     int(c.split("@")[1])))]
-        wide["avg"] = wide[tasks].mean(axis=1).round(2)
-        wide.columns.name = None
-        return wide, "accuracy.csv"
+        return summary_table(dict(tuple(a.groupby("model", sort=False)))), "accuracy.csv"
     return None, ""
 
 
