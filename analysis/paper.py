@@ -5,7 +5,9 @@ import re
 
 import pandas as pd
 
-from . import views
+from merging.regions import chance_unique_share
+
+from . import tables
 from .stats import AnalysisResult
 
 # Qwen2.5-7B-Instruct agents at ε = 1e-5: share of parameters changed, and share of each agent's
@@ -31,14 +33,14 @@ def paper_role(agent: str) -> str | None:
 
 def paper_comparison(result: AnalysisResult, eps: float = PAPER_EPS) -> pd.DataFrame:
     """Per agent: measured density and unique share at ε next to the paper's agent of that role."""
-    dens = views.global_density(result, eps).set_index("agent")
+    dens = tables.unique_vs_chance(result, eps).set_index("agent")
+    paper_chance = dict(zip(PAPER_AGENTS, chance_unique_share([a["density"] for a in PAPER_AGENTS.values()])))
     rows = []
     for agent in result.agents:
         role = paper_role(agent)
-        changed = float(dens.loc[agent, "changed"])
-        unique = float(dens.loc[agent, "unique"]) / changed if changed else 0.0
         paper = PAPER_AGENTS.get(role or "", {})
         rows.append({"agent": agent, "paper_agent": role or "", "density": dens.loc[agent, "density"],
-                     "paper_density": paper.get("density"), "unique_share": unique,
-                     "paper_unique_share": paper.get("unique")})
+                     "paper_density": paper.get("density"), "unique_share": dens.loc[agent, "unique_share"],
+                     "chance_unique_share": dens.loc[agent, "chance_unique_share"],
+                     "paper_unique_share": paper.get("unique"), "paper_chance_unique_share": paper_chance.get(role)})
     return pd.DataFrame(rows)

@@ -9,18 +9,19 @@ from typing import Sequence
 import pandas as pd
 import torch
 
-from merging.checkpoint import Checkpoint, open_checkpoint
+from merging.checkpoint import Checkpoint, open_checkpoint, unique_labels
 from merging.compat import ModelHeaders, check_compatibility
 from merging.device import pick_device
 from merging.dtypes import FLOAT_CODES, ITEMSIZE
 from merging.engine import ProgressFn, ProgressTracker, build_inputs, check_finite, tensor_order
-from merging.kernels import kernels_enabled
 from merging.errors import MergeCancelled, RamStudioError
+from merging.fingerprint import Fingerprinter, refuse_identical_agents
+from merging.kernels import kernels_enabled
 from merging.stream import DEFAULT_CHUNK_ELEMS, AlignedReader, prefetch, row_spans
 
 from . import cache
+from .ladder import DEFAULT_LADDER, OverlapAccumulator
 from .names import layer_of, module_of
-from .overlap import DEFAULT_LADDER, OverlapAccumulator
 
 STAT_COLUMNS = ["changed", "shared", "unique", "norm_unique", "norm_shared", "sign_conflicts"]
 
@@ -113,21 +114,25 @@ def validate_ladder(ladder: Sequence[float]) -> tuple[float, ...]:
     return tuple(values)
 
 
-def unique_labels(labels: list[str]) -> list[str]:
-    """Make agent labels distinct (two folders both named 'model' become model, model-2)."""
-    seen: dict[str, int] = {}
-    out = []
-    for label in labels:
-        seen[label] = seen.get(label, 0) + 1
-        out.append(label if seen[label] == 1 else f"{label}-{seen[label]}")
-    return out
+def cached_counts(base: str, agents: Sequence[str], eps: float, policy: str = "error") -> dict[str, list[int]] | None:
+    """Whole-model shared/unique counts at ε from a cached analysis of these inputs (default ladder), or
+    None: lets a merge skip its counting pass when the statistics were already computed."""
+    if eps not in DEFAULT_LADDER:
+        return None
+    try:
+        b, ags = _open_all(base, agents)
+        payload = cache.load(cache.fingerprint(b, ags, validate_ladder(DEFAULT_LADDER), policy))
+        return AnalysisResult.from_payload(payload, "").counts_at(eps) if payload else None
+    except (RamStudioError, KeyError, ValueError, TypeError):
+        return None
 
 
 def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], ladder: tuple[float, ...],
               device: torch.device, chunk_elems: int, progress: ProgressFn | None,
               cancel: threading.Event | None) -> AnalysisResult:
     names = [n for n in tensor_order(base) if base.tensors[n].dtype in FLOAT_CODES]
-    reader = AlignedReader(base, agents)
+    prints = Fingerprinter([base, *agents])
+    reader = AlignedReader(base, agents, prints)
     spans = [s for n in names for s in row_spans(n, base.tensors[n].shape, chunk_elems)]
     step_of = {n: sum(ITEMSIZE[c.tensors[n].dtype] for c in [base, *agents] if n in c.tensors) for n in names}
     tracker = ProgressTracker("analyze", sum(s.numel * step_of[s.tensor] for s in spans), len(names), progress)
@@ -150,6 +155,7 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     finally:
         reader.release()
     tracker.advance(0, "", force=True)
+    refuse_identical_agents(labels, prints.finish()[1:])
     frame = pd.DataFrame(rows)
     result = AnalysisResult(base.label, labels, ladder, sum(base.tensors[n].numel for n in names), frame,
                             time.perf_counter() - tracker.start)

@@ -8,9 +8,10 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from merging import regions
+
 # Okabe-Ito: colour-blind safe; agent i always gets AGENT_PALETTE[i] in every chart.
 AGENT_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
-METHOD_COLORS = {"average": "#B0B0B0", "task arithmetic": "#7F7F7F", "RAM": "#2C3E50", "RAM+": "#C0392B"}
 # Overlap count k: purple = unique to one agent, greys = shared (darker = more agents); no agent colour reused.
 OVERLAP_COLORS = ["#7B3294", "#C8C8C8", "#9A9A9A", "#6E6E6E", "#474747", "#2A2A2A"]
 FONT = dict(family="Source Sans Pro, Arial, sans-serif", size=13)
@@ -19,13 +20,6 @@ FONT = dict(family="Source Sans Pro, Arial, sans-serif", size=13)
 def agent_colors(agents: list[str]) -> dict[str, str]:
     """Colour of each agent, by its position in the selection (the same on every page)."""
     return {a: AGENT_PALETTE[i % len(AGENT_PALETTE)] for i, a in enumerate(agents)}
-
-
-def method_color(method: str) -> str:
-    for key in ("RAM+", "RAM", "task arithmetic", "average"):
-        if method.startswith(key):
-            return METHOD_COLORS[key]
-    return "#555555"
 
 
 def _layout(fig: go.Figure, height: int = 360, legend: bool = True, **kw) -> go.Figure:
@@ -132,7 +126,7 @@ def lambda_curve(lam: pd.DataFrame, agents: list[str], r: float, alpha: float, r
     finite = [v for v in lam["rho"] if math.isfinite(v)]
     top = min(max([3.0, alpha * 1.5] + [v * 1.15 for v in finite]), max(3.0, 2.5 * alpha))
     xs = [top * i / 200 for i in range(201)]
-    ys = [1 + r * (min(max(x, 0), alpha) if rule == "clip" else x / (1 + x)) for x in xs]
+    ys = [regions.lambda_from_rho(x, r, alpha, rule) for x in xs]
     fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines", name=f"λ(ρ), {rule} rule",
                                line=dict(color="#555", width=2), hoverinfo="skip"))
     for _, row in lam.iterrows():

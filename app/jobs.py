@@ -82,7 +82,8 @@ class JobManager:
     def get(self, job_id: str | None) -> Job | None:
         return self.jobs.get(job_id) if job_id else None
 
-    def submit(self, spec: MergeSpec, owner: str, *, overwrite: bool = False, runner=None) -> Job:
+    def submit(self, spec: MergeSpec, owner: str, *, overwrite: bool = False, counts: dict | None = None,
+               runner=None) -> Job:
         """Start `spec` in a worker thread; raises Busy (or a folder conflict) as a readable error."""
         out = Path(spec.out).expanduser().absolute()
         with self._lock:
@@ -101,24 +102,24 @@ class JobManager:
             job = Job(id=uuid.uuid4().hex[:10], spec=spec, owner=owner, out=out)
             self.jobs[job.id] = job
             self.written_by[out] = owner
-        job.thread = threading.Thread(target=self._work, args=(job, overwrite, runner), daemon=True,
+        job.thread = threading.Thread(target=self._work, args=(job, overwrite, counts, runner), daemon=True,
                                       name=f"ram-merge-{job.id}")
         job.thread.start()
         return job
 
-    def _work(self, job: Job, overwrite: bool, runner) -> None:
+    def _work(self, job: Job, overwrite: bool, counts: dict | None, runner) -> None:
         from merging.export import merge_to_folder
 
         def on_merge(p: Progress) -> None:
             job.phase, job.progress = "merge", p
 
-        def on_analysis(p: Progress) -> None:
-            job.phase, job.progress = "analysis", p
+        def on_count(p: Progress) -> None:
+            job.phase, job.progress = "count", p
 
         try:
             run = runner or merge_to_folder
-            job.result = run(job.spec, overwrite=overwrite, progress=on_merge, cancel=job.cancel,
-                             analysis_progress=on_analysis)
+            job.result = run(job.spec, overwrite=overwrite, counts=counts, progress=on_merge, cancel=job.cancel,
+                             count_progress=on_count)
             job.status = "done"
         except MergeCancelled:
             job.status, job.error = "cancelled", ("merge cancelled; no output was written.", "")

@@ -2,16 +2,11 @@
 from __future__ import annotations
 
 import html
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ first on the path, not the repo
-    sys.path.insert(0, str(ROOT))
+import streamlit as st
 
-import streamlit as st  # noqa: E402
-
-from app import charts, state  # noqa: E402
+from app import charts, state
 
 st.set_page_config(page_title="RAM Studio", page_icon=":material/merge:", layout="wide")
 

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Iterator
 
 import streamlit as st
 
-from analysis.overlap import DEFAULT_LADDER
+from analysis.ladder import DEFAULT_LADDER
 from merging.errors import RamStudioError
 from merging.refs import demo_names, demo_root
+from merging.units import format_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -160,6 +161,18 @@ def _akey(sel: Selection) -> str:
     return f"{sel.key}#{','.join(f'{e:g}' for e in DEFAULT_LADDER)}"
 
 
+def cached_counts(sel: Selection, spec) -> dict | None:
+    """Whole-model counts for a merge's global ρ from this server's cached analysis of `sel`, if any."""
+    from merging.methods import get_method
+
+    res = cached_analysis(sel)
+    method = get_method(spec.method)
+    eps = method.global_counts_eps(method.resolve_params(spec.params))
+    if res is None or eps is None or eps not in res.ladder:
+        return None
+    return res.counts_at(eps)
+
+
 def forget_analysis(sel: Selection) -> None:
     """Drop the in-memory result and make this session's next analysis re-read the weights."""
     _analysis_store().results.pop(_akey(sel), None)
@@ -179,8 +192,8 @@ def run_analysis(sel: Selection):
     def on_progress(p) -> None:
         eta = f", about {p.eta:.0f} s left" if p.eta is not None else ""
         bar.progress(min(1.0, p.fraction),
-                     text=f"Analysing {p.tensors_done}/{p.tensors_total} tensors · {fmt_bytes(p.done)} of "
-                          f"{fmt_bytes(p.total)} read{eta}")
+                     text=f"Analysing {p.tensors_done}/{p.tensors_total} tensors · {format_bytes(p.done)} of "
+                          f"{format_bytes(p.total)} read{eta}")
 
     try:
         with store.lock:  # one analysis pass at a time per server; a second caller then hits the cache
@@ -238,28 +251,8 @@ def is_uncached_hub(ref: str) -> bool:
 
 # ---------------------------------------------------------------- formatting
 
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
 def fmt_count(n: float) -> str:
     for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= div:
             return f"{n / div:.2f}{unit}"
     return f"{n:.0f}"
-
-
-def fmt_seconds(s: float | None) -> str:
-    if s is None:
-        return "–"
-    if s < 1:
-        return "< 1 s"
-    if s < 60:
-        return f"{s:.0f} s"
-    if s < 3600:
-        return f"{s / 60:.0f} min {s % 60:.0f} s"
-    return f"{s / 3600:.0f} h {s % 3600 / 60:.0f} min"

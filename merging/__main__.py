@@ -1,6 +1,6 @@
-"""`python -m merging ...`."""
+"""`python -m merging …`: an alias of the `ram-studio` command (an entry point: nothing imports it)."""
 import sys
 
-from .cli import main
+from ram_studio.cli import main
 
 sys.exit(main())

@@ -1,14 +1,14 @@
 """Lazy, read-only access to a safetensors checkpoint folder: headers up front, tensors row-chunk by row-chunk."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
-from .errors import RamStudioError
+from .errors import RamStudioError, printable
+from .model_folder import is_plain_name, read_json_object, resolve_file
 from .refs import ModelRef, parse_ref, resolve
 from .safetensors_header import FileHeader, TensorEntry, read_header
 
@@ -65,6 +65,16 @@ class Checkpoint:
         self.release()
 
 
+def unique_labels(labels: list[str]) -> list[str]:
+    """Make agent labels distinct (two folders both named 'model' become model, model-2)."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label}-{seen[label]}")
+    return out
+
+
 def open_checkpoint(ref: ModelRef | str | Path, *, download: bool = True) -> Checkpoint:
     """Resolve a reference and read every shard header; no tensor data is touched."""
     ref = ref if isinstance(ref, ModelRef) else parse_ref(str(ref))
@@ -73,7 +83,7 @@ def open_checkpoint(ref: ModelRef | str | Path, *, download: bool = True) -> Che
 
 
 def open_folder(folder: Path, ref: ModelRef | None = None) -> Checkpoint:
-    """Open a local folder holding model.safetensors or an indexed set of shards."""
+    """Open a local folder holding model.safetensors or an indexed set of shards (read-only, headers only)."""
     folder = Path(folder)
     ref = ref or ModelRef(str(folder), "local", path=folder)
     if not folder.exists():
@@ -81,6 +91,7 @@ def open_folder(folder: Path, ref: ModelRef | None = None) -> Checkpoint:
     if not folder.is_dir():
         raise RamStudioError(f"{folder} is a file, not a model folder.",
                              "Point at the folder holding config.json and the .safetensors files.")
+    _refuse_adapter(folder)
     files = _weight_files(folder)
     headers = [read_header(f) for f in files]
     tensors: dict[str, TensorEntry] = {}
@@ -93,52 +104,64 @@ def open_folder(folder: Path, ref: ModelRef | None = None) -> Checkpoint:
             tensors[name] = entry
     index = folder / INDEX_NAME
     if index.exists():
-        _check_index_matches(folder, index, tensors)
+        _check_index_matches(folder, tensors)
     if not tensors:
         raise RamStudioError(f"{folder} holds safetensors files but no tensors.", "Re-export the model.")
-    return Checkpoint(ref, folder, headers, tensors, _read_config(folder))
+    return Checkpoint(ref, folder, headers, tensors, read_json_object(folder, "config.json", "config.json"))
+
+
+def _refuse_adapter(folder: Path) -> None:
+    """A PEFT/LoRA adapter is not a model: its weights are low-rank factors, not a task vector."""
+    if (folder / "adapter_config.json").exists() or any(folder.glob("adapter_model*")):
+        raise RamStudioError(f"{folder} is a LoRA/PEFT adapter, not a full model.",
+                             "Merge it into full weights with peft first: PeftModel.from_pretrained(base, "
+                             "ADAPTER).merge_and_unload().save_pretrained(OUT), then use OUT.")
 
 
 def _weight_files(folder: Path) -> list[Path]:
     """Which .safetensors files make up the model (the index decides when there is one)."""
     index = folder / INDEX_NAME
-    if index.exists():
-        weight_map = _load_index(index)
+    if index.exists() or index.is_symlink():
         files = []
-        for shard in sorted(set(weight_map.values())):
-            path = folder / shard
-            if not path.is_file():
-                raise RamStudioError(f"{index} points at shard {shard!r}, which is missing.",
-                                     "Download the missing shard (or the whole model) again.")
-            files.append(path)
+        for shard in sorted(set(_load_index(folder).values())):
+            try:
+                files.append(resolve_file(folder, shard))
+            except FileNotFoundError:
+                raise RamStudioError(f"{index} points at shard {printable(shard, 80)!r}, which is missing.",
+                                     "Download the missing shard (or the whole model) again.") from None
         return files
-    single = folder / "model.safetensors"
-    if single.is_file():
-        return [single]
-    found = sorted(folder.glob("model*.safetensors")) or sorted(folder.glob("*.safetensors"))
-    if found:
-        return found
+    names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".safetensors"))
+    single = [n for n in names if n == "model.safetensors"]
+    chosen = single or [n for n in names if n.startswith("model")] or names
+    if chosen:
+        return [resolve_file(folder, n) for n in chosen]
     if any(any(folder.glob(p)) for p in PICKLE_PATTERNS):
         raise RamStudioError(f"{folder} holds only pickle weights (*.bin/*.pt).", CONVERT_HINT)
     raise RamStudioError(f"{folder} holds no model weights (no .safetensors files).",
                          "Point at a Hugging Face model folder with model.safetensors or sharded safetensors.")
 
 
-def _load_index(index: Path) -> dict[str, str]:
-    try:
-        data = json.loads(index.read_text())
-        weight_map = data["weight_map"]
-        if not isinstance(weight_map, dict):
-            raise TypeError("weight_map is not an object")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RamStudioError(f"{index} is not a valid safetensors index ({exc}).",
-                             "Re-download the index file.") from exc
+def _load_index(folder: Path) -> dict[str, str]:
+    """The index's weight_map: tensor name → shard, where every shard is a plain .safetensors file name."""
+    data = read_json_object(folder, INDEX_NAME, "safetensors index")
+    weight_map = (data or {}).get("weight_map")
+    index = folder / INDEX_NAME
+    if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in weight_map.items()):
+        raise RamStudioError(f"{index} is not a valid safetensors index (no weight_map of strings).",
+                             "Re-download the index file.")
+    for shard in set(weight_map.values()):
+        if not (is_plain_name(shard) and shard.endswith(".safetensors")):
+            raise RamStudioError(f"{index} names a shard {printable(shard, 80)!r} that is not a plain "
+                                 ".safetensors file name inside the folder.",
+                                 "Only files inside a model folder are read; re-download the index file.")
     return weight_map
 
 
-def _check_index_matches(folder: Path, index: Path, tensors: dict[str, TensorEntry]) -> None:
+def _check_index_matches(folder: Path, tensors: dict[str, TensorEntry]) -> None:
     """Every tensor named in the index must be in the shard the index names."""
-    for name, shard in _load_index(index).items():
+    index = folder / INDEX_NAME
+    for name, shard in _load_index(folder).items():
         entry = tensors.get(name)
         if entry is None:
             raise RamStudioError(f"{index} lists tensor {name!r} in {shard}, but no shard contains it.",
@@ -146,13 +169,3 @@ def _check_index_matches(folder: Path, index: Path, tensors: dict[str, TensorEnt
         if entry.file.name != shard:
             raise RamStudioError(f"{index} puts {name!r} in {shard} but it is stored in {entry.file.name}.",
                                  "The index and shards disagree; re-download the model.")
-
-
-def _read_config(folder: Path) -> dict | None:
-    path = folder / "config.json"
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise RamStudioError(f"{path} is not valid JSON ({exc}).", "Fix or re-download config.json.") from exc

@@ -1,6 +1,8 @@
 """Compatibility of base and agents from headers alone: architecture, sizes, dtypes and every mismatch."""
 from __future__ import annotations
 
+import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -8,14 +10,17 @@ import pandas as pd
 
 from .checkpoint import Checkpoint
 from .dtypes import FLOAT_CODES, ITEMSIZE
-from .errors import RamStudioError
+from .errors import RamStudioError, printable
 
 POLICIES = ("error", "base")
+# Under the 'base' policy an agent may lose (have dropped) at most this share of its elements: more means
+# the models do not line up (a name prefix, a PEFT checkpoint, fused experts), not a resized vocabulary.
+MAX_DROPPED_SHARE = 0.01
 POLICY_HELP = (
     "error: any mismatch stops the run. base: the output keeps the base's tensor set, shapes and dtype; "
     "where an agent lacks a tensor or rows (e.g. a smaller vocabulary) it counts as unchanged there; "
-    "an agent's extra tensors or rows are dropped; differing float dtypes are allowed. "
-    "Architecture differences and differences in trailing dimensions are always errors."
+    "an agent's extra tensors or rows are dropped (at most 1 % of its elements); differing float dtypes "
+    "are allowed. Architecture differences and differences in trailing dimensions are always errors."
 )
 
 
@@ -57,8 +62,11 @@ class ModelHeaders:
     @property
     def architecture(self) -> str:
         cfg = self.config or {}
-        archs = cfg.get("architectures") or []
-        return archs[0] if archs else (cfg.get("model_type") or "unknown")
+        archs = cfg.get("architectures")
+        if isinstance(archs, list) and archs and isinstance(archs[0], str):
+            return printable(archs[0], 80)
+        kind = cfg.get("model_type")
+        return printable(kind, 80) if isinstance(kind, str) and kind else "unknown"
 
     @property
     def tied_embeddings(self) -> bool | None:
@@ -77,6 +85,28 @@ class Mismatch:
     tensor: str | None
     detail: str
     fatal: bool = False
+
+
+@dataclass(frozen=True)
+class AgentLoss:
+    """What the 'base' policy does to one agent: elements dropped (extra tensors or rows) and elements
+    where it counts as unchanged because it lacks them (missing tensors or rows)."""
+
+    agent: str
+    total: int
+    dropped_tensors: int
+    dropped: int
+    padded_tensors: int
+    padded: int
+
+    @property
+    def dropped_share(self) -> float:
+        return self.dropped / self.total if self.total else 0.0
+
+    def describe(self) -> str:
+        return (f"{self.agent}: {self.dropped:,} elements dropped ({100 * self.dropped_share:.2f} %, "
+                f"{self.dropped_tensors} tensors), {self.padded:,} counted as unchanged "
+                f"({self.padded_tensors} tensors)")
 
 
 @dataclass
@@ -107,12 +137,36 @@ class CompatReport:
         return pd.DataFrame([m.__dict__ for m in self.mismatches],
                             columns=["agent", "kind", "tensor", "detail", "fatal"])
 
+    def losses(self) -> list[AgentLoss]:
+        """Per agent, what the 'base' policy drops or pads (agents without mismatches lose nothing)."""
+        out = []
+        for a in self.agents:
+            dropped = padded = dropped_t = padded_t = 0
+            for name, (_dtype, shape) in a.tensors.items():
+                base = self.base.tensors.get(name)
+                if base is None:
+                    dropped += math.prod(shape)
+                    dropped_t += 1
+                elif shape != base[1] and len(shape) == len(base[1]) and shape[1:] == base[1][1:]:
+                    row = math.prod(shape[1:])
+                    dropped += max(0, shape[0] - base[1][0]) * row
+                    padded += max(0, base[1][0] - shape[0]) * row
+                    dropped_t += shape[0] > base[1][0]
+                    padded_t += shape[0] < base[1][0]
+            for name, (_dtype, shape) in self.base.tensors.items():
+                if name not in a.tensors:
+                    padded += math.prod(shape)
+                    padded_t += 1
+            out.append(AgentLoss(a.label, a.num_params, dropped_t, dropped, padded_t, padded))
+        return out
+
     def enforce(self, policy: str = "error") -> None:
         """Raise a clear error for mismatches the chosen policy does not cover."""
         if policy not in POLICIES:
             raise RamStudioError(f"unknown mismatch policy {policy!r}.", f"Use one of {', '.join(POLICIES)}.")
         blocking = [m for m in self.mismatches if m.fatal or policy == "error"]
         if not blocking:
+            self._refuse_heavy_loss()
             return
         shown = "; ".join(_describe(m) for m in blocking[:6])
         more = f" (and {len(blocking) - 6} more)" if len(blocking) > 6 else ""
@@ -120,7 +174,45 @@ class CompatReport:
         hint = ("Run `python -m merging inspect` for the full list. "
                 + ("Pass --on-mismatch base to keep the base's tensors and shapes." if repairable
                    else "These models cannot be merged: they must share one base architecture."))
-        raise RamStudioError(f"base and agents do not match: {shown}{more}.", hint)
+        hints = layout_hints(self.base, self.agents)
+        raise RamStudioError(f"base and agents do not match: {shown}{more}.", " ".join(hints) if hints else hint)
+
+    def _refuse_heavy_loss(self) -> None:
+        """Under the 'base' policy, an agent that would lose more than a small share of itself is refused."""
+        heavy = [loss for loss in self.losses() if loss.dropped_share > MAX_DROPPED_SHARE]
+        if heavy:
+            hints = layout_hints(self.base, self.agents) or [
+                "Its tensors do not line up with the base's; check that it was fine-tuned from this base."]
+            raise RamStudioError(
+                f"the 'base' mismatch policy would drop {100 * heavy[0].dropped_share:.2f} % of agent "
+                f"{heavy[0].agent} (more than {100 * MAX_DROPPED_SHARE:g} %).", " ".join(hints))
+
+
+def layout_hints(base: ModelHeaders, agents: list[ModelHeaders]) -> list[str]:
+    """Likely reasons why an agent's tensor names do not match the base's, one hint each."""
+    hints = []
+    b = set(base.tensors)
+    for a in agents:
+        names = set(a.tensors)
+        if names == b:
+            continue
+        if any(n.startswith("base_model.model.") for n in names):
+            hints.append(f"{a.label} has PEFT names (base_model.model.…): this is a LoRA/PEFT checkpoint: merge "
+                         "it into full weights with peft first (merge_and_unload, then save_pretrained).")
+        elif {n.removeprefix("model.") for n in b} == {n.removeprefix("model.") for n in names}:
+            hints.append(f"{a.label} names its tensors without (or with) the 'model.' prefix the base "
+                         "uses: re-save it with the same transformers class as the base.")
+        elif _experts(b) != _experts(names):
+            hints.append(f"{a.label} stores its MoE experts fused differently from the base: convert it to "
+                         "the base's layout first.")
+    return hints
+
+
+def _experts(names: set[str]) -> str:
+    """'per-expert', 'fused' or '' — how a checkpoint stores MoE expert weights."""
+    if any(re.search(r"\.experts\.\d+\.", n) for n in names):
+        return "per-expert"
+    return "fused" if any(".experts." in n for n in names) else ""
 
 
 def _describe(m: Mismatch) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
@@ -15,8 +15,10 @@ import torch
 from .checkpoint import Checkpoint
 from .dtypes import FLOAT_CODES, ITEMSIZE, ST_TO_TORCH
 from .errors import MergeCancelled, RamStudioError
+from .fingerprint import Fingerprinter
 from .kernels import kernels_enabled
 from .methods.base import MergeMethod
+from .output_check import OutputGuard
 from .stream import DEFAULT_CHUNK_ELEMS, AlignedReader, BackgroundWriter, ChunkData, prefetch, row_spans
 from .tensor_merge import ChunkInputs, TensorMerger
 from .writer import PlannedTensor, ShardSetWriter
@@ -99,10 +101,11 @@ def check_finite(data: ChunkData, peak: torch.Tensor, labels: list[str], base_la
 
 @dataclass
 class EngineResult:
-    seconds: float
-    bytes_read: int
-    bytes_written: int
-    max_abs_tau: list[float] = field(default_factory=list)
+    """Each agent's max |τ| over the model (0 means it equals the base), and whether any output value
+    differs from the base's."""
+
+    max_abs_tau: list[float]
+    changed: bool
 
 
 def output_plan(base: Checkpoint, out_dtype: str | None) -> list[PlannedTensor]:
@@ -137,13 +140,19 @@ def _work(reader: AlignedReader, base: Checkpoint, rounds: int, chunk_elems: int
 def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod, params: dict[str, Any],
                  shared: dict[str, Any], sink: ShardSetWriter, *, out_dtype: str | None, device: torch.device,
                  chunk_elems: int = DEFAULT_CHUNK_ELEMS, agent_keys: tuple[str, ...] | None = None,
-                 progress: ProgressFn | None = None, cancel: threading.Event | None = None) -> EngineResult:
-    """Merge every tensor of `base` with `agents` into `sink`; raises MergeCancelled when `cancel` is set."""
+                 progress: ProgressFn | None = None, cancel: threading.Event | None = None,
+                 fingerprinter: Fingerprinter | None = None) -> EngineResult:
+    """Merge every tensor of `base` with `agents` into `sink`; raises MergeCancelled when `cancel` is set.
+
+    Every output chunk is checked (finite, and whether it differs from the base) before it is written."""
     labels = [a.label for a in agents]
     keys = agent_keys or tuple(labels)
     rounds = len(method.passes(params)) + 1
     fused = device.type == "cpu" and kernels_enabled()
-    reader = AlignedReader(base, agents)
+    reader = AlignedReader(base, agents, fingerprinter)
+    blame = ", ".join(f"{p.name}={params[p.name]:g}" for p in method.params if p.float32)
+    guard = OutputGuard(", ".join(x for x in (blame, f"output dtype {out_dtype}" if out_dtype else "") if x)
+                        or "none")
     # Bytes of input behind one element of each tensor (base + agents), for progress in bytes.
     per_elem = {n: sum(ITEMSIZE[c.tensors[n].dtype] for c in [base, *agents] if n in c.tensors)
                 for n in base.tensors}
@@ -153,7 +162,6 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     peaks = torch.zeros(len(agents), dtype=torch.float64)
     merger: TensorMerger | None = None
     cached: tuple[ChunkData, ChunkInputs] | None = None
-    written = 0
     try:
         for r, last, data in prefetch(_work(reader, base, rounds, chunk_elems, cancel)):
             if cancel is not None and cancel.is_set():
@@ -163,7 +171,7 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
             step = span.numel * per_elem[span.tensor]
             if entry.dtype not in FLOAT_CODES:
                 _check_equal_non_float(data, labels)
-                out = data.base
+                out, checked = data.base, None
             else:
                 if merger is None or merger.ctx.tensor != span.tensor:
                     merger = TensorMerger(method, params, span.tensor, entry.numel, keys, shared, fused=fused)
@@ -182,8 +190,8 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                 merged, peak = merger.merge(span.offset, chunk)
                 peaks = torch.maximum(peaks, check_finite(data, peak, labels, base.label).double().cpu())
                 target = ST_TO_TORCH[out_dtype] if out_dtype else data.base.dtype
-                out = merged.to(target).cpu()
-            written += _submit(writer, sink, span, out)
+                out, checked = merged.to(target).cpu(), guard
+            _submit(writer, sink, span, out, data.base, checked)
             tracker.advance(step, span.tensor, tensor_finished=last)
         writer.close()
     except BaseException:
@@ -196,22 +204,25 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     finally:
         reader.release()
     tracker.advance(0, "", force=True)
-    return EngineResult(time.perf_counter() - tracker.start, tracker.done, written, peaks.tolist())
+    return EngineResult(peaks.tolist(), guard.changed)
 
 
-def _submit(writer: BackgroundWriter, sink: ShardSetWriter, span: Any, out: torch.Tensor) -> int:
-    """Queue the bytes of one output chunk (starting the tensor on its first span)."""
+def _submit(writer: BackgroundWriter, sink: ShardSetWriter, span: Any, out: torch.Tensor, base: torch.Tensor,
+            guard: OutputGuard | None) -> None:
+    """Queue one output chunk: check it (when `guard` is given), then write its bytes (starting the
+    tensor on its first span)."""
     flat = out.contiguous().reshape(-1)
     data = flat.view(torch.uint8).numpy() if flat.numel() else b""
     first = span.start == 0
 
     def job() -> None:
+        if guard is not None:
+            guard.check(span.tensor, span.offset, flat, base)
         if first:
             sink.begin(span.tensor)
         sink.write(data)
 
     writer.submit(job)
-    return flat.numel() * flat.element_size()
 
 
 def _check_equal_non_float(data: ChunkData, labels: list[str]) -> None:

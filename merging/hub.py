@@ -5,12 +5,16 @@ from pathlib import Path
 
 from .errors import RamStudioError
 
+# What snapshot_download fetches: weights as safetensors only, configs, tokenizer and chat templates.
+HUB_ALLOW_PATTERNS = [
+    "*.safetensors", "*.json", "tokenizer*", "*.model", "*.tiktoken", "vocab.*", "merges.txt",
+    "chat_template*", "*.jinja",
+]
+
 
 def download_snapshot(repo_id: str, revision: str | None, *, allow_download: bool = True) -> Path:
     """Download (or find in the local cache) the safetensors/config/tokenizer files of a repo."""
     import huggingface_hub as hf
-
-    from .refs import HUB_ALLOW_PATTERNS
 
     try:
         folder = hf.snapshot_download(repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS,

@@ -1,4 +1,8 @@
-"""The merge recipe: everything needed to reproduce a merge, as JSON (inputs, method, parameters, versions)."""
+"""The merge recipe: everything needed to reproduce a merge, as JSON (inputs, method, parameters, versions).
+
+A recipe is read back by `run RECIPE`, so it is validated field by field like any other untrusted input:
+every malformed recipe is a one-line error, never a traceback or a wrong model.
+"""
 from __future__ import annotations
 
 import json
@@ -7,10 +11,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import RamStudioError
+from .errors import RamStudioError, printable
+from .units import parse_size
 
 RECIPE_NAME = "ram_recipe.json"
-RECIPE_FORMAT = 1
+RECIPE_FORMAT = 2
+OUT_DTYPES = ("F32", "F16", "BF16", "F64")  # a merge writes floats; integer or 8-bit float outputs are refused
+MAX_RECIPE_BYTES = 16 << 20
+MAX_CHUNK_ELEMS = 1 << 31
+DEVICE_NAMES = ("auto", "cpu", "cuda")
+POLICY_NAMES = ("error", "base")
 
 
 @dataclass
@@ -32,15 +42,63 @@ class MergeSpec:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "MergeSpec":
-        known = set(cls.__dataclass_fields__)
-        unknown = set(data) - known
+    def from_json(cls, data: Any, where: str = "recipe") -> "MergeSpec":
+        """A validated spec from stored JSON: every field of the right type and in range."""
+        if not isinstance(data, dict):
+            raise RamStudioError(f"{where}: 'spec' is not an object.", "Recreate the recipe with a merge.")
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
         if unknown:
-            raise RamStudioError(f"recipe has unknown fields {sorted(unknown)}.", "Was it written by a newer version?")
-        try:
-            return cls(**data)
-        except TypeError as exc:
-            raise RamStudioError(f"recipe is incomplete ({exc}).", "Recreate it with a merge.") from None
+            raise RamStudioError(f"{where} has unknown fields {printable(unknown, 80)}.",
+                                 "Was it written by a newer version?")
+        missing = [k for k in ("base", "agents", "method") if k not in data]
+        if missing:
+            raise RamStudioError(f"{where} lacks {', '.join(missing)}.", "Recreate the recipe with a merge.")
+
+        def bad(name: str, what: str) -> RamStudioError:
+            return RamStudioError(f"{where}: {name} {what}.", "Fix the field or recreate the recipe with a merge.")
+
+        if not _text(data["base"]):
+            raise bad("base", "must be a non-empty string")
+        agents = data["agents"]
+        if not isinstance(agents, list) or not all(_text(a) for a in agents):
+            raise bad("agents", "must be a list of non-empty strings")
+        if not isinstance(data["method"], str):
+            raise bad("method", "must be a string")
+        from .methods import get_method  # the registry imports every method module
+
+        method = get_method(data["method"])
+        params = data.get("params", {})
+        if not isinstance(params, dict):
+            raise bad("params", "must be an object")
+        params = method.resolve_params(params, strict=True)
+        out = data.get("out", "")
+        if not isinstance(out, str):
+            raise bad("out", "must be a string")
+        out_dtype = data.get("out_dtype")
+        if out_dtype is not None and out_dtype not in OUT_DTYPES:
+            raise bad("out_dtype", f"must be null or one of {', '.join(OUT_DTYPES)}")
+        shard = data.get("shard_size", "5GB")
+        if isinstance(shard, bool) or not isinstance(shard, (str, int)):
+            raise bad("shard_size", "must be a size like 5GB")
+        parse_size(shard)
+        device = data.get("device", "auto")
+        if not isinstance(device, str) or not (device in DEVICE_NAMES or _cuda_index(device)):
+            raise bad("device", "must be auto, cpu, cuda or cuda:N")
+        chunk = data.get("chunk_elems", 1 << 23)
+        if type(chunk) is not int or not 0 < chunk <= MAX_CHUNK_ELEMS:
+            raise bad("chunk_elems", f"must be an integer in [1, {MAX_CHUNK_ELEMS}]")
+        policy = data.get("on_mismatch", "error")
+        if policy not in POLICY_NAMES:
+            raise bad("on_mismatch", f"must be one of {', '.join(POLICY_NAMES)}")
+        return cls(data["base"], list(agents), data["method"], params, out, out_dtype, shard, device, chunk, policy)
+
+
+def _text(v: Any) -> bool:
+    return isinstance(v, str) and bool(v.strip()) and len(v) < 4096
+
+
+def _cuda_index(device: str) -> bool:
+    return device.startswith("cuda:") and device[5:].isdigit()
 
 
 def versions() -> dict[str, str]:
@@ -54,26 +112,56 @@ def versions() -> dict[str, str]:
             "python": platform.python_version()}
 
 
-def write_recipe(folder: Path, spec: MergeSpec, inputs: list[dict[str, Any]], extra: dict[str, Any]) -> Path:
-    """Write ram_recipe.json: the spec, input fingerprints (files, sizes, header hashes) and versions."""
-    doc = {"format": RECIPE_FORMAT, "spec": spec.to_json(), "inputs": inputs, "versions": versions(), **extra}
+def recipe_document(spec: MergeSpec, inputs: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
+    """The recipe: the spec, each input's identity (files, sizes, content fingerprints, Hub commit), versions."""
+    return {"format": RECIPE_FORMAT, "spec": spec.to_json(), "inputs": inputs, "versions": versions(), **extra}
+
+
+def write_recipe(folder: Path, doc: dict[str, Any]) -> Path:
     path = folder / RECIPE_NAME
     path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
     return path
 
 
 def read_recipe(path: Path) -> tuple[MergeSpec, dict[str, Any]]:
-    """Load a recipe file (or a merged folder holding one)."""
+    """Load and validate a recipe file (or a merged folder holding one)."""
     path = Path(path)
     if path.is_dir():
         path = path / RECIPE_NAME
     try:
-        doc = json.loads(path.read_text())
+        if path.stat().st_size > MAX_RECIPE_BYTES:
+            raise RamStudioError(f"recipe {path} is larger than {MAX_RECIPE_BYTES >> 20} MB.", "Give a ram_recipe.json file.")
+        doc = json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise RamStudioError(f"recipe {path} does not exist.", "Give a ram_recipe.json file.") from None
-    except (OSError, ValueError) as exc:
-        raise RamStudioError(f"recipe {path} is not valid JSON ({exc}).", "Give a ram_recipe.json file.") from None
-    if not isinstance(doc, dict) or doc.get("format") != RECIPE_FORMAT or "spec" not in doc:
+    except (OSError, ValueError):
+        raise RamStudioError(f"recipe {path} is not valid UTF-8 JSON.", "Give a ram_recipe.json file.") from None
+    if not isinstance(doc, dict) or doc.get("format") not in (1, RECIPE_FORMAT) or "spec" not in doc:
         raise RamStudioError(f"{path} is not a RAM Studio recipe (format {RECIPE_FORMAT}).",
                              "Give the ram_recipe.json written next to a merged model.")
-    return MergeSpec.from_json(doc["spec"]), doc
+    spec = MergeSpec.from_json(doc["spec"], f"recipe {path}")
+    inputs = doc.get("inputs", [])
+    if not isinstance(inputs, list) or not all(isinstance(i, dict) for i in inputs):
+        raise RamStudioError(f"recipe {path}: inputs must be a list of objects.", "Recreate the recipe with a merge.")
+    return spec, doc
+
+
+def fingerprint_mismatches(recorded: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[str]:
+    """What differs between the inputs a recipe recorded and the inputs found now (files and contents)."""
+    problems = []
+    for i, (old, new) in enumerate(zip(recorded, current)):
+        label = printable(new.get("label") or old.get("label") or f"input {i}", 80)
+        old_files = {f.get("name"): f for f in old.get("files", []) if isinstance(f, dict)}
+        new_files = {f["name"]: f for f in new["files"]}
+        if set(old_files) != set(new_files):
+            problems.append(f"{label}: the files differ ({len(old_files)} recorded, {len(new_files)} now)")
+            continue
+        for name, f in new_files.items():
+            o = old_files[name]
+            if "xxh3_128" not in o:
+                problems.append(f"{label}: the recipe has no content fingerprint for {printable(name, 80)}")
+            elif o.get("size") != f["size"] or o.get("xxh3_128") != f["xxh3_128"]:
+                problems.append(f"{label}: {printable(name, 80)} has changed since the recipe was written")
+    if len(recorded) != len(current):
+        problems.append(f"the recipe records {len(recorded)} inputs, the spec has {len(current)}")
+    return problems

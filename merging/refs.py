@@ -13,12 +13,6 @@ BUNDLED_DEMO_ROOT = REPO_ROOT / "assets" / "demo" / "models"
 DEMO_PREFIX = "demo:"
 _HUB_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
 
-# What snapshot_download fetches: weights as safetensors only, configs, tokenizer and chat templates.
-HUB_ALLOW_PATTERNS = [
-    "*.safetensors", "*.json", "tokenizer*", "*.model", "*.tiktoken", "vocab.*", "merges.txt",
-    "chat_template*", "*.jinja",
-]
-
 
 @dataclass(frozen=True)
 class ModelRef:

@@ -10,6 +10,7 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import torch
 
 from .checkpoint import Checkpoint
+from .fingerprint import Fingerprinter
 
 DEFAULT_CHUNK_ELEMS = 1 << 23  # 8M elements: 32 MB per model in float32
 
@@ -48,41 +49,54 @@ class ChunkData:
 
 
 class AlignedReader:
-    """Reads the same rows from the base and every agent, padding what an agent lacks with base rows."""
+    """Reads the same rows from the base and every agent, padding what an agent lacks with base rows.
+
+    With a `fingerprinter`, every row read is also hashed (see merging/fingerprint.py): identity of the
+    inputs comes from the read that happens anyway.
+    """
 
     # Mapped shard pages count towards resident memory until unmapped: close files after this many bytes.
     RELEASE_EVERY = 256 << 20
 
-    def __init__(self, base: Checkpoint, agents: list[Checkpoint]) -> None:
+    def __init__(self, base: Checkpoint, agents: list[Checkpoint], fingerprinter: Fingerprinter | None = None) -> None:
         self.base = base
         self.agents = agents
+        self.fingerprinter = fingerprinter
         self._since_release = 0
 
     def read(self, span: Span) -> ChunkData:
         shape = self.base.tensors[span.tensor].shape
         ranged = len(shape) > 0
         base = self.base.read(span.tensor, span.start, span.stop) if ranged else self.base.read(span.tensor)
+        self._note(0, span, base)
         agents: list[torch.Tensor | None] = []
-        for a in self.agents:
+        for i, a in enumerate(self.agents, start=1):
             entry = a.tensors.get(span.tensor)
             if entry is None:
                 agents.append(None)  # the policy said: a missing tensor is unchanged
                 continue
             if not ranged:
-                agents.append(a.read(span.tensor))
+                agents.append(self._note(i, span, a.read(span.tensor)))
                 continue
             stop = min(span.stop, entry.shape[0])
             if stop <= span.start:
                 agents.append(None)
                 continue
-            part = a.read(span.tensor, span.start, stop)
+            part = self._note(i, span, a.read(span.tensor, span.start, stop))
             if stop < span.stop:  # agent has fewer rows (e.g. a smaller vocabulary): pad with base rows
-                part = torch.cat([part.to(base.dtype), base[stop - span.start:]])
+                # in a dtype that holds both exactly, so τ still comes from the stored values.
+                wide = part.dtype if part.dtype == base.dtype else torch.float32
+                part = torch.cat([part.to(wide), base[stop - span.start:].to(wide)])
             agents.append(part)
         self._since_release += base.nbytes
         if self._since_release >= self.RELEASE_EVERY:
             self.release()
         return ChunkData(span, base, agents)
+
+    def _note(self, model: int, span: Span, data: torch.Tensor) -> torch.Tensor:
+        if self.fingerprinter is not None:
+            self.fingerprinter.add(model, span.tensor, span.start, data)
+        return data
 
     def release(self) -> None:
         self._since_release = 0

@@ -13,7 +13,7 @@ import torch
 from .device import to_compute
 from .methods import get_method
 from .methods.base import ChunkContext, MergeMethod
-from .methods.ram import overlap_masks
+from . import regions
 
 
 class ChunkInputs:
@@ -132,12 +132,6 @@ class TensorMerger:
         return chunk.base + self.method.merge(chunk.taus, self.ctx), peak
 
 
-def whole_counts(taus: torch.Tensor, eps: float) -> dict[str, list[int]]:
-    """Shared/unique counts per agent over all of `taus` (N, ...), i.e. global ρ for an in-memory model."""
-    m, c = overlap_masks(taus.reshape(taus.shape[0], -1), eps)
-    return {"shared": (m & (c >= 2)).sum(1).tolist(), "unique": (m & (c == 1)).sum(1).tolist()}
-
-
 def merge_in_memory(method: str | MergeMethod, taus: torch.Tensor, params: dict[str, Any] | None = None, *,
                     chunk_elems: int | None = None, agents: Iterable[str] | None = None,
                     tensor: str = "tensor", counts: dict[str, list[int]] | None = None,
@@ -152,7 +146,7 @@ def merge_in_memory(method: str | MergeMethod, taus: torch.Tensor, params: dict[
     flat = taus.to(torch.float32).reshape(taus.shape[0], -1)
     eps = m.global_counts_eps(p)
     if eps is not None and counts is None:
-        counts = whole_counts(flat, eps)
+        counts = regions.count_lists(regions.counts(flat, eps))
     shared = m.prepare(p, counts if eps is not None else None, labels)
     tm = TensorMerger(m, p, tensor, flat.shape[1], tuple(labels), shared, fused=fused)
     zero = base is None

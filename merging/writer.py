@@ -9,30 +9,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .dtypes import ITEMSIZE
-from .errors import RamStudioError
-
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str | int) -> int:
-    """'5GB', '500MB', '2GiB' or a byte count → bytes (decimal units like the Hub, binary for *iB)."""
-    if isinstance(text, int):
-        return text
-    m = _SIZE_RE.match(str(text))
-    if not m:
-        raise RamStudioError(f"cannot read size {text!r}.", "Use e.g. 5GB, 500MB or 2GiB.")
-    base = 1024 if (m[3] or "").upper() == "IB" else 1000
-    power = " KMGT".index(m[2].upper() or " ")
-    value = int(float(m[1]) * base ** power)
-    if value <= 0:
-        raise RamStudioError(f"size {text!r} must be positive.", "Use e.g. 5GB.")
-    return value
-
 
 @dataclass(frozen=True)
 class PlannedTensor:

@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from analysis import views
+from analysis import tables
 from analysis.names import layer_of, module_of
 from analysis.stats import analyze
-from merging.methods.ram import lambda_for
+from merging.regions import lambda_for
 from tests.factory import state
 
 LADDER = (0.0, 1e-6, 1e-5, 1e-3)
@@ -58,25 +58,25 @@ def test_streaming_stats_equal_brute_force(family, monkeypatch, kernels):
 def test_views_are_consistent(family):
     base, agents = family
     res = analyze(base, agents, ladder=LADDER)
-    d = views.global_density(res, 1e-5)
+    d = tables.global_density(res, 1e-5)
     assert (d["changed"] == d["shared"] + d["unique"]).all()
     assert d["density"].between(0, 1).all() and res.total_params == sum(t.numel() for t in state(base).values())
-    ov = views.overlap_distribution(res, 1e-5)
+    ov = tables.overlap_distribution(res, 1e-5)
     assert ov.groupby("agent")["fraction"].sum().round(9).eq(1).all()
     assert (ov[ov["k"] == 1].set_index("agent")["count"] == d.set_index("agent")["unique"]).all()
-    eps_curve = views.eps_sensitivity(res)
+    eps_curve = tables.eps_sensitivity(res)
     for agent, g in eps_curve.groupby("agent"):
         assert g.sort_values("eps")["density"].is_monotonic_decreasing
-    lam = views.lambda_table(res, 1e-5, r=0.1, alpha=2.0)
+    lam = tables.lambda_table(res, 1e-5, r=0.1, alpha=2.0)
     for _, row in lam.iterrows():
         assert row["lambda"] == pytest.approx(lambda_for(row["shared"], row["unique"], 0.1, 2.0))
     assert res.counts_at(1e-5) == {"shared": d["shared"].tolist(), "unique": d["unique"].tolist()}
-    tl = views.lambda_table(res, 1e-5, r=0.1, alpha=2.0, scope="tensor")
+    tl = tables.lambda_table(res, 1e-5, r=0.1, alpha=2.0, scope="tensor")
     assert (tl["lambda_min"] <= tl["lambda"] + 1e-12).all() and (tl["lambda"] <= tl["lambda_max"] + 1e-12).all()
-    ret = views.signal_retention(res, 1e-5, 0.1, 2.0)
+    ret = tables.signal_retention(res, 1e-5, 0.1, 2.0)
     avg = ret[ret["method"] == "average"]["retention"]
     assert avg.eq(1 / 3).all() and ret[ret["method"] == "RAM"]["retention"].eq(1).all()
-    layer = views.density_by_layer_module(res, 1e-5)
+    layer = tables.density_by_layer_module(res, 1e-5)
     assert set(layer["module"]) >= {"q", "k", "v", "o", "gate", "up", "down", "norm", "embeddings", "lm_head"}
     assert math.isclose(layer["changed"].sum(), d["changed"].sum())
 

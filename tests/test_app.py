@@ -9,7 +9,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest_app import APP_MAIN, app_env
+from tests.app_helpers import APP_MAIN, app_env
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -125,7 +125,7 @@ def test_tune_changes_lambda_without_rereading(env):
 
 
 def test_tune_is_fast(env):
-    from analysis import views
+    from analysis import tables
     from app import state
 
     new_app().run()  # fills the analysis cache
@@ -133,8 +133,8 @@ def test_tune_is_fast(env):
     assert res is not None
     t0 = time.perf_counter()
     for r in (0.0, 0.1, 0.3):
-        views.lambda_table(res, 1e-5, r, 2.0, "clip", "global")
-        views.signal_retention(res, 1e-5, r, 2.0, "clip", "global")
+        tables.lambda_table(res, 1e-5, r, 2.0, "clip", "global")
+        tables.signal_retention(res, 1e-5, r, 2.0, "clip", "global")
     assert (time.perf_counter() - t0) / 3 < 1.0
 
 
@@ -201,7 +201,7 @@ def test_one_merge_at_a_time(env, tmp_path):
 
     started = threading.Event()
 
-    def slow(spec, *, overwrite, progress, cancel, analysis_progress):
+    def slow(spec, *, overwrite, counts, progress, cancel, count_progress):
         started.set()
         cancel.wait(60)
         raise MergeCancelled()
@@ -233,7 +233,7 @@ def test_cancel_from_the_ui(env, tmp_path):
 
     gate = threading.Event()
 
-    def gated(spec, *, overwrite, progress, cancel, analysis_progress):
+    def gated(spec, *, overwrite, counts, progress, cancel, count_progress):
         from merging.errors import MergeCancelled
 
         gate.set()
@@ -245,8 +245,7 @@ def test_cancel_from_the_ui(env, tmp_path):
     at.text_input(key="merge_out_ram_plus").set_value(str(tmp_path / "c")).run()
     mgr = jobs.manager()
     original = mgr.submit
-    mgr.submit = lambda spec, owner, overwrite=False, runner=None: original(spec, owner, overwrite=overwrite,
-                                                                           runner=gated)
+    mgr.submit = lambda spec, owner, **kw: original(spec, owner, **{**kw, "runner": gated})
     try:
         at.button(key="start_merge").click().run()
         assert gate.wait(10)
@@ -265,7 +264,7 @@ def test_dilution_shows_demo_evidence(env, tmp_path, monkeypatch):
     """With results next to the demo models, Table 1 and the reward curves are drawn."""
     import pandas as pd
 
-    from tests.conftest_app import build_demo
+    from tests.app_helpers import build_demo
 
     demo = build_demo(tmp_path / "models")
     results = tmp_path / "results"
@@ -288,7 +287,7 @@ def test_dilution_shows_demo_evidence(env, tmp_path, monkeypatch):
 
 def test_custom_local_folders_are_analysed(env, tmp_path):
     """Local folders chosen on Models become the selection every page analyses."""
-    from tests.conftest_app import build_demo
+    from tests.app_helpers import build_demo
 
     root = build_demo(tmp_path / "family")
     at = new_app()
@@ -362,7 +361,7 @@ def test_dilution_falls_back_to_agent_accuracy(env, tmp_path, monkeypatch):
     """Before table1.csv exists, the build's accuracy.csv (base and agents) is charted instead."""
     import pandas as pd
 
-    from tests.conftest_app import build_demo
+    from tests.app_helpers import build_demo
 
     demo = build_demo(tmp_path / "models")
     (tmp_path / "results").mkdir()

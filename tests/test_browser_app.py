@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest_app import APP_MAIN, app_env
+from tests.app_helpers import APP_MAIN, app_env
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",

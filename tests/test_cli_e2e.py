@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from merging.cli import main
+from ram_studio.cli import main
 from tests.factory import state
 
 
@@ -69,7 +69,8 @@ def test_cli_subprocess_merge_loads_in_transformers(family, tmp_path):
 
 def test_merged_values_match_in_memory_ram_plus(family, tmp_path):
     """The streamed output equals base + merge_in_memory over the whole model, cast to bf16."""
-    from merging.tensor_merge import merge_in_memory, whole_counts
+    from merging import regions
+    from merging.tensor_merge import merge_in_memory
 
     base, agents = family
     out = tmp_path / "m"
@@ -78,7 +79,7 @@ def test_merged_values_match_in_memory_ram_plus(family, tmp_path):
     ags = [state(a) for a in agents]
     names = sorted(b)
     flat = torch.cat([torch.stack([a[n].float().reshape(-1) - b[n].float().reshape(-1) for a in ags]) for n in names], 1)
-    counts = whole_counts(flat, 1e-5)
+    counts = regions.count_lists(regions.counts(flat, 1e-5))
     got = state(out)
     for n in names:
         taus = torch.stack([a[n].float() - b[n].float() for a in ags])
@@ -116,15 +117,20 @@ def test_out_dtype_float32_and_config(family, tmp_path):
 
 
 def test_existing_output_refused_unless_overwrite(family, tmp_path, capsys):
+    """A non-empty folder is refused; --overwrite replaces only a folder RAM Studio wrote, never a user's."""
     out = tmp_path / "busy"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     assert merge(family, out, "--method", "ram") == 2
     assert "not empty" in capsys.readouterr().err
-    assert (out / "keep.txt").read_text() == "mine"
-    assert merge(family, out, "--method", "ram", "--overwrite") == 0
-    assert not (out / "keep.txt").exists() and (out / "config.json").exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert merge(family, out, "--method", "ram", "--overwrite") == 2
+    assert "refusing to overwrite" in capsys.readouterr().err and (out / "keep.txt").read_text() == "mine"
+    ours = tmp_path / "ours"
+    assert merge(family, ours, "--method", "ram") == 0
+    first = (ours / "ram_recipe.json").read_text()
+    assert merge(family, ours, "--method", "task_arithmetic", "--overwrite") == 0
+    assert (ours / "ram_recipe.json").read_text() != first and (ours / "config.json").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folder, lock or old copy left
 
 
 def test_analyze_json(family, tmp_path):

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from merging.cli import main
+from ram_studio.cli import main
 from merging.device import pick_device, to_compute
 from merging.errors import RamStudioError
 

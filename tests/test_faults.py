@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from merging.cli import main
+from ram_studio.cli import main
 from merging.errors import MergeCancelled
 from merging.export import merge_to_folder
 from merging.recipe import MergeSpec

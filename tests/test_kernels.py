@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.overlap import DEFAULT_LADDER, OverlapAccumulator
-from merging.cli import main
+from analysis.ladder import DEFAULT_LADDER, OverlapAccumulator
+from ram_studio.cli import main
 from merging.tensor_merge import ChunkInputs, merge_in_memory
 
 pytest.importorskip("numba")

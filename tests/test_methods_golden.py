@@ -4,8 +4,9 @@ import torch
 
 from merging.methods.dare import drop_and_rescale
 from merging.methods.base import ChunkContext
-from merging.methods.ram import lambda_for, rho
-from merging.tensor_merge import merge_in_memory, whole_counts
+from merging.regions import lambda_for, rho
+from merging import regions
+from merging.tensor_merge import merge_in_memory
 
 TINY = 2.0 ** -20
 A = torch.tensor([
@@ -36,14 +37,14 @@ def test_case_a_all_methods(chunk):
 
 
 def test_case_a_rho_and_lambda():
-    counts = whole_counts(A, 1e-5)
+    counts = regions.count_lists(regions.counts(A, 1e-5))
     assert counts == {"shared": [4, 4, 4], "unique": [1, 1, 0]}
     assert [rho(s, u) for s, u in zip(counts["shared"], counts["unique"])] == [4, 4, float("inf")]
     assert [lambda_for(s, u, .1, 2.0) for s, u in zip(counts["shared"], counts["unique"])] == pytest.approx([1.2] * 3)
 
 
 def test_case_b_counts_rho_ram_and_ram_plus():
-    counts = whole_counts(B, 1e-5)
+    counts = regions.count_lists(regions.counts(B, 1e-5))
     assert counts == {"shared": [5, 4, 2], "unique": [1, 2, 3]}
     assert [rho(s, u) for s, u in zip(counts["shared"], counts["unique"])] == pytest.approx([5, 2, 2 / 3])
     lam = [lambda_for(s, u, .1, 2.0) for s, u in zip(counts["shared"], counts["unique"])]

@@ -5,7 +5,8 @@ import torch
 
 from merging.errors import RamStudioError
 from merging.methods import get_method
-from merging.tensor_merge import merge_in_memory, whole_counts
+from merging import regions
+from merging.tensor_merge import merge_in_memory
 
 ALL = ["average", "task_arithmetic", "ties", "dare_ta", "dare_ties", "ram", "ram_plus", "ram_plus_soft"]
 
@@ -68,7 +69,7 @@ def test_global_rho_differs_from_tensor_rho_on_crafted_case():
     # Two tensors of one model. Agent 0 is all-unique in tensor X and all-shared in tensor Y.
     x = torch.tensor([[1., 1, 0, 0], [0, 0, 1, 0]])      # agent0: unique 2; agent1: unique 1
     y = torch.tensor([[1., 1, 1, 1], [1, 1, 1, 1]])      # both: shared 4
-    counts = whole_counts(torch.cat([x, y], 1), 1e-5)    # global: agent0 shared 4 unique 2 → ρ 2
+    counts = regions.count_lists(regions.counts(torch.cat([x, y], 1), 1e-5))    # global: agent0 shared 4 unique 2 → ρ 2
     assert counts == {"shared": [4, 4], "unique": [2, 1]}
     glob = merge_in_memory("ram_plus", x, {"r": .1, "alpha": 10}, counts=counts)
     local = merge_in_memory("ram_plus", x, {"r": .1, "alpha": 10, "rho_scope": "tensor"})

@@ -1,7 +1,7 @@
 """The README's commands are the ones CI runs, and the documented CLI matches the real parser."""
 from pathlib import Path
 
-from merging.cli import build_parser
+from ram_studio.cli import build_parser
 from merging.methods import METHODS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import streamlit as st
 import torch
 
 from app import charts, state
-from merging.methods.ram import overlap_masks
+from merging import regions
 from merging.tensor_merge import merge_in_memory
 
 ROWS, COLS = 8, 16  # 128 toy parameters per agent
@@ -34,7 +34,7 @@ def toy_taus(densities: list[float], overlaps: list[float], seed: int) -> torch.
 
 def unique_retention(taus: torch.Tensor, merged: dict[str, torch.Tensor], names: list[str]) -> pd.DataFrame:
     """Per agent and method: mean |τ_m| / mean |τ_t| over the agent's unique elements."""
-    active, count = overlap_masks(taus, TOY_EPS)  # m_t and c of Eq. 1, from the core
+    active, count = regions.masks(taus, TOY_EPS)  # m_t and c of Eq. 1, from the core
     only = active & (count == 1)
     rows = []
     for t, name in enumerate(names):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis import paper, views
+from analysis import paper, tables
 from app import charts, state
 
 st.title("Heterogeneity")
@@ -34,13 +34,13 @@ with state.guard("Drawing the charts"):
     left, right = st.columns(2)
     with left:
         st.subheader("Density per agent")
-        d = views.global_density(res, eps)
+        d = tables.global_density(res, eps)
         charts.show(charts.density_bars(d, agents), d,
                     "How sparse is each update? RL agents typically change a small, very different share of weights.",
                     "density_per_agent")
     with right:
         st.subheader("Overlap distribution")
-        o = views.overlap_distribution(res, eps)
+        o = tables.overlap_distribution(res, eps)
         charts.show(charts.overlap_stacked(o, agents), o,
                     "Purple = unique to the agent: averaging divides exactly these updates by N (signal dilution).",
                     "overlap_distribution")
@@ -59,7 +59,7 @@ with state.guard("Drawing the charts"):
                    "elements that no other *selected* agent changed (the paper's is among its three agents).")
 
     st.subheader("Where the changes are: layer × module")
-    lm = views.density_by_layer_module(res, eps)
+    lm = tables.density_by_layer_module(res, eps)
     charts.show(charts.layer_module_heatmaps(lm, agents), lm,
                 "Brighter = denser updates; compare panels to see whether agents concentrate on different modules.",
                 "density_layer_module")
@@ -67,13 +67,13 @@ with state.guard("Drawing the charts"):
     left, right = st.columns(2)
     with left:
         st.subheader("Unique vs shared per layer")
-        us = views.unique_shared_by_layer(res, eps)
+        us = tables.unique_shared_by_layer(res, eps)
         charts.show(charts.unique_share_lines(us, agents), us,
                     "Higher = more of that layer's update belongs to this agent alone (kept whole by RAM).",
                     "unique_shared_by_layer")
     with right:
         st.subheader("ε sensitivity")
-        es = views.eps_sensitivity(res)
+        es = tables.eps_sensitivity(res)
         charts.show(charts.eps_curve(es, agents, eps), es,
                     "A flat curve means the sparsity is real, not an artefact of the chosen ε (dotted line).",
                     "eps_sensitivity")

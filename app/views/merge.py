@@ -16,8 +16,10 @@ from merging.compat import POLICIES, POLICY_HELP
 from merging.errors import RamStudioError
 from merging.methods import METHODS, get_method
 from merging.recipe import MergeSpec
+from merging.units import format_bytes, format_seconds
 
 JOB_KEY = "merge_job"
+START_ERROR_KEY = "merge_start_error"
 EVAL_KEY = "eval_rows"
 ZIP_LIMIT = 300e6  # offer a zip download only below this size
 STEPS = {"eps": 1e-6, "r": 0.01, "alpha": 0.1, "lambda": 0.05, "density": 0.05, "drop_rate": 0.05}
@@ -35,51 +37,45 @@ def default_out(sel: state.Selection, method: str) -> str:
 
 
 def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
-    """One input per method parameter, pre-filled from the Tune page; fixed ones are not shown."""
+    """One input per method parameter, built from its declaration and pre-filled from the Tune page."""
     m = get_method(method)
-    shown = [p for p in m.params if "is fixed to" not in p.help]
     values = {}
-    cols = st.columns(max(1, min(4, len(shown))))
-    for i, p in enumerate(shown):
+    cols = st.columns(max(1, min(4, len(m.params))))
+    for i, p in enumerate(m.params):
         key = f"param_{method}_{p.name}"
         value = tuned.get(p.name, p.default)
         col = cols[i % len(cols)]
-        if p.name == "rho_scope":
-            values[p.name] = col.selectbox(p.name, ["global", "tensor"], index=["global", "tensor"].index(value),
-                                           help=p.help, key=key, disabled=disabled)
+        if p.choices:
+            values[p.name] = col.selectbox(p.name, list(p.choices), index=list(p.choices).index(value), help=p.help,
+                                           key=key, disabled=disabled)
         elif p.kind is bool:
             values[p.name] = col.checkbox(p.name, bool(value), help=p.help, key=key, disabled=disabled)
-        elif p.kind is int:
-            values[p.name] = col.number_input(p.name, value=int(value or 0), step=1, help=p.help, key=key,
-                                              disabled=disabled)
-        elif p.kind is float:
-            values[p.name] = col.number_input(p.name, value=float(value), format="%g", step=STEPS.get(p.name, 0.01),
-                                              help=p.help, key=key, disabled=disabled)
+        elif p.kind in (int, float):
+            lo = None if p.low is None else p.kind(p.low)
+            hi = None if p.high is None or p.high_open else p.kind(p.high)
+            values[p.name] = col.number_input(
+                p.name, min_value=lo, max_value=hi, value=p.kind(value or 0), step=p.kind(p.step or 1),
+                format="%g" if p.kind is float else "%d", help=f"{p.help} Allowed: {p.range_text()}.", key=key,
+                disabled=disabled)
         else:
             text = col.text_input(p.name, "" if value is None else str(value), help=p.help, key=key,
                                   disabled=disabled)
             values[p.name] = text or None
-    if not shown:
+    if not m.params:
         st.caption("This method has no parameters.")
     return values
 
 
 def start(sel: state.Selection, method: str, params: dict, out: str, shard: str, dtype: str | None,
           overwrite: bool, policy: str = "error") -> None:
-    """Validate, then hand the merge to the job manager (errors are shown, nothing starts)."""
+    """Validate (parameters and the output placement rules), then hand the merge to the job manager."""
+    from merging.placement import check_output_folder, input_folders
+    from merging.side_files import is_side_file
+
     get_method(method).resolve_params(params)  # readable error for a bad value, before any thread starts
-    if not out.strip():
-        raise RamStudioError("no output folder given.", "Type a folder path for the merged model.")
-    target = Path(out.strip()).expanduser()
-    if target.exists() and not target.is_dir():
-        raise RamStudioError(f"output path {target} is a file.", "Choose a folder path.")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RamStudioError(f"cannot create {target.parent} ({exc.strerror}).",
-                             "Choose a folder you can write to.") from None
-    spec = MergeSpec(sel.base, list(sel.agents), method, params, str(target), dtype, shard, on_mismatch=policy)
-    job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite)
+    check_output_folder(out, input_folders([sel.base, *sel.agents]), overwrite=overwrite, side_file_ok=is_side_file)
+    spec = MergeSpec(sel.base, list(sel.agents), method, params, out.strip(), dtype, shard, on_mismatch=policy)
+    job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite, counts=state.cached_counts(sel, spec))
     st.session_state[JOB_KEY] = job.id
 
 
@@ -90,17 +86,17 @@ def progress_panel(job: jobs.Job) -> None:
         if p is None:
             st.progress(0.0, text="Opening the models…")
         else:
-            what = "Analysing overlap (for λ_t)" if job.phase == "analysis" else "Merging"
-            eta = f" · ETA {state.fmt_seconds(p.eta)}" if p.eta is not None else ""
+            what = "Counting overlaps (for λ_t)" if job.phase == "count" else "Merging"
+            eta = f" · ETA {format_seconds(p.eta)}" if p.eta is not None else ""
             st.progress(min(1.0, p.fraction),
-                        text=f"{what}: {state.fmt_bytes(p.done)} of {state.fmt_bytes(p.total)} · tensors "
+                        text=f"{what}: {format_bytes(p.done)} of {format_bytes(p.total)} · tensors "
                              f"{p.tensors_done}/{p.tensors_total}{eta}")
         c = st.columns([1, 4])
         if c[0].button("Cancel merge", icon=":material/stop_circle:", key="cancel_merge",
                        disabled=job.owner != jobs.session_id()):
             jobs.manager().cancel(job.id)
             st.toast("Cancelling…")
-        c[1].caption(f"Running for {state.fmt_seconds(job.elapsed)} into `{job.out}`. You can switch pages; "
+        c[1].caption(f"Running for {format_seconds(job.elapsed)} into `{job.out}`. You can switch pages; "
                      "the merge keeps going.")
     elif st.session_state.get("_job_seen_running") == job.id:
         st.session_state["_job_seen_running"] = None
@@ -116,10 +112,10 @@ def results(job: jobs.Job, sel: state.Selection) -> None:
         state.show_error(RamStudioError(msg, hint), "The merge")
         return
     res = job.result
-    st.success(f"Merged into `{res.out}`: {len(res.files)} files, {state.fmt_bytes(res.bytes_written)} in "
+    st.success(f"Merged into `{res.out}`: {len(res.files)} files, {format_bytes(res.bytes_written)} in "
                f"{res.seconds:.1f} s.", icon=":material/check_circle:")
     files = pd.DataFrame({"file": [f.name for f in res.files],
-                          "size": [state.fmt_bytes(f.stat().st_size) if f.exists() else "missing" for f in res.files]})
+                          "size": [format_bytes(f.stat().st_size) if f.exists() else "missing" for f in res.files]})
     left, right = st.columns([2, 3])
     left.dataframe(files, hide_index=True, width="stretch")
     with right:
@@ -145,7 +141,7 @@ def results(job: jobs.Job, sel: state.Selection) -> None:
         c[3].download_button("Zip of the model", lambda: zip_folder(res.out), f"{res.out.name}.zip",
                              "application/zip", key="dl_zip", icon=":material/folder_zip:", width="stretch")
     else:
-        c[3].caption(f"No zip above {state.fmt_bytes(ZIP_LIMIT)}: copy the folder or push it to the Hub.")
+        c[3].caption(f"No zip above {format_bytes(ZIP_LIMIT)}: copy the folder or push it to the Hub.")
     push_form(res.out)
     if sel.is_demo and importlib.util.find_spec("assets.demo.evaluate") is not None:
         evaluate_section(res.out, job.spec.method)
@@ -283,16 +279,20 @@ if hub:
             "(see the size estimate on **Models**).", icon=":material/cloud_download:")
 if other is not None and not mine_running:
     st.warning(f"Busy: another session is merging into `{other.out.name}` right now "
-               f"({state.fmt_seconds(other.elapsed)} so far). One merge runs at a time per server.",
+               f"({format_seconds(other.elapsed)} so far). One merge runs at a time per server.",
                icon=":material/hourglass_top:")
 if go:
+    st.session_state.pop(START_ERROR_KEY, None)  # a new attempt replaces the last error, never stacks on it
     try:
         start(sel, method, params, out, shard, DTYPES[dtype], overwrite, policy)
     except RamStudioError as exc:
-        state.show_error(exc, "Starting the merge")
+        st.session_state[START_ERROR_KEY] = (exc.message, exc.hint)
     else:
         st.session_state["_job_seen_running"] = st.session_state[JOB_KEY]
         st.rerun()
+if START_ERROR_KEY in st.session_state:
+    state.show_error(RamStudioError(*st.session_state[START_ERROR_KEY]), "Starting the merge")
+    st.stop()  # the last job's results belong to an earlier attempt: do not show them under this error
 
 job = mgr.get(st.session_state.get(JOB_KEY))
 if job is not None:

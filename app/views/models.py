@@ -7,6 +7,7 @@ from app import state
 from merging.compat import ModelHeaders, check_compatibility, estimate_bytes
 from merging.errors import RamStudioError
 from merging.refs import demo_names, parse_ref
+from merging.units import format_bytes, format_seconds
 
 # Throughput assumptions for the estimate (shown to the user next to the numbers).
 DOWNLOAD_BPS = 50e6
@@ -54,7 +55,7 @@ def draft_refs(source: str) -> tuple[str, list[str]]:
 
 
 def approx(seconds: float) -> str:
-    text = state.fmt_seconds(seconds)
+    text = format_seconds(seconds)
     return text if text.startswith("<") else "≈ " + text
 
 
@@ -77,7 +78,7 @@ def report(base: str, agents: list[str]) -> None:
     rep = check_compatibility(heads[0], heads[1:])
     frame = rep.models_frame()
     frame["params"] = frame["params"].map(state.fmt_count)
-    frame["size on disk"] = frame.pop("bytes_on_disk").map(state.fmt_bytes)
+    frame["size on disk"] = frame.pop("bytes_on_disk").map(format_bytes)
     frame["source"] = [base, *agents]
     frame["tied_embeddings"] = frame["tied_embeddings"].map({True: "yes", False: "no"}).fillna("?")
     st.dataframe(frame, hide_index=True, width="stretch",
@@ -98,8 +99,8 @@ def report(base: str, agents: list[str]) -> None:
     read = sum(h.bytes_on_disk for h in heads)
     out = estimate_bytes(heads[0])
     c = st.columns(4)
-    c[0].metric("To download", state.fmt_bytes(download), help="Hub weights not yet in the local cache.")
-    c[1].metric("Disk needed", state.fmt_bytes(download + out), help="Downloads plus one merged model (base dtype).")
+    c[0].metric("To download", format_bytes(download), help="Hub weights not yet in the local cache.")
+    c[1].metric("Disk needed", format_bytes(download + out), help="Downloads plus one merged model (base dtype).")
     c[2].metric("Analysis time", approx(read / READ_BPS + download / DOWNLOAD_BPS),
                 help="One streaming read of every model (plus the download).")
     c[3].metric("Merge time", approx((read + out) / READ_BPS),

@@ -7,7 +7,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from analysis import views
+from analysis import tables
 from app import charts, state
 
 st.title("Tune")
@@ -54,8 +54,8 @@ def tuner() -> None:
     p.update(eps=eps, r=r, alpha=alpha, rule=rule, rho_scope=scope)
     agents = res.agents
     with state.guard("Computing λ_t"):
-        lam = views.lambda_table(res, eps, r, alpha, rule, scope)
-        ret = views.signal_retention(res, eps, r, alpha, rule, scope)
+        lam = tables.lambda_table(res, eps, r, alpha, rule, scope)
+        ret = tables.signal_retention(res, eps, r, alpha, rule, scope)
         ret["method"] = ret["method"].str.replace(r"\(λ=[^)]*\)", "(λ = 1/N)", regex=True)
         left, right = st.columns([1, 1] if scope == "tensor" else [2, 3])
         with left:

@@ -338,3 +338,24 @@ def ties_merge(base, agents, thresholds, keep_equal, first_rank, lam, out, peak)
     thr[thresholds < 0] = -1.0  # every |τ| ≥ 0 is above: keep all
     thr[thresholds == np.iinfo(np.int32).max] = np.inf  # no finite |τ| reaches it: keep none
     _ties_partitions(base, agents, thr, keep_equal, first_rank, lam, out, peak)
+
+
+@nb.njit(cache=True, nogil=True)
+def first_nonfinite(bits, exp_mask):
+    """Index of the first NaN/Inf in a float array given as its unsigned bit patterns (all exponent
+    bits set), or -1. Works for bf16/f16 (uint16), f32 (uint32) and f64 (uint64) with their mask."""
+    for i in range(bits.shape[0]):
+        if bits[i] & exp_mask == exp_mask:
+            return i
+    return -1
+
+
+@nb.njit(cache=True, nogil=True)
+def values_differ(a, b, magnitude_mask):
+    """Whether two float arrays (as unsigned bit patterns, no NaN) hold different values; +0 equals −0."""
+    for i in range(a.shape[0]):
+        x = a[i]
+        y = b[i]
+        if x != y and ((x & magnitude_mask) != 0 or (y & magnitude_mask) != 0):
+            return True
+    return False

@@ -1,30 +1,18 @@
-"""The method registry: every merge method registers itself by name here, like mergekit's registry."""
+"""Merge methods. Each module of this package defines and registers its methods; adding a method means
+adding one file here (its function and its parameters), which is imported below automatically."""
 from __future__ import annotations
 
-from ..errors import RamStudioError
-from .base import ChunkContext, MergeMethod, Param, TensorPass
+import importlib
+import pkgutil
 
-METHODS: dict[str, MergeMethod] = {}
+from .base import ChunkContext, MergeMethod, TensorPass
+from .params import Param
+from .registry import METHODS, all_params, get_method, methods_taking, register
 
+_INFRASTRUCTURE = {"base", "params", "registry"}
+for _info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+    if _info.name not in _INFRASTRUCTURE:
+        importlib.import_module(f"{__name__}.{_info.name}")
 
-def register(method: MergeMethod) -> MergeMethod:
-    """Add a method to the registry (names are unique)."""
-    if method.name in METHODS:
-        raise ValueError(f"method {method.name} registered twice")
-    METHODS[method.name] = method
-    return method
-
-
-def get_method(name: str) -> MergeMethod:
-    """Look a method up by name, with a readable error listing the known ones."""
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise RamStudioError(f"unknown merge method {name!r}.",
-                             f"Known methods: {', '.join(sorted(METHODS))}.") from None
-
-
-# Importing the modules registers their methods.
-from . import dare, linear, ram, ties, unique_only  # noqa: E402,F401
-
-__all__ = ["METHODS", "ChunkContext", "MergeMethod", "Param", "TensorPass", "get_method", "register"]
+__all__ = ["METHODS", "ChunkContext", "MergeMethod", "Param", "TensorPass", "all_params", "get_method",
+           "methods_taking", "register"]

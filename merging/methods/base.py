@@ -9,17 +9,7 @@ import numpy as np
 import torch
 
 from ..errors import RamStudioError
-
-
-@dataclass(frozen=True)
-class Param:
-    """One method parameter: name, default, type, help, and a check returning an error text or None."""
-
-    name: str
-    default: Any
-    kind: type
-    help: str
-    check: Callable[[Any], str | None] | None = None
+from .params import Param
 
 
 @dataclass
@@ -28,7 +18,7 @@ class ChunkContext:
 
     `taus` handed to a method have shape (N, E): N agents, E elements of the tensor's flat range
     [offset, offset + E). `state` holds results of this tensor's passes; `shared` holds merge-wide
-    values (e.g. global λ_t from the analysis counts).
+    values (e.g. global λ_t from the overlap counts).
     """
 
     tensor: str
@@ -61,6 +51,23 @@ MergeFn = Callable[[torch.Tensor, ChunkContext], torch.Tensor]
 FusedFn = Callable[[Any, Any, ChunkContext, Any, Any], None]
 
 
+def _no_passes(params: dict[str, Any]) -> tuple[TensorPass, ...]:
+    return ()
+
+
+def _no_counts(params: dict[str, Any]) -> float | None:
+    return None
+
+
+def _nothing_to_prepare(params: dict[str, Any], counts: dict[str, list[int]] | None,
+                        agents: list[str]) -> dict[str, Any]:
+    return {}
+
+
+def _no_factors(params: dict[str, Any]) -> dict[str, float]:
+    return {}
+
+
 @dataclass(frozen=True)
 class MergeMethod:
     """A registered method: `merge(taus, ctx)` returns the merged task vector τ_m for the chunk."""
@@ -69,65 +76,31 @@ class MergeMethod:
     summary: str
     merge: MergeFn
     params: tuple[Param, ...] = ()
-    passes: Callable[[dict[str, Any]], tuple[TensorPass, ...]] = lambda p: ()
+    passes: Callable[[dict[str, Any]], tuple[TensorPass, ...]] = _no_passes
     # Returns the ε whose whole-model overlap counts the method needs (global ρ), or None.
-    global_counts_eps: Callable[[dict[str, Any]], float | None] = lambda p: None
+    global_counts_eps: Callable[[dict[str, Any]], float | None] = _no_counts
     # Builds merge-wide state from the agents' labels and, when `global_counts_eps` asked for them,
     # whole-model counts {"shared": [...], "unique": [...]} (one entry per agent).
     prepare: Callable[[dict[str, Any], dict[str, list[int]] | None, list[str]], dict[str, Any]] = (
-        lambda p, c, agents: {})
+        _nothing_to_prepare)
+    # Derived float32 factors the parameters imply (e.g. the largest λ_t): each must stay finite.
+    factors: Callable[[dict[str, Any]], dict[str, float]] = _no_factors
     min_agents: int = 2
     fused: FusedFn | None = None
 
-    def resolve_params(self, given: dict[str, Any]) -> dict[str, Any]:
-        """Fill defaults, coerce types and validate; unknown or invalid values raise a clear error."""
+    def resolve_params(self, given: dict[str, Any], *, strict: bool = False) -> dict[str, Any]:
+        """Fill defaults, coerce types and validate; unknown or invalid values raise a clear error.
+
+        `strict` is for stored values (recipes, YAML configs): types must already be right."""
         known = {p.name: p for p in self.params}
         unknown = sorted(k for k, v in given.items() if v is not None and k not in known)
         if unknown:
             raise RamStudioError(f"method {self.name!r} does not take {', '.join(unknown)}.",
                                  f"Its parameters are: {', '.join(known) or 'none'}.")
-        out: dict[str, Any] = {}
-        for p in self.params:
-            value = given.get(p.name)
-            value = p.default if value is None else value
-            try:
-                value = p.kind(value) if value is not None else None
-            except (TypeError, ValueError):
-                raise RamStudioError(f"{p.name}={value!r} is not a valid {p.kind.__name__}.", p.help) from None
-            if isinstance(value, float) and not math.isfinite(value):
-                raise RamStudioError(f"{p.name} must be a finite number, got {value}.", p.help)
-            problem = p.check(value) if (p.check and value is not None) else None
-            if problem:
-                raise RamStudioError(f"invalid {p.name}={value}: {problem}.", p.help)
-            out[p.name] = value
+        out = {p.name: p.resolve(given.get(p.name), strict=strict) for p in self.params}
+        for what, value in self.factors(out).items():
+            if not math.isfinite(float(np.float32(value))):
+                names = ", ".join(f"{p.name}={out[p.name]:g}" for p in self.params if p.float32)
+                raise RamStudioError(f"{what} = {value:g} overflows float32 with {names}.",
+                                     "Use smaller values: the merge computes in float32.")
         return out
-
-
-def f32(x: float) -> float:
-    """Round a scalar to float32: ε, p and λ are used as float32 values by both the torch and the
-    kernel paths, so a comparison never depends on how a backend promotes a Python float."""
-    return float(np.float32(x))
-
-
-def non_negative(v: float) -> str | None:
-    return None if v >= 0 else "must be ≥ 0"
-
-
-def in_unit_open_closed(v: float) -> str | None:
-    return None if 0 < v <= 1 else "must be in (0, 1]"
-
-
-def in_unit_closed_open(v: float) -> str | None:
-    return None if 0 <= v < 1 else "must be in [0, 1)"
-
-
-def boolean(v: Any) -> bool:
-    """Parse a yes/no parameter given as bool or text."""
-    if isinstance(v, bool):
-        return v
-    text = str(v).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(v)

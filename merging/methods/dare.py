@@ -13,9 +13,10 @@ import hashlib
 import numpy as np
 import torch
 
-from . import register
-from .base import ChunkContext, MergeMethod, Param, f32, in_unit_closed_open
-from .linear import LAMBDA
+from ..regions import f32
+from .base import ChunkContext, MergeMethod
+from .params import LAMBDA, Param
+from .registry import register
 from .ties import elect_and_mean
 
 _M1 = -4658895280553007687  # 0xbf58476d1ce4e5b9 as signed int64 (splitmix64 constants)
@@ -74,11 +75,17 @@ def _fused(ties_mode: bool):
     return run
 
 
-DROP = Param("drop_rate", 0.5, float, "Drop rate p of DARE, in [0, 1) (paper's grid: 0.1 … 0.9).",
-             in_unit_closed_open)
-SEED = Param("seed", 0, int, "Seed of the DARE keep masks (per seed, agent and tensor).")
+DROP = Param("drop_rate", float, 0.5, "Drop rate p of DARE, in [0, 1) (paper's grid: 0.1 … 0.9).",
+             low=0.0, high=1.0, high_open=True, step=0.05)
+SEED = Param("seed", int, 0, "Seed of the DARE keep masks (per seed, agent and tensor).", low=0)
+
+
+def _factors(p: dict) -> dict[str, float]:
+    """p is compared as a float32 (keep iff u ≥ p): p rounding to 1 would drop everything."""
+    keep = 1.0 - float(np.float32(p["drop_rate"]))
+    return {"the rescale 1/(1−p)": 1.0 / keep if keep > 0 else float("inf")}
 
 register(MergeMethod("dare_ta", "DARE + Task Arithmetic: drop with rate p, rescale by 1/(1−p), then λ·Σ.",
-                     dare_ta, (DROP, LAMBDA, SEED), fused=_fused(False)))
+                     dare_ta, (DROP, LAMBDA, SEED), factors=_factors, fused=_fused(False)))
 register(MergeMethod("dare_ties", "DARE + TIES: drop and rescale, elect sign, disjoint mean, scale by λ.",
-                     dare_ties, (DROP, LAMBDA, SEED), fused=_fused(True)))
+                     dare_ties, (DROP, LAMBDA, SEED), factors=_factors, fused=_fused(True)))

@@ -4,8 +4,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import register
-from .base import ChunkContext, MergeMethod, Param, f32
+from ..regions import f32
+from .base import ChunkContext, MergeMethod
+from .params import LAMBDA
+from .registry import register
 
 
 def task_arithmetic(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
@@ -29,9 +31,6 @@ def _fused_average(base, agents, ctx: ChunkContext, out, peak) -> None:
 
     cpu.linear(base, agents, np.float32(1.0 / len(agents)), out, peak)
 
-
-LAMBDA = Param("lambda", 1.0, float, "Scaling λ of the summed task vectors (paper's grid: 0.1 … 1.0).",
-               lambda v: None if v >= 0 else "must be ≥ 0")
 
 register(MergeMethod("task_arithmetic", "Task Arithmetic: θ0 + λ·Σ_t τ_t.", task_arithmetic, (LAMBDA,),
                      fused=_fused_ta))

@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import register
-from .base import ChunkContext, MergeMethod, Param, TensorPass, f32, in_unit_open_closed
-from .linear import LAMBDA
+from ..regions import f32
+from .base import ChunkContext, MergeMethod, TensorPass
+from .params import LAMBDA, Param
+from .registry import register
 
 _HI = 1 << 15  # |τ| has its sign bit clear, so the high 16 bits of its float32 pattern are < 2^15
 _LO = 1 << 16
@@ -158,8 +159,8 @@ def _passes(p: dict) -> tuple[TensorPass, ...]:
             TensorPass("topk_fine", _fine_reduce, _fine_finish, _fused_fine))
 
 
-DENSITY = Param("density", 0.2, float, "Fraction of each task vector kept per tensor (paper's grid: 0.1-0.3).",
-                in_unit_open_closed)
+DENSITY = Param("density", float, 0.2, "Fraction of each task vector kept per tensor (paper's grid: 0.1-0.3).",
+                low=0.0, high=1.0, low_open=True, step=0.05)
 
 register(MergeMethod("ties", "TIES: trim to top-k per tensor, elect sign, disjoint mean, scale by λ.",
                      ties, (DENSITY, LAMBDA), _passes, fused=_fused))

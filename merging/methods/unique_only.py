@@ -5,26 +5,24 @@ from typing import Any
 
 import torch
 
+from .. import regions
 from ..errors import RamStudioError
-from . import register
-from .base import ChunkContext, MergeMethod, Param, boolean, non_negative
-from .ram import overlap_masks
+from .base import ChunkContext, MergeMethod
+from .params import EPS, Param
+from .registry import register
 
 
 def unique_only(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
     """τ_a where agent a is the only active agent (c = 1), else 0; times 1/N when `dilute`."""
     a = ctx.shared["agent_index"]
-    m, c = overlap_masks(taus, ctx.params["eps"])
+    m, c = regions.masks(taus, ctx.params["eps"])
     out = torch.where(m[a] & (c == 1), taus[a], torch.zeros_like(taus[a]))
     return out / taus.shape[0] if ctx.params["dilute"] else out
 
 
 def _prepare(p: dict[str, Any], counts: object, agents: list[str]) -> dict[str, Any]:
     """Find the chosen agent by label or 0-based index."""
-    choice = p.get("agent")
-    if choice is None:
-        raise RamStudioError("unique_only needs --agent (a name or 0-based index).",
-                             f"Agents: {', '.join(agents)}.")
+    choice = p["agent"]
     if choice in agents:
         return {"agent_index": agents.index(choice)}
     if choice.isdigit() and int(choice) < len(agents):
@@ -35,8 +33,8 @@ def _prepare(p: dict[str, Any], counts: object, agents: list[str]) -> dict[str, 
 register(MergeMethod(
     "unique_only", "Base + one agent's unique updates (Fig. 3); with dilute, divided by N like averaging.",
     unique_only,
-    (Param("eps", 1e-5, float, "Threshold ε for 'changed'.", non_negative),
-     Param("agent", None, str, "Which agent's unique region to keep (its name or 0-based index)."),
-     Param("dilute", False, boolean, "Divide the unique update by N, simulating averaging's signal dilution.")),
+    (EPS,
+     Param("agent", str, None, "Which agent's unique region to keep (its name or 0-based index).", required=True),
+     Param("dilute", bool, False, "Divide the unique update by N, simulating averaging's signal dilution.")),
     prepare=_prepare,
 ))

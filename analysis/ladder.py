@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from merging import regions
+
 JOINT_MAX_AGENTS = 4
 DEFAULT_LADDER = (0.0, 1e-7, 1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 1e-3)
 
@@ -102,11 +104,10 @@ class OverlapAccumulator:
         pos_all, neg_all = taus > 0, taus < 0
         sq = taus.double().square()
         for j in range(len(self.ladder)):
-            m = b > j
-            c = m.sum(0)
+            m = b > j  # |τ| > ε_j: the rule of Eq. 1 through the ladder buckets
+            c, shar, uniq = regions.shared_and_unique(m)
             pos = (m & pos_all).sum(0)
             neg = (m & neg_all).sum(0)
-            uniq, shar = m & (c == 1), m & (c >= 2)
             acc.changed[:, j] += m.sum(1).cpu()
             acc.unique[:, j] += uniq.sum(1).cpu()
             acc.shared[:, j] += shar.sum(1).cpu()
@@ -155,14 +156,14 @@ def _decode_tables(n: int, L: int) -> dict:
     code = torch.arange(states, dtype=torch.int64)
     digits = torch.stack([(code // s ** t) % s for t in range(n)], 1)  # (states, N)
     b, pos = digits // 2, (digits % 2).bool()
-    active = b.unsqueeze(2) > torch.arange(L).view(1, 1, L)  # (states, N, L)
-    c = active.sum(1, keepdim=True)  # (states, 1, L)
+    active = b.unsqueeze(2) > torch.arange(L).view(1, 1, L)  # (states, N, L): |τ_t| > ε_j
+    c, shared, unique = regions.shared_and_unique(active, dim=1)
+    c = c.unsqueeze(1)  # (states, 1, L)
     n_pos = (active & pos.unsqueeze(2)).sum(1, keepdim=True)
     n_neg = (active & ~pos.unsqueeze(2)).sum(1, keepdim=True)
-    shared = active & (c >= 2)
     conflict = shared & torch.where(pos.unsqueeze(2), n_neg > 0, n_pos > 0)
     k = torch.arange(1, n + 1).view(1, 1, 1, n)
     hist = active.unsqueeze(3) & (c.unsqueeze(3) == k)  # (states, N, L, N)
     f = torch.float64
-    return {"states": states, "active": active.to(f), "shared": shared.to(f), "unique": (active & (c == 1)).to(f),
+    return {"states": states, "active": active.to(f), "shared": shared.to(f), "unique": unique.to(f),
             "conflict": conflict.to(f), "hist": hist.to(f)}

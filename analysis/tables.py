@@ -5,7 +5,7 @@ import math
 
 import pandas as pd
 
-from merging.methods.ram import lambda_for, rho
+from merging.regions import chance_unique_share, lambda_for, rho
 
 from .names import MODULE_ORDER
 from .stats import AnalysisResult
@@ -24,6 +24,15 @@ def global_density(result: AnalysisResult, eps: float) -> pd.DataFrame:
     g["total"] = result.total_params
     g["density"] = g["changed"] / result.total_params
     return g.reset_index()
+
+
+def unique_vs_chance(result: AnalysisResult, eps: float) -> pd.DataFrame:
+    """Per agent: density, unique share of its changed elements, and the unique share independent random
+    masks of the same densities would give (Π_{j≠i}(1 − d_j)), to tell structure from chance."""
+    g = global_density(result, eps)
+    g["unique_share"] = (g["unique"] / g["changed"].where(g["changed"] > 0)).fillna(0.0)
+    g["chance_unique_share"] = chance_unique_share(list(g["density"]))
+    return g
 
 
 def overlap_distribution(result: AnalysisResult, eps: float) -> pd.DataFrame:

@@ -1,0 +1,72 @@
+"""Checks on every output chunk before it is written: finite values, and whether the merge changed anything.
+
+They run on the writer thread, over the bit patterns of the output dtype (the values that will be
+stored, after rounding), with the numba kernels when present and numpy otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .errors import RamStudioError
+from .kernels import kernels_enabled
+
+# dtype → (unsigned view, exponent mask, magnitude mask)
+_BITS = {
+    torch.bfloat16: (torch.uint16, 0x7F80, 0x7FFF),
+    torch.float16: (torch.uint16, 0x7C00, 0x7FFF),
+    torch.float32: (torch.uint32, 0x7F800000, 0x7FFFFFFF),
+    torch.float64: (torch.uint64, 0x7FF0000000000000, 0x7FFFFFFFFFFFFFFF),
+}
+
+
+@dataclass
+class OutputGuard:
+    """Refuses a non-finite output value (naming tensor, index and the parameters to blame) and
+    remembers whether any output value differs from the base."""
+
+    blame: str  # e.g. "lambda=1e+38, out_dtype F16"
+    changed: bool = False
+    _fused: bool = field(default_factory=kernels_enabled)
+
+    def check(self, tensor: str, offset: int, out: torch.Tensor, base: torch.Tensor) -> None:
+        """`out` is the chunk as it will be stored, `base` the base's stored values of the same elements."""
+        spec = _BITS.get(out.dtype)
+        if spec is None or out.numel() == 0:
+            return
+        view, exp_mask, mag_mask = spec
+        bits = _np(out.reshape(-1).view(view))
+        i = _first_nonfinite(bits, exp_mask, self._fused)
+        if i >= 0:
+            raise RamStudioError(
+                f"the merged value of tensor {tensor!r} at flat index {offset + i:,} is not finite, although "
+                "every input is finite there.",
+                f"The merge's scale factors ({self.blame}) push it out of range: use smaller values "
+                "(or a wider output dtype).")
+        if not self.changed:
+            ref = base.reshape(-1).to(out.dtype) if base.dtype != out.dtype else base.reshape(-1)
+            self.changed = _values_differ(bits, _np(ref.view(view)), mag_mask, self._fused)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.contiguous().numpy()
+
+
+def _first_nonfinite(bits: np.ndarray, exp_mask: int, fused: bool) -> int:
+    if fused:
+        from .kernels import cpu
+
+        return int(cpu.first_nonfinite(bits, bits.dtype.type(exp_mask)))
+    hit = np.flatnonzero((bits & bits.dtype.type(exp_mask)) == exp_mask)
+    return int(hit[0]) if hit.size else -1
+
+
+def _values_differ(a: np.ndarray, b: np.ndarray, mag_mask: int, fused: bool) -> bool:
+    if fused:
+        from .kernels import cpu
+
+        return bool(cpu.values_differ(a, b, a.dtype.type(mag_mask)))
+    m = a.dtype.type(mag_mask)
+    return bool(np.any((a != b) & (((a & m) != 0) | ((b & m) != 0))))

@@ -1,0 +1,348 @@
+"""Command line: `ram-studio inspect | analyze | merge | run | evaluate | methods`.
+
+Method flags (--eps, --r, --lambda, …) are generated from the methods' parameter declarations. Heavy
+modules are imported inside the commands, so `--help` and argument errors answer at once.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from merging.errors import MergeCancelled, RamStudioError, printable
+
+PROG = "ram-studio"
+
+
+def _progress_printer(label: str):
+    """A compact progress line on stderr: percent, bytes, tensors, ETA."""
+    from merging.units import format_bytes, format_seconds
+
+    tty = sys.stderr.isatty()
+
+    def show(p) -> None:
+        eta = f", ETA {format_seconds(p.eta)}" if p.eta is not None else ""
+        line = (f"{label}: {100 * p.fraction:5.1f}%  {format_bytes(p.done)} of {format_bytes(p.total)}  "
+                f"tensors {p.tensors_done}/{p.tensors_total}{eta}")
+        if tty:
+            sys.stderr.write("\r\033[K" + line)
+            if p.done >= p.total:
+                sys.stderr.write("\n")
+        elif p.done >= p.total:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def _ladder(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RamStudioError(f"cannot read --eps-ladder {text!r}.", "Use comma-separated numbers, e.g. 0,1e-6,1e-5.")
+
+
+def _table(frame) -> str:
+    """A data frame as text, with every control character in it escaped."""
+    return frame.map(lambda v: printable(v, 120) if isinstance(v, str) else v).to_string(index=False)
+
+
+def _file_output(path: str | None, checkpoints, overwrite: bool) -> Path | None:
+    """Check a --json/--csv path against the placement rules before any work starts."""
+    if not path:
+        return None
+    from merging.placement import check_output_file, protected_paths
+
+    return check_output_file(path, protected_paths([(c.ref.raw, c.folder) for c in checkpoints]), overwrite=overwrite)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from merging.checkpoint import open_checkpoint
+    from merging.compat import ModelHeaders, check_compatibility
+    from merging.placement import write_file_atomically
+
+    base = open_checkpoint(args.base)
+    agents = [open_checkpoint(a) for a in args.agents]
+    out = _file_output(args.json, [base, *agents], args.overwrite)
+    report = check_compatibility(ModelHeaders.from_checkpoint(base), [ModelHeaders.from_checkpoint(a) for a in agents])
+    if out:
+        doc = {"models": report.models_frame().to_dict(orient="records"),
+               "mismatches": report.mismatches_frame().to_dict(orient="records"),
+               "losses": [loss.__dict__ for loss in report.losses()]}
+        write_file_atomically(out, (json.dumps(doc, indent=2, default=str) + "\n").encode())
+    frame = report.models_frame()
+    frame["GB"] = (frame.pop("bytes_on_disk") / 1e9).round(3)
+    print(_table(frame))
+    if report.ok:
+        print("\ncompatible: same architecture, tensor names, shapes and dtypes.")
+        return 0
+    print(f"\n{len(report.mismatches)} difference(s) from the base:")
+    print(_table(report.mismatches_frame()))
+    if args.on_mismatch == "base":
+        for loss in report.losses():
+            if loss.dropped or loss.padded:
+                print(f"  policy 'base': {printable(loss.describe())}")
+    report.enforce(args.on_mismatch)
+    print(f"\nall differences are handled by --on-mismatch {args.on_mismatch}.")
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from analysis.ladder import DEFAULT_LADDER
+    from analysis.stats import analyze
+    from analysis.tables import agents_json, global_density, rho_table
+    from merging.checkpoint import open_checkpoint
+    from merging.placement import write_file_atomically
+
+    base = open_checkpoint(args.base)
+    agents = [open_checkpoint(a) for a in args.agents]
+    json_out = _file_output(args.json, [base, *agents], args.overwrite)
+    csv_out = _file_output(args.csv, [base, *agents], args.overwrite)
+    ladder = _ladder(args.eps_ladder) if args.eps_ladder else list(DEFAULT_LADDER)
+    with _stop_on_signal() as stop:
+        result = analyze(base, agents, ladder=ladder, device=args.device, policy=args.on_mismatch,
+                         use_cache=not args.no_cache, progress=None if args.quiet else _progress_printer("analyze"),
+                         cancel=stop)
+    eps = args.eps if args.eps in result.ladder else (1e-5 if 1e-5 in result.ladder else result.ladder[-1])
+    table = global_density(result, eps).merge(rho_table(result, eps)[["agent", "rho"]], on="agent")
+    table["density"] = (100 * table["density"]).map("{:.3f} %".format)
+    print(f"ε = {eps:g}; {result.total_params:,} parameters; "
+          f"{'from cache' if result.from_cache else f'{result.seconds:.1f} s'}")
+    print(_table(table[["agent", "changed", "shared", "unique", "density", "rho"]]))
+    if json_out:
+        doc = {"eps": list(result.ladder), "total_params": result.total_params, "base": result.base,
+               "agents": agents_json(result), "fingerprint": result.fingerprint, "seconds": result.seconds}
+        write_file_atomically(json_out, (json.dumps(doc, indent=2) + "\n").encode())
+    if csv_out:
+        write_file_atomically(csv_out, result.frame.to_csv(index=False).encode())
+    return 0
+
+
+def method_flags(sp: argparse.ArgumentParser) -> None:
+    """One flag per method parameter name, generated from the declarations (merging/methods)."""
+    from merging.methods import all_params, methods_taking
+
+    group = sp.add_argument_group("method parameters (defaults depend on the method; see `methods`)")
+    for p in all_params().values():
+        users = ", ".join(methods_taking(p.name))
+        text = f"{p.help} [{p.range_text()}; default {p.default}; used by {users}]"
+        if p.kind is bool:
+            group.add_argument(p.flag, dest=p.dest, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            group.add_argument(p.flag, dest=p.dest, default=None, metavar=p.name.upper(),
+                               choices=p.choices, help=text)
+
+
+def params_from_args(args: argparse.Namespace) -> dict:
+    """The method parameters given on the command line (as text; the method validates and converts)."""
+    from merging.methods import all_params
+
+    return {p.name: getattr(args, p.dest) for p in all_params().values() if getattr(args, p.dest, None) is not None}
+
+
+def _spec_from_args(args: argparse.Namespace):
+    from merging.dtypes import parse_out_dtype
+    from merging.recipe import MergeSpec
+
+    return MergeSpec(base=args.base, agents=list(args.agents), method=args.method, params=params_from_args(args),
+                     out=args.out, out_dtype=parse_out_dtype(args.out_dtype) if args.out_dtype else None,
+                     shard_size=args.shard_size, device=args.device, on_mismatch=args.on_mismatch,
+                     chunk_elems=args.chunk_elems)
+
+
+def _cached_counts(spec) -> dict | None:
+    """Whole-model counts at the method's ε from a cached analysis of the same inputs, if there is one."""
+    from analysis.stats import cached_counts
+    from merging.methods import get_method
+
+    method = get_method(spec.method)
+    eps = method.global_counts_eps(method.resolve_params(spec.params))
+    return None if eps is None else cached_counts(spec.base, spec.agents, eps, spec.on_mismatch)
+
+
+def _run_spec(spec, args: argparse.Namespace, expected_inputs=None) -> int:
+    from merging.export import merge_to_folder
+    from merging.units import format_bytes
+
+    with _stop_on_signal() as stop:
+        result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop,
+                                 expected_inputs=expected_inputs, counts=_cached_counts(spec),
+                                 progress=None if args.quiet else _progress_printer("merge"),
+                                 count_progress=None if args.quiet else _progress_printer("count"), cancel=stop)
+    print(f"wrote {result.out} ({format_bytes(result.bytes_written)} in {len(result.files)} files, "
+          f"{result.seconds:.1f} s)")
+    for loss in result.losses:
+        print(f"  mismatch policy '{spec.on_mismatch}': {printable(loss.describe())}")
+    if result.lambdas:
+        for row in result.lambdas:
+            r = row["rho"]
+            print(f"  {printable(row['agent'])}: shared {row['shared']:,}  unique {row['unique']:,}  "
+                  f"ρ {'inf' if r is None else f'{r:.4f}'}  λ {row['lambda']:.4f}")
+    if any(n.startswith("WARNING") for n in result.notes):
+        print("WARNING: this merge changes nothing: the weights equal the base's.", file=sys.stderr)
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    return _run_spec(_spec_from_args(args), args)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from merging.recipe import read_recipe
+
+    spec, doc = read_recipe(Path(args.recipe))
+    if args.out:
+        spec.out = args.out
+    expected = None if args.allow_changed_inputs else doc.get("inputs", [])
+    return _run_spec(spec, args, expected)
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    from merging.methods import METHODS
+
+    for m in METHODS.values():
+        params = ", ".join(f"{p.name}={p.default}" for p in m.params)
+        print(f"{m.name:16s} {m.summary}\n{'':16s} parameters: {params or '-'}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from merging.checkpoint import open_checkpoint
+
+    ckpt = open_checkpoint(args.model)  # safetensors only: a pickle-only or adapter folder is refused here
+    if args.json:
+        _file_output(args.json, [ckpt], args.overwrite)
+    try:
+        from assets.demo import evaluate as demo_eval
+    except ImportError:
+        raise RamStudioError("the demo evaluation module is not installed.", "Check assets/demo.") from None
+    argv = [str(ckpt.folder), "--tasks", args.tasks, "--split", args.split]
+    if args.json:
+        argv += ["--json", args.json]
+    if args.limit:
+        argv += ["--limit", str(args.limit)]
+    return int(demo_eval.main(argv) or 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="RAM Studio: analyse and merge RL-trained agents.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def models(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("base", help="base model: folder, org/name[@revision] or demo:base")
+        sp.add_argument("agents", nargs="*", help="agent models (same forms)")
+        sp.add_argument("--on-mismatch", choices=["error", "base"], default="error",
+                        help="what to do when agents differ from the base (see README)")
+
+    sp = sub.add_parser("inspect", help="compatibility report from safetensors headers only")
+    models(sp)
+    sp.add_argument("--json", help="also write the report as JSON")
+    sp.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
+    sp.set_defaults(func=cmd_inspect)
+
+    sp = sub.add_parser("analyze", help="task-vector statistics for a ladder of ε (one streaming pass)")
+    models(sp)
+    sp.add_argument("--eps-ladder", help="comma-separated ε values (default 0,1e-7,1e-6,3e-6,1e-5,3e-5,1e-4,1e-3)")
+    sp.add_argument("--eps", type=float, default=1e-5, help="ε for the printed summary")
+    sp.add_argument("--json", help="write per-agent summaries for every ε as JSON")
+    sp.add_argument("--csv", help="write the full per-tensor table as CSV")
+    sp.add_argument("--overwrite", action="store_true", help="replace existing --json/--csv files")
+    sp.add_argument("--device", default="auto")
+    sp.add_argument("--no-cache", action="store_true", help="recompute even if a cached result exists")
+    sp.add_argument("--quiet", action="store_true")
+    sp.set_defaults(func=cmd_analyze)
+
+    def writing(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--overwrite", action="store_true",
+                        help="replace an existing output folder written by RAM Studio (nothing else is replaced)")
+        sp.add_argument("--allow-noop", action="store_true",
+                        help="write the merge even if it changes nothing (refused by default)")
+        sp.add_argument("--quiet", action="store_true")
+
+    sp = sub.add_parser("merge", help="merge and export a Hugging Face folder")
+    models(sp)
+    sp.add_argument("--method", required=True, help="merge method (see `methods`)")
+    sp.add_argument("--out", required=True, help="output folder (written atomically)")
+    method_flags(sp)
+    sp.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    sp.add_argument("--shard-size", default="5GB")
+    sp.add_argument("--out-dtype", help="output dtype (default: the base's): bfloat16, float16, float32, float64")
+    sp.add_argument("--chunk-elems", type=int, default=1 << 23, help=argparse.SUPPRESS)
+    writing(sp)
+    sp.set_defaults(func=cmd_merge)
+
+    sp = sub.add_parser("run", help="re-run a merge from its ram_recipe.json")
+    sp.add_argument("recipe")
+    sp.add_argument("--out", help="write here instead of ./NAME (the recipe's output folder name)")
+    sp.add_argument("--allow-changed-inputs", action="store_true",
+                    help="merge even if the inputs' content differs from what the recipe recorded")
+    writing(sp)
+    sp.set_defaults(func=cmd_run)
+
+    sp = sub.add_parser("methods", help="list merge methods and their parameters")
+    sp.set_defaults(func=cmd_methods)
+
+    sp = sub.add_parser("evaluate", help="score a model on the demo's code/tool/memory tasks")
+    sp.add_argument("model")
+    sp.add_argument("--tasks", default="code,tool,memory")
+    sp.add_argument("--split", default="test")
+    sp.add_argument("--limit", type=int)
+    sp.add_argument("--json")
+    sp.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
+    sp.set_defaults(func=cmd_evaluate)
+    return p
+
+
+@contextlib.contextmanager
+def _stop_on_signal() -> Iterator[threading.Event]:
+    """During a long pass, SIGINT/SIGTERM set a flag the engine polls between chunks, so the stop
+    happens at a safe point (an exception raised inside a numba compile or a parallel kernel can
+    leave the process hanging); a second signal interrupts at once."""
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt(f"signal {signum}")
+        stop.set()
+
+    if threading.current_thread() is not threading.main_thread():  # signals only reach the main thread
+        yield stop
+        return
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: one clear line on stderr and a non-zero exit for every user error."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if "chunk_elems" in args and args.chunk_elems <= 0:
+        parser.error("--chunk-elems must be positive")
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
+    try:
+        return args.func(args)
+    except (MergeCancelled, KeyboardInterrupt):
+        print("error: interrupted; nothing was written.", file=sys.stderr)
+        return 130
+    except RamStudioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        where = f": {printable(exc.filename, 200)}" if exc.filename else ""
+        print(f"error: {printable(exc.strerror or exc)}{where}.", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
