@@ -120,7 +120,7 @@ def show_error(exc: BaseException, what: str = "") -> None:
         text = str(exc).splitlines()[0] if str(exc) else ""
         msg = (f"**{prefix}unexpected {type(exc).__name__}{': ' + text if text else ''}**\n\n"
                "The rest of the app still works. Check the inputs; if it persists, run the same step "
-               "with `python -m merging` to see full details.")
+               "with the `ram-studio` command to see full details.")
     st.error(msg, icon=":material/error:")
 
 

@@ -171,7 +171,7 @@ class CompatReport:
         shown = "; ".join(_describe(m) for m in blocking[:6])
         more = f" (and {len(blocking) - 6} more)" if len(blocking) > 6 else ""
         repairable = not any(m.fatal for m in blocking)
-        hint = ("Run `python -m merging inspect` for the full list. "
+        hint = ("Run `ram-studio inspect` for the full list. "
                 + ("Pass --on-mismatch base to keep the base's tensors and shapes." if repairable
                    else "These models cannot be merged: they must share one base architecture."))
         hints = layout_hints(self.base, self.agents)

@@ -40,6 +40,6 @@ def render_card(spec: MergeSpec, agent_labels: list[str], lambdas: list[dict[str
     lines += ["## Use", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
               'model = AutoModelForCausalLM.from_pretrained("PATH_TO_THIS_FOLDER")',
               'tokenizer = AutoTokenizer.from_pretrained("PATH_TO_THIS_FOLDER")', "```", "",
-              "## Recipe", "", "Reproduce with `python -m merging run ram_recipe.json`:", "", "```json",
+              "## Recipe", "", "Reproduce with `ram-studio run ram_recipe.json` (RAM Studio):", "", "```json",
               recipe_text.strip(), "```", ""]
     return "\n".join(lines)

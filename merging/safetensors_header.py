@@ -77,7 +77,8 @@ def read_header(path: Path) -> FileHeader:
         raise _bad(path, "has a header that is not valid JSON (UTF-8)") from None
     if not isinstance(header, dict):
         raise _bad(path, "has a header that is not a JSON object")
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = header.pop("__metadata__", None)
+    metadata = {} if metadata is None else metadata  # null is allowed; [], "" or 0 are not (as in safetensors)
     if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                  for k, v in metadata.items()):
         raise _bad(path, "has __metadata__ that is not an object of strings")

@@ -1,6 +1,7 @@
 """Tiny real checkpoints for tests: a Qwen2ForCausalLM base saved by transformers, and sparse agents."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Sequence
@@ -92,3 +93,12 @@ def make_family(root: Path, densities: Sequence[float] = (0.05, 0.4, 0.5), **kw)
 
 def read_index(folder: Path) -> dict:
     return json.loads((Path(folder) / "model.safetensors.index.json").read_text())
+
+
+def checksums(folders) -> dict[str, str]:
+    out = {}
+    for folder in folders:
+        for p in sorted(Path(folder).rglob("*")):
+            if p.is_file():
+                out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out

@@ -194,6 +194,31 @@ def test_merge_bad_output_shows_error(env, tmp_path):
     assert any("is a file" in e.value for e in at.error)
 
 
+@pytest.mark.parametrize("where", ["agent", "demo-root", "inside-base"])
+def test_overwrite_box_never_replaces_an_input(env, tmp_path, where):
+    """The app checks the output with the same placement rules as the CLI, before any job starts."""
+    from merging.refs import demo_root
+    from tests.factory import checksums
+
+    root = demo_root()
+    out = {"agent": root / "code", "demo-root": root, "inside-base": root / "base" / "merged"}[where]
+    before = checksums([root])
+    at = new_app()
+    at.switch_page("views/merge.py").run()
+    at.text_input(key="merge_out_ram_plus").set_value(str(out)).run()
+    at.checkbox(key="merge_overwrite").check().run()
+    at.button(key="start_merge").click().run()
+    assert not at.exception
+    assert any("the input" in e.value for e in at.error), [e.value for e in at.error]
+    assert jobs_running() is None and checksums([root]) == before
+
+
+def jobs_running():
+    from app import jobs
+
+    return jobs.manager().running()
+
+
 def test_one_merge_at_a_time(env, tmp_path):
     from app import jobs
     from merging.errors import MergeCancelled

@@ -21,16 +21,9 @@ from merging.errors import MergeCancelled
 from merging.export import merge_to_folder
 from merging.recipe import MergeSpec
 
+from tests.factory import checksums
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def checksums(folders) -> dict[str, str]:
-    out = {}
-    for folder in folders:
-        for p in sorted(Path(folder).rglob("*")):
-            if p.is_file():
-                out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
 
 
 def no_model_left(out: Path) -> None:
@@ -39,28 +32,6 @@ def no_model_left(out: Path) -> None:
     for p in out.parent.iterdir():
         if ".partial-" in p.name:
             assert not (p / "config.json").exists() and not (p / "model.safetensors.index.json").exists()
-
-
-@pytest.fixture(scope="module")
-def slow_family(tmp_path_factory):
-    """Four 1024×2048 bf16 tensors per model (16 MB): with small chunks a merge takes seconds."""
-    root = tmp_path_factory.mktemp("slow")
-    g = torch.Generator().manual_seed(0)
-    base = {f"model.layers.{i}.mlp.up_proj.weight": (torch.randn(1024, 2048, generator=g) * 0.02).to(torch.bfloat16)
-            for i in range(4)}
-    folders = []
-    for k, name in enumerate(["base", "a", "b", "c"]):
-        folder = root / name
-        folder.mkdir()
-        if k == 0:
-            t = base
-        else:
-            t = {n: (v.float() + torch.randn(v.shape, generator=g) * 0.01 * (torch.rand(v.shape, generator=g) < 0.3))
-                 .to(torch.bfloat16) for n, v in base.items()}
-        save_file(t, folder / "model.safetensors", metadata={"format": "pt"})
-        (folder / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}))
-        folders.append(folder)
-    return folders[0], folders[1:]
 
 
 def slow_merge_cmd(family, out: Path) -> list[str]:

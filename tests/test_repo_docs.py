@@ -27,4 +27,8 @@ def test_readme_lists_every_method_and_subcommand():
         assert f"`{name}`" in text, name
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     for command in sub.choices:
-        assert f"python -m merging {command}" in text, command
+        assert f"ram-studio {command}" in text, command
+    from merging.methods import all_params
+
+    for param in all_params().values():
+        assert param.flag in text, param.flag  # every generated method flag is documented

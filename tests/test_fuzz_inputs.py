@@ -1,0 +1,220 @@
+"""Property-based fuzzing of everything a user hands us: safetensors headers, index files, config.json and
+recipes are mutated at random (hypothesis). Whatever the mutation, the CLI must answer either with exit 0
+and a valid, finite model, or with exit 2 and one line `error: …` — never a traceback, never another exit
+code, and never a change to any input file."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import struct
+import tempfile
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from safetensors import safe_open
+
+from ram_studio.cli import main
+from tests.factory import checksums
+
+# CI runs a fixed, derandomized set; RAM_STUDIO_FUZZ_EXAMPLES=N explores N random examples per target.
+_DEEP = int(os.environ.get("RAM_STUDIO_FUZZ_EXAMPLES", "0"))
+SETTINGS = settings(max_examples=_DEEP or 30, deadline=None, derandomize=not _DEEP, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-2 ** 70, max_value=2 ** 70)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=8)
+methods = st.sampled_from([["ram"], ["ram_plus"], ["ties", "--density", "0.3"]])
+
+
+def run_cli(*argv) -> tuple[int, str, str]:
+    """The CLI in-process; any exception escaping main() fails the property (hypothesis shows it)."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exc:  # argparse usage errors
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def check_outcome(code: int, err: str, out_dir: Path | None) -> None:
+    assert code in (0, 2), (code, err)
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+        if out_dir is not None:
+            assert not out_dir.exists()
+    elif out_dir is not None:
+        for shard in out_dir.glob("*.safetensors"):
+            with safe_open(str(shard), "pt") as f:
+                for name in f.keys():
+                    t = f.get_tensor(name)
+                    assert not t.is_floating_point() or bool(torch.isfinite(t.float()).all()), name
+        json.loads((out_dir / "config.json").read_text())
+
+
+class Workspace:
+    """A fresh copy of the tiny family per example, hashed before the run."""
+
+    def __init__(self, family) -> None:
+        base, agents = family
+        self.root = Path(tempfile.mkdtemp(prefix="fuzz-"))
+        self.models = [shutil.copytree(p, self.root / "in" / p.name) for p in [base, *agents[:2]]]
+        self.out = self.root / "out"
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def hashes(self) -> dict:
+        return checksums([self.root / "in"])
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def merge_and_check(ws: Workspace, method: list[str], extra=()) -> None:
+    before = ws.hashes()
+    code, _, err = run_cli("merge", *ws.models, "--method", *method, "--out", ws.out, "--quiet", *extra)
+    check_outcome(code, err, ws.out)
+    code, _, err = run_cli("inspect", *ws.models)
+    check_outcome(code, err, None)
+    assert ws.hashes() == before
+
+
+def _split(shard: Path) -> tuple[dict, bytes]:
+    raw = shard.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+
+
+def _join(shard: Path, header: object, data: bytes) -> None:
+    new = json.dumps(header).encode()
+    new += b" " * (-(len(new) + 8) % 8)
+    shard.write_bytes(struct.pack("<Q", len(new)) + new + data)
+
+
+@SETTINGS
+@given(data=st.data(), method=methods)
+def test_fuzz_safetensors_headers(family, data, method):
+    with Workspace(family) as ws:
+        shard = sorted(ws.models[1].glob("*.safetensors"))[0]
+        header, body = _split(shard)
+        names = [k for k in header if k != "__metadata__"]
+        op = data.draw(st.sampled_from(["field", "drop_field", "entry", "metadata", "length", "truncate",
+                                        "append", "flip"]))
+        if op == "field":
+            name = data.draw(st.sampled_from(names))
+            header[name][data.draw(st.sampled_from(["dtype", "shape", "data_offsets"]))] = data.draw(json_values)
+            _join(shard, header, body)
+        elif op == "drop_field":
+            name = data.draw(st.sampled_from(names))
+            header[name].pop(data.draw(st.sampled_from(["dtype", "shape", "data_offsets"])))
+            _join(shard, header, body)
+        elif op == "entry":
+            header[data.draw(st.sampled_from(names + ["x", ""]))] = data.draw(json_values)
+            _join(shard, header, body)
+        elif op == "metadata":
+            header["__metadata__"] = data.draw(json_values)
+            _join(shard, header, body)
+        else:
+            raw = bytearray(shard.read_bytes())
+            if op == "length":
+                raw[:8] = struct.pack("<Q", data.draw(st.integers(0, 2 ** 64 - 1)))
+            elif op == "truncate":
+                del raw[data.draw(st.integers(0, len(raw) - 1)):]
+            elif op == "append":
+                raw += data.draw(st.binary(min_size=1, max_size=64))
+            else:
+                i = data.draw(st.integers(0, len(raw) - 1))
+                raw[i] ^= data.draw(st.integers(1, 255))
+            shard.write_bytes(bytes(raw))
+        merge_and_check(ws, method)
+
+
+@SETTINGS
+@given(data=st.data(), method=methods)
+def test_fuzz_index_files(family, data, method):
+    with Workspace(family) as ws:
+        index = ws.models[2] / "model.safetensors.index.json"
+        doc = json.loads(index.read_text())
+        op = data.draw(st.sampled_from(["value", "key", "weight_map", "document", "truncate"]))
+        wm = doc["weight_map"]
+        if op == "value":
+            wm[data.draw(st.sampled_from(sorted(wm)))] = data.draw(
+                json_values | st.sampled_from(["../x.safetensors", "/etc/passwd", "config.json", "", "."]))
+        elif op == "key":
+            wm[data.draw(st.text(max_size=20))] = data.draw(st.sampled_from(sorted(set(wm.values()))))
+        elif op == "weight_map":
+            doc["weight_map"] = data.draw(json_values)
+        elif op == "document":
+            doc = data.draw(json_values)
+        text = json.dumps(doc)
+        if op == "truncate":
+            text = text[:data.draw(st.integers(0, len(text) - 1))]
+        index.write_text(text)
+        merge_and_check(ws, method)
+
+
+@SETTINGS
+@given(data=st.data(), method=methods)
+def test_fuzz_config_json(family, data, method):
+    with Workspace(family) as ws:
+        target = ws.models[data.draw(st.integers(0, 2))] / "config.json"
+        cfg = json.loads(target.read_text())
+        op = data.draw(st.sampled_from(["field", "document", "bytes"]))
+        if op == "field":
+            cfg[data.draw(st.sampled_from(["architectures", "model_type", "tie_word_embeddings", "torch_dtype",
+                                           "vocab_size"]))] = data.draw(json_values)
+            target.write_text(json.dumps(cfg))
+        elif op == "document":
+            target.write_text(json.dumps(data.draw(json_values)))
+        else:
+            target.write_bytes(data.draw(st.binary(max_size=64)))
+        merge_and_check(ws, method)
+
+
+@pytest.fixture(scope="module")
+def recipe(family, tmp_path_factory):
+    """A real recipe written by a merge of the family (the fuzzer mutates copies of it)."""
+    out = tmp_path_factory.mktemp("recipe") / "merged"
+    base, agents = family
+    assert main(["merge", str(base), *map(str, agents[:2]), "--method", "ram_plus", "--out", str(out), "--quiet"]) == 0
+    return json.loads((out / "ram_recipe.json").read_text())
+
+
+@SETTINGS
+@given(data=st.data())
+def test_fuzz_recipes(family, recipe, data):
+    doc = json.loads(json.dumps(recipe))
+    op = data.draw(st.sampled_from(["spec_field", "drop_spec_field", "param", "top_field", "document"]))
+    if op == "spec_field":
+        doc["spec"][data.draw(st.sampled_from(sorted(doc["spec"]) + ["x"]))] = data.draw(json_values)
+    elif op == "drop_spec_field":
+        doc["spec"].pop(data.draw(st.sampled_from(sorted(doc["spec"]))))
+    elif op == "param":
+        doc["spec"]["params"][data.draw(st.sampled_from(sorted(doc["spec"]["params"]) + ["y"]))] = data.draw(json_values)
+    elif op == "top_field":
+        doc[data.draw(st.sampled_from(["format", "inputs", "spec"]))] = data.draw(json_values)
+    else:
+        doc = data.draw(json_values)
+    base, agents = family
+    before = checksums([base, *agents])
+    root = Path(tempfile.mkdtemp(prefix="fuzz-recipe-"))
+    try:
+        path = root / "ram_recipe.json"
+        path.write_text(json.dumps(doc))
+        out = root / "out"
+        code, _, err = run_cli("run", path, "--out", out, "--quiet")
+        check_outcome(code, err, out)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert checksums([base, *agents]) == before
