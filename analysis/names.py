@@ -32,7 +32,3 @@ def module_of(name: str) -> str:
             return kind
     return "other"
 
-
-def param_of(name: str) -> str:
-    """'weight', 'bias' or the last name component."""
-    return name.rsplit(".", 1)[-1]

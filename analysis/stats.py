@@ -12,12 +12,11 @@ import torch
 from merging.checkpoint import Checkpoint, open_checkpoint, unique_labels
 from merging.compat import ModelHeaders, check_compatibility
 from merging.device import pick_device
-from merging.dtypes import FLOAT_CODES, ITEMSIZE
-from merging.engine import ProgressFn, ProgressTracker, build_inputs, check_finite, tensor_order
-from merging.errors import MergeCancelled, RamStudioError
+from merging.dtypes import FLOAT_CODES
+from merging.engine import ProgressFn, check_finite, float_chunks, uses_kernels
+from merging.errors import RamStudioError
 from merging.fingerprint import Fingerprinter, refuse_identical_agents
-from merging.kernels import kernels_enabled
-from merging.stream import DEFAULT_CHUNK_ELEMS, AlignedReader, prefetch, row_spans
+from merging.stream import DEFAULT_CHUNK_ELEMS
 
 from . import cache
 from .ladder import DEFAULT_LADDER, OverlapAccumulator
@@ -130,35 +129,22 @@ def cached_counts(base: str, agents: Sequence[str], eps: float, policy: str = "e
 def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], ladder: tuple[float, ...],
               device: torch.device, chunk_elems: int, progress: ProgressFn | None,
               cancel: threading.Event | None) -> AnalysisResult:
-    names = [n for n in tensor_order(base) if base.tensors[n].dtype in FLOAT_CODES]
     prints = Fingerprinter([base, *agents])
-    reader = AlignedReader(base, agents, prints)
-    spans = [s for n in names for s in row_spans(n, base.tensors[n].shape, chunk_elems)]
-    step_of = {n: sum(ITEMSIZE[c.tensors[n].dtype] for c in [base, *agents] if n in c.tensors) for n in names}
-    tracker = ProgressTracker("analyze", sum(s.numel * step_of[s.tensor] for s in spans), len(names), progress)
     acc = OverlapAccumulator(len(agents), ladder)
-    fused = device.type == "cpu" and kernels_enabled()
+    fused = uses_kernels(device)
     rows: list[dict] = []
-    last_of = {n: row_spans(n, base.tensors[n].shape, chunk_elems)[-1].start for n in names}
-    try:
-        for data in prefetch(reader.read(s) for s in spans):
-            if cancel is not None and cancel.is_set():
-                raise MergeCancelled()
-            chunk = build_inputs(data, device, fused)
-            if not acc.add_chunk(chunk, fused):
-                check_finite(data, chunk.peak_abs_tau(fused), labels, base.label)  # raises, naming where
-            span = data.span
-            done = span.start == last_of[span.tensor]
-            if done:
-                rows.extend(_rows(span.tensor, base.tensors[span.tensor].numel, labels, ladder, acc.result()))
-            tracker.advance(span.numel * step_of[span.tensor], span.tensor, tensor_finished=done)
-    finally:
-        reader.release()
-    tracker.advance(0, "", force=True)
+    start = time.perf_counter()
+    for data, chunk, last in float_chunks(base, agents, phase="analyze", device=device, chunk_elems=chunk_elems,
+                                          progress=progress, cancel=cancel, fingerprinter=prints):
+        if not acc.add_chunk(chunk, fused):
+            check_finite(data, chunk.peak_abs_tau(fused), labels, base.label)  # raises, naming where
+        if last:
+            name = data.span.tensor
+            rows.extend(_rows(name, base.tensors[name].numel, labels, ladder, acc.result()))
     refuse_identical_agents(labels, prints.finish()[1:])
     frame = pd.DataFrame(rows)
-    result = AnalysisResult(base.label, labels, ladder, sum(base.tensors[n].numel for n in names), frame,
-                            time.perf_counter() - tracker.start)
+    total = sum(e.numel for e in base.tensors.values() if e.dtype in FLOAT_CODES)
+    result = AnalysisResult(base.label, labels, ladder, total, frame, time.perf_counter() - start)
     _refuse_unchanged(result)
     return result
 

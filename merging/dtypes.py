@@ -19,7 +19,6 @@ ST_TO_TORCH: dict[str, torch.dtype] = {
     "F8_E4M3": torch.float8_e4m3fn,
     "F8_E5M2": torch.float8_e5m2,
 }
-TORCH_TO_ST: dict[torch.dtype, str] = {v: k for k, v in ST_TO_TORCH.items()}
 ITEMSIZE: dict[str, int] = {k: torch.empty((), dtype=v).element_size() for k, v in ST_TO_TORCH.items()}
 FLOAT_CODES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
 

@@ -82,6 +82,38 @@ def build_inputs(data: ChunkData, device: torch.device, fused: bool) -> ChunkInp
     return ChunkInputs(data.base, data.agents, device, keep_agents=fused)
 
 
+def uses_kernels(device: torch.device) -> bool:
+    """Whether work on `device` goes through the fused CPU kernels."""
+    return device.type == "cpu" and kernels_enabled()
+
+
+def float_chunks(base: Checkpoint, agents: list[Checkpoint], *, phase: str, device: torch.device,
+                 chunk_elems: int = DEFAULT_CHUNK_ELEMS, progress: ProgressFn | None = None,
+                 cancel: threading.Event | None = None, fingerprinter: Fingerprinter | None = None
+                 ) -> Iterator[tuple[ChunkData, ChunkInputs, bool]]:
+    """Every float tensor of the base, chunk by chunk and aligned with the agents, read ahead on a thread:
+    (stored data, its ChunkInputs, whether it is the tensor's last chunk). The single-pass readers (the
+    counting pass, the analysis) share this; progress is reported in bytes of input."""
+    names = [n for n in tensor_order(base) if base.tensors[n].dtype in FLOAT_CODES]
+    spans = [s for n in names for s in row_spans(n, base.tensors[n].shape, chunk_elems)]
+    per_elem = {n: sum(ITEMSIZE[c.tensors[n].dtype] for c in [base, *agents] if n in c.tensors) for n in names}
+    tracker = ProgressTracker(phase, sum(s.numel * per_elem[s.tensor] for s in spans), len(names), progress)
+    last_of = {n: row_spans(n, base.tensors[n].shape, chunk_elems)[-1].start for n in names}
+    fused = uses_kernels(device)
+    reader = AlignedReader(base, agents, fingerprinter)
+    try:
+        for data in prefetch(reader.read(s) for s in spans):
+            if cancel is not None and cancel.is_set():
+                raise MergeCancelled()
+            span = data.span
+            last = span.start == last_of[span.tensor]
+            yield data, build_inputs(data, device, fused), last
+            tracker.advance(span.numel * per_elem[span.tensor], span.tensor, tensor_finished=last)
+    finally:
+        reader.release()
+    tracker.advance(0, "", force=True)
+
+
 def check_finite(data: ChunkData, peak: torch.Tensor, labels: list[str], base_label: str) -> torch.Tensor:
     """Pass through the per-agent max |τ|; a NaN/Inf anywhere in the inputs stops the run with its location."""
     if bool(torch.isfinite(peak).all()):
@@ -148,7 +180,7 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     labels = [a.label for a in agents]
     keys = agent_keys or tuple(labels)
     rounds = len(method.passes(params)) + 1
-    fused = device.type == "cpu" and kernels_enabled()
+    fused = uses_kernels(device)
     reader = AlignedReader(base, agents, fingerprinter)
     blame = ", ".join(f"{p.name}={params[p.name]:g}" for p in method.params if p.float32)
     guard = OutputGuard(", ".join(x for x in (blame, f"output dtype {out_dtype}" if out_dtype else "") if x)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from pathlib import Path
 from typing import Sequence
 
@@ -102,3 +103,17 @@ def checksums(folders) -> dict[str, str]:
             if p.is_file():
                 out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
+
+
+def split_safetensors(shard: Path) -> tuple[dict, bytes]:
+    """A safetensors file's JSON header and the bytes after it (for tests that damage files)."""
+    raw = Path(shard).read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+
+
+def join_safetensors(shard: Path, header: object, data: bytes) -> None:
+    """Write a header (any JSON) and data back as a safetensors file, padding the header like the writer."""
+    new = json.dumps(header).encode()
+    new += b" " * (-(len(new) + 8) % 8)
+    Path(shard).write_bytes(struct.pack("<Q", len(new)) + new + data)

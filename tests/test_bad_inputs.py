@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from ram_studio.cli import main
-from tests.factory import state, write_like
+from tests.factory import join_safetensors, split_safetensors, state, write_like
 
 
 def run(capsys, *argv: str) -> tuple[int, str]:
@@ -88,13 +88,9 @@ def test_header_not_json(capsys, family, tmp_path):
 
 
 def _rewrite_header(shard: Path, edit) -> None:
-    raw = shard.read_bytes()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
+    header, data = split_safetensors(shard)
     edit(header)
-    new = json.dumps(header).encode()
-    new += b" " * (-(len(new) + 8) % 8)
-    shard.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n:])
+    join_safetensors(shard, header, data)
 
 
 def test_offsets_outside_file(capsys, family, tmp_path):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import signal
@@ -13,8 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import save_file
 
 from ram_studio.cli import main
 from merging.errors import MergeCancelled

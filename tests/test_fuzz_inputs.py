@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 
 from ram_studio.cli import main
-from tests.factory import checksums
+from tests.factory import checksums, join_safetensors as _join, split_safetensors as _split
 
 # CI runs a fixed, derandomized set; RAM_STUDIO_FUZZ_EXAMPLES=N explores N random examples per target.
 _DEEP = int(os.environ.get("RAM_STUDIO_FUZZ_EXAMPLES", "0"))
@@ -88,18 +88,6 @@ def merge_and_check(ws: Workspace, method: list[str], extra=()) -> None:
     code, _, err = run_cli("inspect", *ws.models)
     check_outcome(code, err, None)
     assert ws.hashes() == before
-
-
-def _split(shard: Path) -> tuple[dict, bytes]:
-    raw = shard.read_bytes()
-    n = struct.unpack("<Q", raw[:8])[0]
-    return json.loads(raw[8:8 + n]), raw[8 + n:]
-
-
-def _join(shard: Path, header: object, data: bytes) -> None:
-    new = json.dumps(header).encode()
-    new += b" " * (-(len(new) + 8) % 8)
-    shard.write_bytes(struct.pack("<Q", len(new)) + new + data)
 
 
 @SETTINGS

@@ -74,3 +74,52 @@ def test_engine_outputs_identical_with_and_without_kernels(family, tmp_path, mon
                      "--chunk-elems", "500", *extra]) == 0
         digests.append({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*.safetensors")})
     assert digests[0] == digests[1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("eps", [0.0, 1e-5, 3e-4])
+def test_counting_kernel_equals_the_rule(dtype, eps):
+    """The fused shared/unique counter is the rule of merging/regions.py, bit for bit."""
+    from merging import regions
+    from merging.kernels import cpu
+
+    base, taus = inputs(2)
+    agents = (base + taus).to(dtype)
+    chunk = ChunkInputs(base.to(dtype).contiguous(), list(agents), torch.device("cpu"), True)
+    b, a = chunk.raw()
+    fused = torch.from_numpy(cpu.overlap_counts(b, a, np.float32(eps), cpu.parts(b.size)))
+    assert torch.equal(fused, regions.counts(agents.float() - base.to(dtype).float(), eps))
+
+
+def test_counting_pass_is_the_same_on_both_paths(family, monkeypatch):
+    """The global-ρ counting pass gives the same counts through the kernels and through torch."""
+    from merging.checkpoint import open_checkpoint
+    from merging.counts import count_overlaps
+
+    base, agents = family
+    got = []
+    for kernels in ("numba", "torch"):
+        monkeypatch.setenv("RAM_STUDIO_KERNELS", kernels)
+        oc = count_overlaps(open_checkpoint(base), [open_checkpoint(a) for a in agents], 1e-5,
+                            device=torch.device("cpu"), chunk_elems=999)
+        got.append((oc.shared, oc.unique, oc.max_abs_tau))
+    assert got[0] == got[1] and min(got[0][1]) > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_output_checks_agree_with_and_without_kernels(dtype):
+    """The non-finite scan and the change detector give the same answers through numba and numpy."""
+    from merging.errors import RamStudioError
+    from merging.output_check import OutputGuard
+
+    base = torch.tensor([0.0, -0.0, 1.5, -2.0], dtype=dtype)
+    for out, changed in ((base.clone(), False), (-base, True), (torch.tensor([-0.0, 0.0, 1.5, -2.0], dtype=dtype), False)):
+        for fused in (True, False):
+            g = OutputGuard("x", _fused=fused)
+            g.check("t", 0, out, base)
+            assert g.changed is changed, (out, fused)
+    bad = base.clone()
+    bad[2] = float("inf")
+    for fused in (True, False):
+        with pytest.raises(RamStudioError, match="flat index 12"):
+            OutputGuard("x", _fused=fused).check("t", 10, bad, base)

@@ -4,10 +4,8 @@ writers race, and never writes a wrong model with exit 0 (issue 10). Each test i
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import shutil
-import struct
 import subprocess
 import sys
 import time
@@ -20,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from merging.errors import RamStudioError
 from merging.placement import FolderTarget, commit, rename_no_replace
 from ram_studio.cli import main
-from tests.factory import checksums, make_agent, make_base, state, write_like
+from tests.factory import checksums, join_safetensors, split_safetensors, state
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -411,13 +409,9 @@ def test_config_that_is_not_an_object(capsys, models, content, fragment):
 
 
 def _rewrite(shard: Path, edit_header, tail: bytes = b"", gap: int = 0) -> None:
-    raw = shard.read_bytes()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
+    header, data = split_safetensors(shard)
     edit_header(header)
-    new = json.dumps(header).encode()
-    new += b" " * (-(len(new) + 8) % 8)
-    shard.write_bytes(struct.pack("<Q", len(new)) + new + b"\0" * gap + raw[8 + n:] + tail)
+    join_safetensors(shard, header, b"\0" * gap + data + tail)
 
 
 def _first(h):

@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis import tables
+from merging import regions
 from app import charts, state
 
 st.title("Tune")
@@ -44,7 +45,7 @@ def tuner() -> None:
                              key="tune_eps")
     r = c[1].slider("r (rescale strength)", 0.0, 1.0, float(p["r"]), 0.01, key="tune_r",
                     help="Paper: r = 0.1. r = 0 is plain RAM.")
-    rule = c[3].radio("λ rule", ["clip", "soft"], index=["clip", "soft"].index(p["rule"]), horizontal=True,
+    rule = c[3].radio("λ rule", list(regions.RULES), index=list(regions.RULES).index(p["rule"]), horizontal=True,
                       key="tune_rule", help="clip: Eq. 6 (RAM+). soft: Eq. 8 (RAM+s), no α.")
     alpha = c[2].slider("α (clip bound on ρ)", 0.0, 5.0, float(p["alpha"]), 0.1, key="tune_alpha",
                         disabled=rule == "soft", help="Paper: α = 2.0. Only used by the clip rule.")

@@ -14,7 +14,6 @@ import numpy as np
 import torch
 
 from .. import regions
-from ..regions import f32
 from .base import ChunkContext, MergeMethod, TensorPass
 from .params import EPS, Param
 from .registry import register
