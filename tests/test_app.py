@@ -330,6 +330,41 @@ def test_custom_local_folders_are_analysed(env, tmp_path):
     assert set(at.session_state["ram_selection"].agents) == {str(root / "code"), str(root / "tool")}
 
 
+def test_models_shows_what_the_base_policy_costs(env, tmp_path):
+    """Per agent, the Models page shows what `--on-mismatch base` would drop, and refuses a heavy loss."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from tests.app_helpers import build_demo
+    from tests.factory import state
+
+    root = build_demo(tmp_path / "family")
+    t = state(root / "tool")
+    t["model.embed_tokens.weight"] = t["model.embed_tokens.weight"][:-1].contiguous()  # a smaller vocabulary
+    small = tmp_path / "small-vocab"
+    small.mkdir()
+    save_file(t, small / "model.safetensors")
+    noprefix = tmp_path / "no-prefix"
+    noprefix.mkdir()
+    save_file({k.removeprefix("model."): v for k, v in state(root / "memory").items()}, noprefix / "model.safetensors")
+    for f in (small, noprefix):
+        shutil.copy(root / "base" / "config.json", f / "config.json")
+    at = new_app()
+    at.switch_page("views/models.py").run()
+    at.radio(key="model_source").set_value("Custom: local folders or Hub ids").run()
+    at.text_input(key="custom_base").set_value(str(root / "base")).run()
+    at.text_area(key="custom_agents").set_value(f"{root / 'code'}\n{small}\n{noprefix}").run()
+    assert not at.exception
+    losses = at.dataframe[-1].value.set_index("agent")
+    assert losses.loc["small-vocab", "'base' policy"] == "allowed"
+    assert losses.loc["no-prefix", "'base' policy"] == "refused (loses too much)"
+    assert any("'model.' prefix" in i.value for i in at.info)
+    at.text_area(key="custom_agents").set_value(f"{root / 'code'}\n{root / 'code'}").run()
+    assert any("same model as agent" in e.value for e in at.error)
+    assert not any("None" in str(df.value) for df in at.dataframe)
+
+
 def test_evaluate_merged_model_adds_a_row(env, tmp_path, monkeypatch):
     """The demo's evaluate button runs in the background and adds the merge to the comparison table."""
     import pandas as pd

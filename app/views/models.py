@@ -1,11 +1,12 @@
 """Models: pick the demo, a paper preset, or local folders / Hub ids; see the compatibility report first."""
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from app import state
 from merging.compat import ModelHeaders, check_compatibility, estimate_bytes
-from merging.errors import RamStudioError
+from merging.errors import RamStudioError, printable
 from merging.refs import demo_names, parse_ref
 from merging.units import format_bytes, format_seconds
 
@@ -59,6 +60,42 @@ def approx(seconds: float) -> str:
     return text if text.startswith("<") else "≈ " + text
 
 
+def mismatch_report(rep) -> None:
+    """What differs from the base, headlined by what it means, and what the 'base' policy would cost."""
+    from merging.compat import MAX_DROPPED_SHARE, layout_hints
+
+    mm = rep.mismatches_frame()
+    dupes = mm[mm["kind"] == "duplicate"]
+    for _, row in dupes.iterrows():
+        st.error(f"**{row['agent']}**: {row['detail']}.", icon=":material/content_copy:")
+    rest = mm[mm["kind"] != "duplicate"]
+    if rest.empty:
+        return
+    fatal = bool(rest["fatal"].any())
+    agents_hit = rest["agent"].nunique()
+    (st.error if fatal else st.warning)(
+        f"{len(rest)} difference{'s' if len(rest) != 1 else ''} from the base in {agents_hit} agent"
+        f"{'s' if agents_hit != 1 else ''}"
+        + (" — some cannot be repaired: these models cannot be merged." if fatal else
+           " — the 'base' policy can merge them (the output keeps the base's tensors)."),
+        icon=":material/warning:")
+    shown = rest.assign(tensor=rest["tensor"].fillna("—").map(lambda t: printable(t, 120)),
+                        detail=rest["detail"].map(lambda t: printable(t, 200)))
+    st.dataframe(shown, hide_index=True, width="stretch", height=min(320, 36 + 35 * len(shown)))
+    losses = [loss for loss in rep.losses() if loss.dropped or loss.padded]
+    if losses and not fatal:
+        table = pd.DataFrame([{"agent": x.agent, "elements dropped": f"{x.dropped:,}",
+                               "share dropped": f"{100 * x.dropped_share:.2f} %",
+                               "tensors dropped": x.dropped_tensors, "elements counted as unchanged": f"{x.padded:,}",
+                               "tensors counted as unchanged": x.padded_tensors,
+                               "'base' policy": "refused (loses too much)" if x.dropped_share > MAX_DROPPED_SHARE
+                               else "allowed"} for x in losses])
+        st.markdown("**What the 'base' policy would do to each agent**")
+        st.dataframe(table, hide_index=True, width="stretch")
+        for hint in layout_hints(rep.base, rep.agents):
+            st.info(hint, icon=":material/lightbulb:")
+
+
 def report(base: str, agents: list[str]) -> None:
     """The compatibility report, sizes and estimate; errors become readable messages."""
     if not base or len(agents) < 2:
@@ -88,14 +125,7 @@ def report(base: str, agents: list[str]) -> None:
         st.success(f"Compatible: {len(agents)} agents share the base's {len(heads[0].tensors)} tensors, shapes and "
                    "dtypes.", icon=":material/check_circle:")
     else:
-        mm = rep.mismatches_frame()
-        fatal = bool(mm["fatal"].any())
-        (st.error if fatal else st.warning)(
-            f"{len(mm)} mismatch(es) between the base and the agents"
-            + (" — some cannot be repaired: these models cannot be merged." if fatal else
-               " — repairable with the 'base' policy (the output keeps the base's tensors)."),
-            icon=":material/warning:")
-        st.dataframe(mm, hide_index=True, width="stretch", height=min(320, 36 + 35 * len(mm)))
+        mismatch_report(rep)
     read = sum(h.bytes_on_disk for h in heads)
     out = estimate_bytes(heads[0])
     c = st.columns(4)
