@@ -1,3 +1,4 @@
-"""RAM Studio's merging library: checkpoint I/O, merge methods, the streaming engine, export, CLI."""
+"""RAM Studio's merging library: model references and checkpoint I/O, the changed/shared/unique rule, merge
+methods and kernels, the streaming engine, the counting pass for global ρ, safe export and recipes."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

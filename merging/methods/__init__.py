@@ -10,9 +10,10 @@ from .params import Param
 from .registry import METHODS, all_params, get_method, methods_taking, register
 
 _INFRASTRUCTURE = {"base", "params", "registry"}
-for _info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-    if _info.name not in _INFRASTRUCTURE:
-        importlib.import_module(f"{__name__}.{_info.name}")
+_FIRST = ["ram", "linear", "ties", "dare"]  # the order users see them in (RAM first); the rest follow by name
+for _name in _FIRST + sorted(i.name for i in pkgutil.iter_modules(__path__)):
+    if _name not in _INFRASTRUCTURE:
+        importlib.import_module(f"{__name__}.{_name}")
 
 __all__ = ["METHODS", "ChunkContext", "MergeMethod", "Param", "TensorPass", "all_params", "get_method",
            "methods_taking", "register"]
