@@ -19,7 +19,8 @@ from .fingerprint import Fingerprinter
 from .kernels import kernels_enabled
 from .methods.base import MergeMethod
 from .output_check import OutputGuard
-from .stream import DEFAULT_CHUNK_ELEMS, AlignedReader, BackgroundWriter, ChunkData, prefetch, row_spans
+from .device import Lanes, chunk_elems_for
+from .stream import DEFAULT_CHUNK_ELEMS, BackgroundWriter, BufferPool, ChunkData, ChunkReader, Span, row_spans
 from .tensor_merge import ChunkInputs, TensorMerger
 from .writer import PlannedTensor, ShardSetWriter
 
@@ -77,9 +78,15 @@ def tensor_order(base: Checkpoint) -> list[str]:
     return sorted(base.tensors, key=lambda n: (base.tensors[n].file.name, base.tensors[n].begin))
 
 
-def build_inputs(data: ChunkData, device: torch.device, fused: bool) -> ChunkInputs:
-    """The chunk, converted to float32 on `device` lazily (the fused kernels read the stored values)."""
-    return ChunkInputs(data.base, data.agents, device, keep_agents=fused)
+def build_inputs(data: ChunkData, lanes: Lanes, fused: bool) -> tuple[ChunkInputs, Any]:
+    """The chunk, converted to float32 on the device (lazily on the CPU: the fused kernels read the stored
+    values), and the event after which its staging buffer may be reused (None: once the caller is done)."""
+    chunk = ChunkInputs(data.base, data.agents, lanes.device, keep_agents=fused, stage=data.stage)
+    if lanes.cuda and data.stage is not None:
+        models, event = lanes.upload(data.stage)
+        chunk.set_models(models)
+        return chunk, event
+    return chunk, None
 
 
 def uses_kernels(device: torch.device) -> bool:
@@ -87,30 +94,41 @@ def uses_kernels(device: torch.device) -> bool:
     return device.type == "cpu" and kernels_enabled()
 
 
+def _reader(base: Checkpoint, agents: list[Checkpoint], fingerprinter: Fingerprinter | None, lanes: Lanes,
+            read_threads: int | None) -> ChunkReader:
+    return ChunkReader(base, agents, fingerprinter, threads=read_threads, pool=BufferPool(pinned=lanes.cuda))
+
+
 def float_chunks(base: Checkpoint, agents: list[Checkpoint], *, phase: str, device: torch.device,
                  chunk_elems: int = DEFAULT_CHUNK_ELEMS, progress: ProgressFn | None = None,
-                 cancel: threading.Event | None = None, fingerprinter: Fingerprinter | None = None
-                 ) -> Iterator[tuple[ChunkData, ChunkInputs, bool]]:
-    """Every float tensor of the base, chunk by chunk and aligned with the agents, read ahead on a thread:
-    (stored data, its ChunkInputs, whether it is the tensor's last chunk). The single-pass readers (the
-    counting pass, the analysis) share this; progress is reported in bytes of input."""
+                 cancel: threading.Event | None = None, fingerprinter: Fingerprinter | None = None,
+                 read_threads: int | None = None) -> Iterator[tuple[ChunkData, ChunkInputs, bool]]:
+    """Every float tensor of the base, chunk by chunk and aligned with the agents, read ahead on reader
+    threads: (stored data, its ChunkInputs, whether it is the tensor's last chunk). The single-pass readers
+    (the counting pass, the analysis) share this; progress is reported in bytes of input. Both are valid
+    until the consumer asks for the next chunk."""
+    chunk_elems = chunk_elems_for(device, chunk_elems, DEFAULT_CHUNK_ELEMS)
     names = [n for n in tensor_order(base) if base.tensors[n].dtype in FLOAT_CODES]
     spans = [s for n in names for s in row_spans(n, base.tensors[n].shape, chunk_elems)]
     per_elem = {n: sum(ITEMSIZE[c.tensors[n].dtype] for c in [base, *agents] if n in c.tensors) for n in names}
     tracker = ProgressTracker(phase, sum(s.numel * per_elem[s.tensor] for s in spans), len(names), progress)
     last_of = {n: row_spans(n, base.tensors[n].shape, chunk_elems)[-1].start for n in names}
     fused = uses_kernels(device)
-    reader = AlignedReader(base, agents, fingerprinter)
+    lanes = Lanes(device)
+    reader = _reader(base, agents, fingerprinter, lanes, read_threads)
     try:
-        for data in prefetch(reader.read(s) for s in spans):
-            if cancel is not None and cancel.is_set():
-                raise MergeCancelled()
-            span = data.span
-            last = span.start == last_of[span.tensor]
-            yield data, build_inputs(data, device, fused), last
+        for span, data in reader.stream((s, s) for s in spans):
+            try:
+                if cancel is not None and cancel.is_set():
+                    raise MergeCancelled()
+                last = span.start == last_of[span.tensor]
+                chunk, uploaded = build_inputs(data, lanes, fused)
+                yield data, chunk, last
+            finally:
+                data.release(uploaded)
             tracker.advance(span.numel * per_elem[span.tensor], span.tensor, tensor_finished=last)
     finally:
-        reader.release()
+        reader.close()
     tracker.advance(0, "", force=True)
 
 
@@ -150,38 +168,41 @@ def output_plan(base: Checkpoint, out_dtype: str | None) -> list[PlannedTensor]:
     return plan
 
 
-def _work(reader: AlignedReader, base: Checkpoint, rounds: int, chunk_elems: int,
-          cancel: threading.Event | None) -> Iterator[tuple[int, bool, ChunkData]]:
-    """Yield (round, last_span_of_round, chunk) for every tensor: each pass round, then the merge round."""
+def _work(base: Checkpoint, rounds: int, chunk_elems: int) -> Iterator[tuple[Span | None, tuple[int, bool, Span, bool]]]:
+    """(span to read or None to reuse the last one, (round, last span of the round, span, held)) for every
+    tensor: each pass round, then the merge round. A one-chunk tensor is read once for all its rounds
+    (`held`: the data must be kept for a later round)."""
     for name in tensor_order(base):
         e = base.tensors[name]
         spans = row_spans(name, e.shape, chunk_elems)
         n_rounds = rounds if e.dtype in FLOAT_CODES else 1
         if len(spans) == 1:
-            data = reader.read(spans[0])  # one read serves every round of a one-chunk tensor
             for r in range(n_rounds):
-                yield r, True, data
+                yield (spans[0] if r == 0 else None), (r, True, spans[0], r < n_rounds - 1)
             continue
         for r in range(n_rounds):
             for i, span in enumerate(spans):
-                if cancel is not None and cancel.is_set():
-                    return
-                yield r, i == len(spans) - 1, reader.read(span)
+                yield span, (r, i == len(spans) - 1, span, False)
 
 
 def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod, params: dict[str, Any],
                  shared: dict[str, Any], sink: ShardSetWriter, *, out_dtype: str | None, device: torch.device,
                  chunk_elems: int = DEFAULT_CHUNK_ELEMS, agent_keys: tuple[str, ...] | None = None,
                  progress: ProgressFn | None = None, cancel: threading.Event | None = None,
-                 fingerprinter: Fingerprinter | None = None) -> EngineResult:
+                 fingerprinter: Fingerprinter | None = None, read_threads: int | None = None,
+                 write_threads: int | None = None) -> EngineResult:
     """Merge every tensor of `base` with `agents` into `sink`; raises MergeCancelled when `cancel` is set.
 
-    Every output chunk is checked (finite, and whether it differs from the base) before it is written."""
+    Every output chunk is checked (finite, and whether it differs from the base) before it is written,
+    at its offset, by the writer threads."""
+    chunk_elems = chunk_elems_for(device, chunk_elems, DEFAULT_CHUNK_ELEMS)
     labels = [a.label for a in agents]
     keys = agent_keys or tuple(labels)
     rounds = len(method.passes(params)) + 1
     fused = uses_kernels(device)
-    reader = AlignedReader(base, agents, fingerprinter)
+    lanes = Lanes(device)
+    reader = _reader(base, agents, fingerprinter, lanes, read_threads)
+    out_pool = BufferPool(pinned=lanes.cuda)
     blame = ", ".join(f"{p.name}={params[p.name]:g}" for p in method.params if p.float32)
     guard = OutputGuard(", ".join(x for x in (blame, f"output dtype {out_dtype}" if out_dtype else "") if x)
                         or "none")
@@ -190,69 +211,103 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                 for n in base.tensors}
     total = sum(e.numel * per_elem[n] * (rounds if e.dtype in FLOAT_CODES else 1) for n, e in base.tensors.items())
     tracker = ProgressTracker("merge", total, len(base.tensors), progress)
-    writer = BackgroundWriter()
-    peaks = torch.zeros(len(agents), dtype=torch.float64)
+    writer = BackgroundWriter(depth=3, threads=write_threads or 1)
+    peaks = _Peaks(len(agents))
     merger: TensorMerger | None = None
-    cached: tuple[ChunkData, ChunkInputs] | None = None
+    held: tuple[ChunkData, ChunkInputs, Any] | None = None
     try:
-        for r, last, data in prefetch(_work(reader, base, rounds, chunk_elems, cancel)):
-            if cancel is not None and cancel.is_set():
-                raise MergeCancelled()
-            span = data.span
-            entry = base.tensors[span.tensor]
-            step = span.numel * per_elem[span.tensor]
-            if entry.dtype not in FLOAT_CODES:
-                _check_equal_non_float(data, labels)
-                out, checked = data.base, None
-            else:
+        try:
+            for (r, last, span, keep), data in reader.stream(_work(base, rounds, chunk_elems)):
+                if cancel is not None and cancel.is_set():
+                    raise MergeCancelled()
+                entry = base.tensors[span.tensor]
+                step = span.numel * per_elem[span.tensor]
+                if entry.dtype not in FLOAT_CODES:
+                    _check_equal_non_float(data, labels)
+                    _submit_host(writer, sink, span, data.base, data, None, None)
+                    tracker.advance(step, span.tensor, tensor_finished=last)
+                    continue
                 if merger is None or merger.ctx.tensor != span.tensor:
                     merger = TensorMerger(method, params, span.tensor, entry.numel, keys, shared, fused=fused)
-                    cached = None
-                if cached is not None and cached[0] is data:
-                    chunk = cached[1]  # a one-chunk tensor: converted once for all its rounds
+                if data is None:  # a one-chunk tensor: read and converted once for all its rounds
+                    assert held is not None
+                    data, chunk, uploaded = held
                 else:
-                    chunk = build_inputs(data, device, fused)
-                    cached = (data, chunk)
+                    chunk, uploaded = build_inputs(data, lanes, fused)
+                held = (data, chunk, uploaded) if keep else None
                 if r < rounds - 1:
                     merger.reduce(r, span.offset, chunk)
                     if last:
                         merger.finish_round(r)
+                    if not keep:
+                        data.release(uploaded)
                     tracker.advance(step, span.tensor)
                     continue
-                merged, peak = merger.merge(span.offset, chunk)
-                peaks = torch.maximum(peaks, check_finite(data, peak, labels, base.label).double().cpu())
                 target = ST_TO_TORCH[out_dtype] if out_dtype else data.base.dtype
-                out, checked = merged.to(target).cpu(), guard
-            _submit(writer, sink, span, out, data.base, checked)
-            tracker.advance(step, span.tensor, tensor_finished=last)
-        writer.close()
-    except BaseException:
-        try:
+                if fused:
+                    out32 = _take(out_pool, chunk.numel, torch.float32)
+                    merged, peak = merger.merge(span.offset, chunk, out=out32)
+                    peaks.add(check_finite(data, peak, labels, base.label))
+                    pooled = merged.numel() == 0 or merged.data_ptr() == out32.data_ptr()
+                    if target == torch.float32 and pooled:
+                        out = out32
+                    else:
+                        out = _take(out_pool, chunk.numel, target).copy_(merged)
+                        out_pool.give(out32)
+                    _submit_host(writer, sink, span, out, data, guard, out_pool)
+                else:
+                    _merge_on_device(writer, sink, lanes, merger, span, data, chunk, uploaded, target, guard,
+                                     peaks, reader, labels, base.label, out_pool)
+                tracker.advance(step, span.tensor, tensor_finished=last)
+        finally:
             writer.close()
-        except BaseException:
-            pass
+    except BaseException:
         sink.abort()
         raise
     finally:
-        reader.release()
+        reader.close()
     tracker.advance(0, "", force=True)
-    return EngineResult(peaks.tolist(), guard.changed)
+    return EngineResult(peaks.values(), guard.changed)
 
 
-def _submit(writer: BackgroundWriter, sink: ShardSetWriter, span: Any, out: torch.Tensor, base: torch.Tensor,
-            guard: OutputGuard | None) -> None:
-    """Queue one output chunk: check it (when `guard` is given), then write its bytes (starting the
-    tensor on its first span)."""
+class _Peaks:
+    """Each agent's running max |τ| (float64), added to from the compute or the writer threads."""
+
+    def __init__(self, n: int) -> None:
+        self._peaks = torch.zeros(n, dtype=torch.float64)
+        self._lock = threading.Lock()
+
+    def add(self, peak: torch.Tensor) -> None:
+        with self._lock:
+            self._peaks = torch.maximum(self._peaks, peak.double().cpu())
+
+    def values(self) -> list[float]:
+        return self._peaks.tolist()
+
+
+def _take(pool: BufferPool, numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """A (numel,) tensor of `dtype` on a pooled buffer (give it back with pool.give(t))."""
+    size = numel * torch.empty((), dtype=dtype).element_size()
+    return pool.take(size)[:size].view(dtype)
+
+
+def _submit_host(writer: BackgroundWriter, sink: ShardSetWriter, span: Span, out: torch.Tensor, data: ChunkData,
+                 guard: OutputGuard | None, pool: BufferPool | None) -> None:
+    """Queue one output chunk that is on the host: check it (when `guard` is given), write its bytes at
+    their offset, then hand back the output buffer (to `pool`) and the input staging buffer."""
     flat = out.contiguous().reshape(-1)
-    data = flat.view(torch.uint8).numpy() if flat.numel() else b""
-    first = span.start == 0
+    offset = span.offset * flat.element_size()
 
     def job() -> None:
-        if guard is not None:
-            guard.check(span.tensor, span.offset, flat, base)
-        if first:
-            sink.begin(span.tensor)
-        sink.write(data)
+        try:
+            if guard is not None:
+                guard.check(span.tensor, span.offset, flat, data.base)
+            if flat.numel():
+                sink.write_at(span.tensor, offset, flat.view(torch.uint8).numpy())
+        finally:
+            if pool is not None:
+                pool.give(out)
+            data.release()
 
     writer.submit(job)
 
@@ -264,3 +319,41 @@ def _check_equal_non_float(data: ChunkData, labels: list[str]) -> None:
             raise RamStudioError(
                 f"non-float tensor {data.span.tensor!r} differs between the base and {label}.",
                 "Integer or boolean tensors cannot be merged; the models must share them.")
+
+
+def _merge_on_device(writer: BackgroundWriter, sink: ShardSetWriter, lanes: Lanes, merger: TensorMerger,
+                     span: Span, data: ChunkData, chunk: ChunkInputs, uploaded: Any, target: torch.dtype,
+                     guard: OutputGuard, peaks: _Peaks, reader: ChunkReader, labels: list[str], base_label: str,
+                     pool: BufferPool) -> None:
+    """The torch path (any GPU; the CPU without kernels): merge, round to the output dtype and check on
+    the device; copy the result to the host on the copy-out lane; the writer waits for that copy only,
+    then checks the flags (inputs finite, output finite, changed) and writes. Nothing here waits for
+    the device."""
+    merged, peak = merger.merge(span.offset, chunk)
+    out = merged.to(target)
+    flags = guard.flags(out, chunk.base.to(target))
+    small = torch.cat([flags.to(peak.dtype), peak])  # one small copy: flags, then each agent's max |τ|
+    host = _take(pool, out.numel(), target) if lanes.cuda else None
+    host_out, done = lanes.download(out, host)
+    host_small, small_done = lanes.download(small)
+    data.release(uploaded)  # the staging buffer is free once its copy to the device is done
+    del merged, out, small
+
+    def job() -> None:
+        try:
+            lanes.wait(done)
+            lanes.wait(small_done)
+            n = len(labels)
+            peak_host = host_small[2:2 + n]
+            if not bool(torch.isfinite(peak_host).all()):
+                check_finite(reader.read(span), peak_host, labels, base_label)  # raises, naming where
+            peaks.add(peak_host)
+            guard.check_flags(span.tensor, span.offset, host_small[:2] != 0, host_out)
+            if host_out.numel():
+                sink.write_at(span.tensor, span.offset * host_out.element_size(),
+                              host_out.contiguous().view(torch.uint8).numpy())
+        finally:
+            if host is not None:
+                pool.give(host)
+
+    writer.submit(job)

@@ -10,7 +10,7 @@ when their metadata differ.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import xxhash
@@ -26,6 +26,7 @@ class _TensorHash:
     hasher: "xxhash.xxh3_128"
     next_row: int = 0
     digest: bytes | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Fingerprinter:
@@ -38,15 +39,25 @@ class Fingerprinter:
 
     def add(self, model: int, tensor: str, start_row: int, data: torch.Tensor) -> None:
         """Hash rows [start_row, start_row + len) of a tensor, if they are the next unhashed rows."""
+        shape = self.models[model].tensors[tensor].shape
+        rows = data.shape[0] if (len(shape) > 0 and data.dim() > 0) else 1
+        self.add_bytes(model, tensor, start_row, rows, data)
+
+    def add_bytes(self, model: int, tensor: str, start_row: int, rows: int, data: torch.Tensor) -> None:
+        """Hash `data` (the stored bytes of `rows` rows from `start_row`), if they are the next unhashed rows.
+
+        Only the lookup is under the shared lock: different models are hashed by different reader
+        threads at once, each model's rows in order."""
         with self._lock:
             st = self._state[model].get(tensor)
             if st is None:
                 st = self._state[model][tensor] = _TensorHash(xxhash.xxh3_128())
+        with st.lock:
             if st.digest is not None or start_row != st.next_row:
                 return  # already hashed (a later pass over the same rows)
             st.hasher.update(_bytes(data))
             shape = self.models[model].tensors[tensor].shape
-            st.next_row += data.shape[0] if (len(shape) > 0 and data.dim() > 0) else 1
+            st.next_row += rows
             if st.next_row >= (shape[0] if shape else 1):
                 st.digest = st.hasher.digest()
 
@@ -65,6 +76,7 @@ class Fingerprinter:
                     f.update(e.name.encode() + b"\0" + digests[e.name])
                 files[h.path.name] = f.hexdigest()
             out.append({"weights_xxh3_128": weights.hexdigest(), "files": files})
+            ckpt.release()  # unmap whatever finishing had to read
         return out
 
     def _complete(self, model: int, ckpt: Checkpoint, name: str) -> bytes:

@@ -13,6 +13,9 @@ import torch
 from .errors import RamStudioError
 from .kernels import kernels_enabled
 
+# dtype → (signed view for torch's bit operations, exponent mask, magnitude mask); the masks are positive
+_SIGNED = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32,
+           torch.float64: torch.int64}
 # dtype → (unsigned view, exponent mask, magnitude mask)
 _BITS = {
     torch.bfloat16: (torch.uint16, 0x7F80, 0x7FFF),
@@ -40,14 +43,42 @@ class OutputGuard:
         bits = _np(out.reshape(-1).view(view))
         i = _first_nonfinite(bits, exp_mask, self._fused)
         if i >= 0:
-            raise RamStudioError(
-                f"the merged value of tensor {tensor!r} at flat index {offset + i:,} is not finite, although "
-                "every input is finite there.",
-                f"The merge's scale factors ({self.blame}) push it out of range: use smaller values "
-                "(or a wider output dtype).")
+            self._refuse(tensor, offset + i)
         if not self.changed:
             ref = base.reshape(-1).to(out.dtype) if base.dtype != out.dtype else base.reshape(-1)
             self.changed = _values_differ(bits, _np(ref.view(view)), mag_mask, self._fused)
+
+
+    def flags(self, out: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+        """The same two checks as torch operations on `out`'s device, without waiting for it: a bool
+        tensor [some value is not finite, some value differs from `base`] (`base`: the base's values in
+        `out`'s dtype). `check_flags` reads it once the chunk is on the host."""
+        spec = _BITS.get(out.dtype)
+        if spec is None or out.numel() == 0:
+            return torch.zeros(2, dtype=torch.bool, device=out.device)
+        _, exp_mask, mag_mask = spec
+        a = out.reshape(-1).view(_SIGNED[out.dtype])
+        b = base.reshape(-1).view(_SIGNED[out.dtype])
+        bad = ((a & exp_mask) == exp_mask).any()
+        differ = ((a != b) & (((a | b) & mag_mask) != 0)).any()
+        return torch.stack([bad, differ])
+
+    def check_flags(self, tensor: str, offset: int, flags: torch.Tensor, out: torch.Tensor) -> None:
+        """Act on `flags` (from `flags`, on the host): name the first non-finite value of `out` (the
+        chunk as stored, on the host), or note the change."""
+        if bool(flags[0]):
+            spec = _BITS[out.dtype]
+            i = _first_nonfinite(_np(out.reshape(-1).view(spec[0])), spec[1], self._fused)
+            self._refuse(tensor, offset + max(i, 0))
+        if bool(flags[1]):
+            self.changed = True
+
+    def _refuse(self, tensor: str, index: int) -> None:
+        raise RamStudioError(
+            f"the merged value of tensor {tensor!r} at flat index {index:,} is not finite, although "
+            "every input is finite there.",
+            f"The merge's scale factors ({self.blame}) push it out of range: use smaller values "
+            "(or a wider output dtype).")
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

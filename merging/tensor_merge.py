@@ -19,39 +19,54 @@ from . import regions
 class ChunkInputs:
     """One chunk: base (E,) and agents (N × (E,)) as stored (CPU), with float32 forms made on demand.
 
-    The torch path (GPUs, and methods without kernels) uses `base`/`agents`/`taus` on the compute device;
-    with `keep_agents` False τ is computed in place, saving one (N, E) buffer. The fused CPU kernels read
-    `raw()` (bf16 bit patterns or float32) and widen in cache.
+    `stage`, when given, holds the same values as one (1 + N, E) tensor of one stored dtype, base first
+    (the reader's staging buffer): it goes to the device in one copy and is widened there, and the
+    fused kernels read it in place. The torch path (GPUs, and methods without kernels) uses
+    `base`/`agents`/`taus` on the compute device; with `keep_agents` False τ is computed in place,
+    saving one (N, E) buffer. The fused CPU kernels read `raw()` (bf16 bit patterns or float32) and
+    widen in cache.
     """
 
     def __init__(self, base: torch.Tensor, agents: list[torch.Tensor | None], device: torch.device,
-                 keep_agents: bool) -> None:
+                 keep_agents: bool, stage: torch.Tensor | None = None) -> None:
         self._base_raw = base.reshape(-1)
         self._agents_raw = [self._base_raw if a is None else a.reshape(-1) for a in agents]
+        self._stage = stage
         self._device = device
         self._keep = keep_agents
-        self._base: torch.Tensor | None = None
-        self._agents: torch.Tensor | None = None
+        self._models: torch.Tensor | None = None
         self._taus: torch.Tensor | None = None
+        self._raw: tuple[Any, Any] | None = None
 
     @property
     def numel(self) -> int:
         return self._base_raw.numel()
 
     @property
+    def models(self) -> torch.Tensor:
+        """Base and agents as one (1 + N, E) float32 tensor on the compute device."""
+        if self._models is None:
+            if self._stage is not None:
+                self._models = to_compute(self._stage, self._device)
+            else:
+                raws = [self._base_raw, *self._agents_raw]
+                out = torch.empty((len(raws), self.numel), dtype=torch.float32, device=self._device)
+                for t, a in enumerate(raws):
+                    to_compute(a, self._device, out=out[t])
+                self._models = out
+        return self._models
+
+    def set_models(self, models: torch.Tensor) -> None:
+        """Use `models` ((1 + N, E) float32 on the device, e.g. uploaded by the engine's lanes)."""
+        self._models = models
+
+    @property
     def base(self) -> torch.Tensor:
-        if self._base is None:
-            self._base = to_compute(self._base_raw, self._device)
-        return self._base
+        return self.models[0]
 
     @property
     def agents(self) -> torch.Tensor:
-        if self._agents is None:
-            out = torch.empty((len(self._agents_raw), self.numel), dtype=torch.float32, device=self._device)
-            for t, a in enumerate(self._agents_raw):
-                to_compute(a, self._device, out=out[t])
-            self._agents = out
-        return self._agents
+        return self.models[1:]
 
     @property
     def taus(self) -> torch.Tensor:
@@ -69,14 +84,23 @@ class ChunkInputs:
         taus = self.taus
         return taus.abs().amax(1) if taus.numel() else torch.zeros(taus.shape[0], device=taus.device)
 
-    def raw(self) -> tuple[Any, tuple[Any, ...]]:
-        """Numpy views for the kernels: all bf16 as uint16 bit patterns, or all float32."""
-        tensors = [self._base_raw, *self._agents_raw]
-        if all(t.dtype == torch.bfloat16 for t in tensors):
-            arrays = [t.contiguous().view(torch.uint16).numpy() for t in tensors]
-        else:
-            arrays = [t.contiguous().to(torch.float32).numpy() for t in tensors]
-        return arrays[0], tuple(arrays[1:])
+    def raw(self) -> tuple[Any, Any]:
+        """Numpy views for the kernels: base (E,) and agents (N, E), all bf16 as uint16 bit patterns, or
+        all float32 (the staging buffer itself when it holds one of these)."""
+        if self._raw is None:
+            st = self._stage
+            if st is None:
+                tensors = [self._base_raw, *self._agents_raw]
+                if all(t.dtype == torch.bfloat16 for t in tensors):
+                    st = torch.stack(tensors)
+                else:
+                    st = torch.stack([t.to(torch.float32) for t in tensors])
+            if st.dtype == torch.bfloat16:
+                arr = st.view(torch.uint16).numpy()
+            else:
+                arr = st.to(torch.float32).numpy()
+            self._raw = (arr[0], arr[1:])
+        return self._raw
 
 
 def max_over_parts(peak: np.ndarray) -> torch.Tensor:
@@ -117,14 +141,16 @@ class TensorMerger:
         self.passes[round_].finish(self._total, self.ctx)
         self._total = None
 
-    def merge(self, offset: int, chunk: ChunkInputs) -> tuple[torch.Tensor, torch.Tensor]:
-        """θ0 + τ_m for the chunk (float32, (E,)) and each agent's max |τ| in it (NaN if any τ is NaN)."""
+    def merge(self, offset: int, chunk: ChunkInputs, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """θ0 + τ_m for the chunk (float32, (E,)) and each agent's max |τ| in it (NaN if any τ is NaN).
+
+        The fused kernels write into `out` (float32, (E,)) when it is given."""
         self.ctx.offset = offset
         if self.fused and self.method.fused is not None:
             from .kernels.cpu import parts
 
             base, agents = chunk.raw()
-            out = np.empty(chunk.numel, np.float32)
+            out = np.empty(chunk.numel, np.float32) if out is None else out.numpy()
             peak = np.zeros((parts(chunk.numel), len(agents)), np.float32)
             self.method.fused(base, agents, self.ctx, out, peak)
             return torch.from_numpy(out), max_over_parts(peak)

@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from .dtypes import ITEMSIZE
+
 
 @dataclass(frozen=True)
 class PlannedTensor:
@@ -58,7 +60,9 @@ def encode_header(tensors: list[PlannedTensor], metadata: dict[str, str]) -> byt
 
 
 class ShardSetWriter:
-    """Writes planned shards into `folder`, tensor after tensor, checking every byte count."""
+    """Writes planned shards into `folder`. The layout is fixed before the first byte, so every chunk is
+    written at its own offset (`write_at`, from any thread, in any order); `begin`/`write` append tensor
+    after tensor. Every byte count is checked, and `finish` fsyncs each shard."""
 
     def __init__(self, folder: Path, shards: list[list[PlannedTensor]], metadata: dict[str, str]) -> None:
         self.folder = folder
@@ -66,49 +70,117 @@ class ShardSetWriter:
         self.names = shard_names(len(shards))
         self.metadata = metadata
         self._order = [(i, t) for i, shard in enumerate(shards) for t in shard]
-        self._pos = -1
-        self._left = 0
-        self._file = None
-        self._shard = -1
+        self._headers = [encode_header(s, metadata) for s in shards]
+        self._where: dict[str, tuple[int, int, int]] = {}  # name → (shard, file offset of its data, nbytes)
+        for i, shard in enumerate(shards):
+            pos = len(self._headers[i])
+            for t in shard:
+                self._where[t.name] = (i, pos, t.nbytes)
+                pos += t.nbytes
+        self._written: dict[str, int] = {}
+        self._fds: dict[int, int] = {}
+        self._flushed: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._pos = -1  # sequential API: index into _order, and bytes written of that tensor
+        self._done = 0
+
+    def _fd(self, shard: int) -> int:
+        with self._lock:
+            fd = self._fds.get(shard)
+            if fd is None:
+                fd = os.open(self.folder / self.names[shard], os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                             | getattr(os, "O_CLOEXEC", 0), 0o644)
+                self._fds[shard] = fd
+                _pwrite_all(fd, memoryview(self._headers[shard]), 0)
+            return fd
+
+    def write_at(self, name: str, byte_offset: int, data: memoryview | bytes) -> None:
+        """Write bytes of tensor `name` starting `byte_offset` bytes into its data."""
+        shard, start, nbytes = self._where[name]
+        view = memoryview(data).cast("B")
+        if byte_offset < 0 or byte_offset + view.nbytes > nbytes:
+            raise RuntimeError(f"bytes {byte_offset}..{byte_offset + view.nbytes} are outside tensor {name}")
+        fd = self._fd(shard)
+        _pwrite_all(fd, view, start + byte_offset)
+        _start_writeback(fd, start + byte_offset, view.nbytes)
+        with self._lock:
+            self._written[name] = self._written.get(name, 0) + view.nbytes
 
     def begin(self, name: str) -> None:
         """Start the next tensor; names must come in planned order."""
-        if self._left:
+        if self._pos >= 0 and self._done != self._order[self._pos][1].nbytes:
             raise RuntimeError(f"tensor {self._order[self._pos][1].name} is incomplete")
         self._pos += 1
-        shard, t = self._order[self._pos]
+        t = self._order[self._pos][1]
         if t.name != name:
             raise RuntimeError(f"expected tensor {t.name}, got {name}")
-        if shard != self._shard:
-            self._close_file()
-            self._shard = shard
-            self._file = open(self.folder / self.names[shard], "wb")
-            self._file.write(encode_header(self.shards[shard], self.metadata))
-        self._left = t.nbytes
+        self._done = 0
+        if t.nbytes == 0:
+            self._fd(self._order[self._pos][0])
 
     def write(self, data: memoryview | bytes) -> None:
+        """Append bytes to the tensor begun last."""
+        t = self._order[self._pos][1]
         n = memoryview(data).nbytes
-        if n > self._left:
+        if self._done + n > t.nbytes:
             raise RuntimeError("more bytes than the tensor holds")
-        self._file.write(data)
-        self._left -= n
+        self.write_at(t.name, self._done, data)
+        self._done += n
 
     def finish(self) -> dict:
-        """Close the last shard and return the index (`metadata.total_size`, `weight_map`)."""
-        if self._left or self._pos != len(self._order) - 1:
-            raise RuntimeError("not every planned tensor was written")
-        self._close_file()
+        """Check every tensor is complete, fsync and close the shards, and return the index
+        (`metadata.total_size`, `weight_map`)."""
+        missing = [t.name for _, t in self._order if self._written.get(t.name, 0) != t.nbytes and t.nbytes]
+        if missing:
+            raise RuntimeError(f"not every planned tensor was written (first: {missing[0]})")
+        for i in range(len(self.shards)):
+            self._fd(i)  # a shard of empty tensors still needs its header
+        self._close(sync=True)
         return {
             "metadata": {"total_size": sum(t.nbytes for s in self.shards for t in s)},
             "weight_map": {t.name: self.names[i] for i, t in self._order},
         }
 
     def abort(self) -> None:
-        self._close_file()
+        self._close(sync=False)
 
-    def _close_file(self) -> None:
-        if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())  # the final rename must never expose unflushed data
-            self._file.close()
-            self._file = None
+    def _close(self, sync: bool) -> None:
+        with self._lock:
+            fds, self._fds = self._fds, {}
+        try:
+            for fd in fds.values():
+                if sync:
+                    os.fsync(fd)  # the final rename must never expose unflushed data
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+
+
+def _pwrite_all(fd: int, view: memoryview, pos: int) -> None:
+    done = 0
+    while done < view.nbytes:
+        done += os.pwritev(fd, [view[done:]], pos + done)
+
+
+def _load_sync_file_range():
+    """libc's sync_file_range (Linux), to start writing dirty pages back early; None elsewhere."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.sync_file_range
+        fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+        return fn
+    except (OSError, AttributeError):
+        return None
+
+
+_SYNC_FILE_RANGE = _load_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _start_writeback(fd: int, pos: int, nbytes: int) -> None:
+    """Ask the kernel to start writing these bytes to disk now (without waiting), so that the final
+    fsync finds little left to do: the disk writes overlap the rest of the merge."""
+    if _SYNC_FILE_RANGE is not None and nbytes >= (1 << 20):
+        _SYNC_FILE_RANGE(fd, pos, nbytes, _SYNC_FILE_RANGE_WRITE)

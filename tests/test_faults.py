@@ -131,15 +131,15 @@ def test_write_error_midway_is_handled_like_cancel(family, tmp_path, monkeypatch
     import merging.writer as writer
 
     calls = {"n": 0}
-    original = writer.ShardSetWriter.write
+    original = writer.ShardSetWriter.write_at
 
-    def failing_write(self, data):
+    def failing_write(self, name, offset, data):
         calls["n"] += 1
         if calls["n"] == 5:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return original(self, data)
+        return original(self, name, offset, data)
 
-    monkeypatch.setattr(writer.ShardSetWriter, "write", failing_write)
+    monkeypatch.setattr(writer.ShardSetWriter, "write_at", failing_write)
     base, agents = family
     out = tmp_path / "full"
     code = main(["merge", str(base), *map(str, agents), "--method", "ram", "--out", str(out), "--quiet"])
