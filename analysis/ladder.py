@@ -45,19 +45,30 @@ class OverlapAccumulator:
             self._tables = _decode_tables(n_agents, len(self.ladder))
         self._reset()
 
-    def _reset(self) -> None:
+    def _reset(self, device: torch.device | str = "cpu") -> None:
         n, L = self.n, len(self.ladder)
+        self._device = torch.device(device)
+        self._finite: torch.Tensor | None = None
         if self.joint:
             states = self._tables["states"]
-            self._counts = torch.zeros(states, dtype=torch.float64)
-            self._sq = torch.zeros(n, states, dtype=torch.float64)
+            self._counts = torch.zeros(states, dtype=torch.float64, device=device)
+            self._sq = torch.zeros(n, states, dtype=torch.float64, device=device)
             # The kernel's squares, binned by (k_t, max over other agents of k_s): (N, (L+1)²).
             self._sq_km = torch.zeros(n, (L + 1) ** 2, dtype=torch.float64)
         else:
-            self._acc = TensorStats(*(torch.zeros(n, L, dtype=torch.int64) for _ in range(3)),
-                                    torch.zeros(n, L, n, dtype=torch.int64),
-                                    torch.zeros(n, L, dtype=torch.float64), torch.zeros(n, L, dtype=torch.float64),
-                                    torch.zeros(n, L, dtype=torch.int64))
+            z = {"device": device}
+            self._acc = TensorStats(*(torch.zeros(n, L, dtype=torch.int64, **z) for _ in range(3)),
+                                    torch.zeros(n, L, n, dtype=torch.int64, **z),
+                                    torch.zeros(n, L, dtype=torch.float64, **z),
+                                    torch.zeros(n, L, dtype=torch.float64, **z),
+                                    torch.zeros(n, L, dtype=torch.int64, **z))
+
+    def _on(self, device: torch.device) -> None:
+        """Keep the sums on the device the task vectors are on (reset while nothing is summed yet)."""
+        if device != self._device:
+            if self._finite is not None:
+                raise RuntimeError("one tensor's chunks came from two devices")
+            self._reset(device)
 
     def add_chunk(self, chunk, fused: bool) -> bool:
         """Add a chunk given as merging.tensor_merge.ChunkInputs; `fused` uses the numba kernel."""
@@ -74,18 +85,22 @@ class OverlapAccumulator:
         self._sq_km += sq_t
         return bool(torch.isfinite(sq_t.sum()))
 
-    def add(self, taus: torch.Tensor) -> bool:
+    def add(self, taus: torch.Tensor, deferred: bool = False) -> bool:
         """Add a chunk of task vectors (N, E), float32 on any device; False if it held NaN or Inf.
 
         NaN and ±Inf sort above every ladder value, so they land in the squared sums and show there.
+        The sums stay on the task vectors' device. With `deferred`, nothing waits for that device: the
+        finite check is kept there too (see `take`), and True is returned.
         """
         if taus.shape[1] == 0:
             return True
+        self._on(taus.device)
         ladder = self._ladder_t.to(taus.device)
         b = torch.searchsorted(ladder, taus.abs().contiguous())  # number of ladder values < |τ|
-        if self.joint:
-            return self._add_joint(taus, b)
-        return self._add_direct(taus, b)
+        sq = self._add_joint(taus, b) if self.joint else self._add_direct(taus, b)
+        finite = torch.isfinite(sq)
+        self._finite = finite if self._finite is None else self._finite & finite
+        return True if deferred else bool(finite)
 
     def _add_joint(self, taus: torch.Tensor, b: torch.Tensor) -> bool:
         n, s = self.n, 2 * (len(self.ladder) + 1)
@@ -93,11 +108,11 @@ class OverlapAccumulator:
         for t in range(n):
             code += (b[t] * 2 + (taus[t] > 0)) * (s ** t)
         states = self._tables["states"]
-        self._counts += torch.bincount(code, minlength=states).double().cpu()
-        sq = torch.stack([torch.bincount(code, weights=taus[t].double().square(), minlength=states)
-                          for t in range(n)]).cpu()
+        self._counts += _bincount(code, states).double()
+        sq = torch.stack([_bincount(code, states, taus[t].double().square())
+                          for t in range(n)])
         self._sq += sq
-        return bool(torch.isfinite(sq.sum()))
+        return sq.sum()
 
     def _add_direct(self, taus: torch.Tensor, b: torch.Tensor) -> bool:
         acc = self._acc
@@ -108,34 +123,45 @@ class OverlapAccumulator:
             c, shar, uniq = regions.shared_and_unique(m)
             pos = (m & pos_all).sum(0)
             neg = (m & neg_all).sum(0)
-            acc.changed[:, j] += m.sum(1).cpu()
-            acc.unique[:, j] += uniq.sum(1).cpu()
-            acc.shared[:, j] += shar.sum(1).cpu()
-            acc.sq_unique[:, j] += (sq * uniq).sum(1).cpu()
-            acc.sq_shared[:, j] += (sq * shar).sum(1).cpu()
+            acc.changed[:, j] += m.sum(1)
+            acc.unique[:, j] += uniq.sum(1)
+            acc.shared[:, j] += shar.sum(1)
+            acc.sq_unique[:, j] += (sq * uniq).sum(1)
+            acc.sq_shared[:, j] += (sq * shar).sum(1)
             opposite = torch.where(pos_all, neg > 0, pos > 0)
-            acc.conflicts[:, j] += (shar & opposite).sum(1).cpu()
+            acc.conflicts[:, j] += (shar & opposite).sum(1)
             for t in range(self.n):
-                acc.hist[t, j] += torch.bincount(c[m[t]], minlength=self.n + 1)[1:].cpu()
-        return bool(torch.isfinite(sq.sum()))
+                acc.hist[t, j] += _bincount(torch.where(m[t], c, 0), self.n + 1)[1:]
+        return sq.sum()
 
-    def result(self) -> TensorStats:
+    def take(self) -> "Pending":
+        """This tensor's sums as they are (on their device; nothing waits for it), and a reset."""
+        if self.joint:
+            sums: tuple = (self._counts, self._sq, self._sq_km)
+        else:
+            sums = tuple(getattr(self._acc, f) for f in TensorStats.__dataclass_fields__)
+        pending = Pending(sums, self._finite)
+        self._reset(self._device)
+        return pending
+
+    def result(self, pending: "Pending | None" = None) -> TensorStats:
+        """The statistics of the tensor summed so far (or of a `take`n one); resets."""
+        pending = pending if pending is not None else self.take()
+        sums = tuple(t.cpu() for t in pending.sums)
         if not self.joint:
-            out = self._acc
-            self._reset()
-            return out
+            return TensorStats(*sums)
         tb = self._tables
         n, L = self.n, len(self.ladder)
-        counts = self._counts
+        counts, sq, sq_km = sums
 
         def per(ind: torch.Tensor) -> torch.Tensor:  # (states, N, L) indicator → (N, L) counts
             return (counts @ ind.reshape(ind.shape[0], -1)).reshape(n, L).round().to(torch.int64)
 
         def sq_per(ind: torch.Tensor) -> torch.Tensor:
-            return torch.einsum("ts,stj->tj", self._sq, ind)
+            return torch.einsum("ts,stj->tj", sq, ind)
 
         # t is unique at ε_j iff k_t > j and every other agent's k ≤ j; shared iff some other k > j.
-        km = self._sq_km.view(n, L + 1, L + 1)
+        km = sq_km.view(n, L + 1, L + 1)
         k = torch.arange(L + 1).view(L + 1, 1, 1)
         m = torch.arange(L + 1).view(1, L + 1, 1)
         j = torch.arange(L).view(1, 1, L)
@@ -143,10 +169,29 @@ class OverlapAccumulator:
         shared_km = torch.einsum("tkm,kmj->tj", km, ((k > j) & (m > j)).double())
 
         hist = (counts @ tb["hist"].reshape(tb["states"], -1)).reshape(n, L, n).round().to(torch.int64)
-        out = TensorStats(per(tb["active"]), per(tb["shared"]), per(tb["unique"]), hist,
-                          sq_per(tb["unique"]) + uniq_km, sq_per(tb["shared"]) + shared_km, per(tb["conflict"]))
-        self._reset()
-        return out
+        return TensorStats(per(tb["active"]), per(tb["shared"]), per(tb["unique"]), hist,
+                           sq_per(tb["unique"]) + uniq_km, sq_per(tb["shared"]) + shared_km, per(tb["conflict"]))
+
+
+@dataclass
+class Pending:
+    """One tensor's sums, still on their device, and whether every square was finite (a 0-dim bool
+    tensor there, or None when nothing was added through the torch path)."""
+
+    sums: tuple
+    finite: torch.Tensor | None
+
+    def all_finite(self) -> bool:
+        return self.finite is None or bool(self.finite)
+
+
+def _bincount(x: torch.Tensor, bins: int, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """torch.bincount with a known number of bins; on a GPU by scatter-add, which (unlike bincount)
+    does not wait for the device to learn the largest value."""
+    if x.device.type == "cpu":
+        return torch.bincount(x.reshape(-1), weights=weights, minlength=bins)
+    src = weights.reshape(-1) if weights is not None else torch.ones_like(x.reshape(-1), dtype=torch.int64)
+    return torch.zeros(bins, dtype=src.dtype, device=x.device).scatter_add_(0, x.reshape(-1).long(), src)
 
 
 def _decode_tables(n: int, L: int) -> dict:

@@ -11,15 +11,15 @@ import torch
 
 from merging.checkpoint import Checkpoint, open_checkpoint, unique_labels
 from merging.compat import ModelHeaders, check_compatibility
-from merging.device import pick_device
+from merging.device import gpu_style, pick_device
 from merging.dtypes import FLOAT_CODES
-from merging.engine import ProgressFn, check_finite, float_chunks, uses_kernels
+from merging.engine import ProgressFn, check_finite, float_chunks, locate_nonfinite, uses_kernels
 from merging.errors import RamStudioError
 from merging.fingerprint import Fingerprinter, refuse_identical_agents
 from merging.stream import DEFAULT_CHUNK_ELEMS
 
 from . import cache
-from .ladder import DEFAULT_LADDER, OverlapAccumulator
+from .ladder import DEFAULT_LADDER, OverlapAccumulator, Pending
 from .names import layer_of, module_of
 
 STAT_COLUMNS = ["changed", "shared", "unique", "norm_unique", "norm_shared", "sign_conflicts"]
@@ -132,21 +132,36 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     prints = Fingerprinter([base, *agents])
     acc = OverlapAccumulator(len(agents), ladder)
     fused = uses_kernels(device)
+    deferred = gpu_style(device) and not fused  # a GPU: nothing waits for it until every chunk is queued
     rows: list[dict] = []
+    pending: list[tuple[str, Pending]] = []
     start = time.perf_counter()
     for data, chunk, last in float_chunks(base, agents, phase="analyze", device=device, chunk_elems=chunk_elems,
                                           progress=progress, cancel=cancel, fingerprinter=prints):
-        if not acc.add_chunk(chunk, fused):
+        if deferred:
+            acc.add(chunk.taus, deferred=True)
+        elif not acc.add_chunk(chunk, fused):
             check_finite(data, chunk.peak_abs_tau(fused), labels, base.label)  # raises, naming where
         if last:
-            name = data.span.tensor
-            rows.extend(_rows(name, base.tensors[name].numel, labels, ladder, acc.result()))
+            pending.append((data.span.tensor, acc.take()))
+            if not deferred:
+                _add_rows(rows, base, labels, ladder, acc, pending.pop())
+    if any(not p.all_finite() for _, p in pending):
+        locate_nonfinite(base, agents, device, chunk_elems)
+    for item in pending:
+        _add_rows(rows, base, labels, ladder, acc, item)
     refuse_identical_agents(labels, prints.finish()[1:])
     frame = pd.DataFrame(rows)
     total = sum(e.numel for e in base.tensors.values() if e.dtype in FLOAT_CODES)
     result = AnalysisResult(base.label, labels, ladder, total, frame, time.perf_counter() - start)
     _refuse_unchanged(result)
     return result
+
+
+def _add_rows(rows: list[dict], base: Checkpoint, labels: list[str], ladder: tuple[float, ...],
+              acc: OverlapAccumulator, item: tuple[str, Pending]) -> None:
+    name, sums = item
+    rows.extend(_rows(name, base.tensors[name].numel, labels, ladder, acc.result(sums)))
 
 
 def _rows(tensor: str, numel: int, labels: list[str], ladder: tuple[float, ...], st) -> list[dict]:

@@ -11,9 +11,10 @@ import torch
 
 from . import regions
 from .checkpoint import Checkpoint
-from .engine import ProgressFn, check_finite, float_chunks, uses_kernels
+from .engine import ProgressFn, check_finite, float_chunks, locate_nonfinite, uses_kernels
 from .fingerprint import Fingerprinter
 from .stream import DEFAULT_CHUNK_ELEMS
+from .tensor_merge import max_over_parts
 
 
 @dataclass
@@ -31,25 +32,36 @@ class OverlapCounts:
 
 def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, device: torch.device,
                    chunk_elems: int = DEFAULT_CHUNK_ELEMS, progress: ProgressFn | None = None,
-                   cancel: threading.Event | None = None,
-                   fingerprinter: Fingerprinter | None = None) -> OverlapCounts:
-    """Stream every float tensor once and count, per agent, its shared and unique elements at ε."""
+                   cancel: threading.Event | None = None, fingerprinter: Fingerprinter | None = None,
+                   read_threads: int | None = None) -> OverlapCounts:
+    """Stream every float tensor once and count, per agent, its shared and unique elements at ε.
+
+    On the CPU one fused kernel gives counts and max |τ| per chunk. On the torch path (a GPU) both are
+    summed on the device and read once at the end, so no chunk waits for the device; a NaN or Inf
+    found there is then located by a second look at the inputs (error path only)."""
     labels = [a.label for a in agents]
     fused = uses_kernels(device)
-    total = torch.zeros(len(agents), 2, dtype=torch.int64)
-    peaks = torch.zeros(len(agents), dtype=torch.float64)
+    n = len(agents)
+    total = torch.zeros(n, 2, dtype=torch.int64, device="cpu" if fused else device)
+    peaks = torch.zeros(n, dtype=torch.float32 if not fused else torch.float64, device="cpu" if fused else device)
     for data, chunk, _last in float_chunks(base, agents, phase="count", device=device, chunk_elems=chunk_elems,
-                                           progress=progress, cancel=cancel, fingerprinter=fingerprinter):
+                                           progress=progress, cancel=cancel, fingerprinter=fingerprinter,
+                                           read_threads=read_threads):
         if not chunk.numel:
             continue
-        if fused:
+        if fused:  # counts and max |τ| in one pass over the chunk
             from .kernels import cpu
 
             base_raw, agents_raw = chunk.raw()
-            part = torch.from_numpy(cpu.overlap_counts(base_raw, agents_raw, np.float32(eps), cpu.parts(base_raw.size)))
+            part, peak_parts = cpu.count_and_peak(base_raw, agents_raw, np.float32(eps), cpu.parts(base_raw.size))
+            total += torch.from_numpy(part)
+            peak = check_finite(data, max_over_parts(peak_parts), labels, base.label)
+            peaks = torch.maximum(peaks, peak.double())
         else:
-            part = regions.counts(chunk.taus, eps).cpu()
-        total += part
-        peak = check_finite(data, chunk.peak_abs_tau(fused), labels, base.label)
-        peaks = torch.maximum(peaks, peak.double().cpu())
-    return OverlapCounts(eps, total[:, 0].tolist(), total[:, 1].tolist(), peaks.tolist())
+            total += regions.counts(chunk.taus, eps)
+            peaks = torch.maximum(peaks, chunk.peak_abs_tau(False))  # NaN propagates
+    peaks_host = peaks.double().cpu()
+    if not bool(torch.isfinite(peaks_host).all()):
+        locate_nonfinite(base, agents, device, chunk_elems, read_threads)
+    return OverlapCounts(eps, total[:, 0].tolist(), total[:, 1].tolist(), peaks_host.tolist())
+

@@ -9,6 +9,7 @@ is tested, without a GPU.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -39,6 +40,13 @@ def chunk_elems_for(device: torch.device, chunk_elems: int, default: int) -> int
     if device.type == "cuda" and chunk_elems == default:
         return max(chunk_elems, GPU_CHUNK_ELEMS)
     return chunk_elems
+
+
+def gpu_style(device: torch.device) -> bool:
+    """Whether passes run the way they run on a GPU: sums kept on the device and read once at the end,
+    whole tensors assembled on the device for methods with passes. True on CUDA; on the CPU when
+    $RAM_STUDIO_GPU_STYLE=1 (with RAM_STUDIO_KERNELS=torch), so that the tests run that code without a GPU."""
+    return device.type == "cuda" or os.environ.get("RAM_STUDIO_GPU_STYLE") == "1"
 
 
 def to_compute(t: torch.Tensor, device: torch.device, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -149,6 +149,19 @@ def check_finite(data: ChunkData, peak: torch.Tensor, labels: list[str], base_la
     raise RamStudioError(f"task vectors of tensor {span.tensor!r} overflow float32.", "Check the inputs.")
 
 
+def locate_nonfinite(base: Checkpoint, agents: list[Checkpoint], device: torch.device,
+                     chunk_elems: int = DEFAULT_CHUNK_ELEMS, read_threads: int | None = None) -> None:
+    """Raise the error that names the first NaN/Inf among the inputs (or the tensor whose task vectors
+    overflow): the second look a pass takes when its deferred finite check failed (error path only)."""
+    labels = [a.label for a in agents]
+    fused = uses_kernels(device)
+    for data, chunk, _last in float_chunks(base, agents, phase="check", device=device, chunk_elems=chunk_elems,
+                                           read_threads=read_threads):
+        if chunk.numel:
+            check_finite(data, chunk.peak_abs_tau(fused).cpu(), labels, base.label)
+    raise RamStudioError("the task vectors are not finite.", "Check the inputs.")
+
+
 @dataclass
 class EngineResult:
     """Each agent's max |τ| over the model (0 means it equals the base), and whether any output value

@@ -1,64 +1,82 @@
 """The numba kernels.
 
-Inputs are the stored values: `base` (E,) and `agents`, a tuple of N arrays (E,), either all bfloat16
-(passed as uint16 bit patterns) or all float32. Each kernel splits E into a few partitions per thread
-and walks each partition in small blocks: the block of every model is widened to float32 into buffers
-that stay in cache, then every τ = agent − base is computed in float32 exactly like the torch path.
+Inputs are the stored values: `base` (E,) and `agents` (N, E) (or a tuple of N arrays), either all
+bfloat16 (passed as uint16 bit patterns) or all float32. Each kernel splits E into partitions (a fixed
+number for a given E, so results never depend on the thread count) and walks each partition in blocks
+that stay in L1 cache: τ = agent − base is formed in float32 exactly like the torch path (a bf16 value
+widens to float32 by a 16-bit shift of its bits, done in registers), one agent at a time over the block
+in loops without branches that the compiler vectorises, and the per-element decision is taken with
+selects, not jumps: the agents' updates are random-looking, so a branch per element mispredicts often.
 Literals are float32 on purpose: a float64 constant would silently change the arithmetic.
 """
 from __future__ import annotations
 
+import llvmlite.ir as ir
 import numba as nb
 import numpy as np
 from numba.core import types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 _ZERO = np.float32(0.0)
 _ONE = np.float32(1.0)
-BLOCK = 16384
+_MAXF = np.float32(3.4028235e38)
+BLOCK = 2048  # elements per block: the block's τ of a few agents stays in L1 cache
+LANES = 16  # independent running maxima, so the max |τ| reduction vectorises
+PART = 1 << 18  # elements per partition (at most MAX_PARTS partitions per call)
+MAX_PARTS = 64
 
 
 def parts(n: int) -> int:
-    """How many independent partitions to split E elements into (a few per thread)."""
-    return max(1, min(n // BLOCK + 1, nb.get_num_threads() * 4))
+    """How many independent partitions to split E elements into: a function of E only, so that
+    results (the float64 sums of the analysis) do not depend on the number of threads."""
+    return max(1, min(-(-n // PART), MAX_PARTS))
 
 
 def hist_parts(n: int) -> int:
-    """Partitions for kernels with a large private histogram each: one per thread at most."""
-    return max(1, min(n // BLOCK + 1, nb.get_num_threads()))
+    """Partitions for kernels with a large private histogram each."""
+    return max(1, min(-(-n // (4 * PART)), 4))
 
 
+@intrinsic
+def _bf16_to_f32(typingctx, x):
+    """The float32 value of a bfloat16 bit pattern: its 16 bits become the high half (exact)."""
+    if x != types.uint16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        wide = builder.shl(builder.zext(args[0], ir.IntType(32)), ir.Constant(ir.IntType(32), 16))
+        return builder.bitcast(wide, ir.FloatType())
+
+    return types.float32(types.uint16), codegen
 
 
-def widen_block(raw, lo, hi, scratch):
-    """Float32 view of raw[lo:hi] (bf16 bit patterns are widened into `scratch`)."""
+@intrinsic
+def _f32_bits(typingctx, x):
+    """The bit pattern of a float32 as int32."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.int32(types.float32), codegen
 
 
-@overload(widen_block, inline="always")
-def _widen_block(raw, lo, hi, scratch):
+def load(raw, i):
+    """Float32 value of element i of a stored array (bf16 bit patterns or float32)."""
+
+
+@overload(load, inline="always")
+def _load_impl(raw, i):
     if raw.dtype == types.uint16:
-        def impl(raw, lo, hi, scratch):
-            n = hi - lo
-            for j in range(n):
-                scratch[j] = np.uint32(raw[lo + j]) << np.uint32(16)  # bfloat16 → float32 is exact
-            return scratch[:n].view(np.float32)
+        def impl(raw, i):
+            return _bf16_to_f32(raw[i])
         return impl
     if raw.dtype == types.float32:
-        def impl(raw, lo, hi, scratch):
-            return raw[lo:hi]
+        def impl(raw, i):
+            return raw[i]
         return impl
     return None
-
-
-@nb.njit(inline="always")
-def _load(base, agents, lo, hi, scratch):
-    """Float32 blocks of base and of every agent for elements lo..hi."""
-    b = widen_block(base, lo, hi, scratch[0])
-    n = len(agents)
-    out = np.empty((n, hi - lo), np.float32)
-    for t in range(n):
-        out[t] = widen_block(agents[t], lo, hi, scratch[t + 1])
-    return b, out
 
 
 @nb.njit(inline="always")
@@ -67,132 +85,253 @@ def _span(e, nparts, p):
 
 
 @nb.njit(inline="always")
-def _note_peak(peak, p, t, a):
-    """Running max |τ| that keeps a NaN once seen (like torch.amax)."""
-    m = peak[p, t]
-    if m == m and not a <= m:
-        peak[p, t] = a
+def _widen(base, s, m, bb):
+    """bb[:m] = float32 base[s:s+m]."""
+    for j in range(m):
+        bb[j] = load(base, s + j)
+
+
+@nb.njit(inline="always")
+def _taus(row, s, m, bb, tau, lanes, bad):
+    """tau[:m] = float32 row[s:s+m] − bb[:m]; running max |τ| in `lanes`, non-finite |τ| noted in `bad`."""
+    for j0 in range(0, m - m % LANES, LANES):
+        for q in range(LANES):
+            x = load(row, s + j0 + q) - bb[j0 + q]
+            tau[j0 + q] = x
+            a = abs(x)
+            lanes[q] = max(lanes[q], a)
+            bad[q] = bad[q] | (a != a) | (a > _MAXF)
+    for j in range(m - m % LANES, m):
+        x = load(row, s + j) - bb[j]
+        tau[j] = x
+        a = abs(x)
+        lanes[0] = max(lanes[0], a)
+        bad[0] = bad[0] | (a != a) | (a > _MAXF)
+
+
+@nb.njit(inline="always")
+def _fold_peak(lanes, bad):
+    """Max over lanes; NaN when any |τ| was NaN or infinite (check_finite then names where)."""
+    m = _ZERO
+    b = False
+    for q in range(LANES):
+        m = max(m, lanes[q])
+        b |= bad[q]
+    return np.float32(np.nan) if b else m
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
 def peak_abs_tau(base, agents, nparts):
-    """Per-partition, per-agent max |τ| (N, nparts)."""
+    """Per-partition, per-agent max |τ| (nparts, N); NaN where a |τ| is not finite."""
     n, e = len(agents), base.shape[0]
     peak = np.zeros((nparts, n), np.float32)
     for p in nb.prange(nparts):
         lo, hi = _span(e, nparts, p)
-        scratch = np.empty((n + 1, BLOCK), np.uint32)
+        bb = np.empty(BLOCK, np.float32)
+        tau = np.empty(BLOCK, np.float32)
+        lanes = np.zeros((n, LANES), np.float32)
+        bad = np.zeros((n, LANES), np.bool_)
         for s in range(lo, hi, BLOCK):
-            u = min(s + BLOCK, hi)
-            b, a = _load(base, agents, s, u, scratch)
+            m = min(s + BLOCK, hi) - s
+            _widen(base, s, m, bb)
             for t in range(n):
-                for j in range(u - s):
-                    _note_peak(peak, p, t, abs(a[t, j] - b[j]))
+                _taus(agents[t], s, m, bb, tau, lanes[t], bad[t])
+        for t in range(n):
+            peak[p, t] = _fold_peak(lanes[t], bad[t])
     return peak
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
+def count_and_peak(base, agents, eps, nparts):
+    """Per-agent shared and unique counts (N, 2) of one chunk at ε, and each agent's max |τ| per
+    partition (nparts, N): the counting pass global ρ needs, in one pass over the chunk."""
+    n, e = len(agents), base.shape[0]
+    acc = np.zeros((nparts, n, 2), np.int64)
+    peak = np.zeros((nparts, n), np.float32)
+    for p in nb.prange(nparts):
+        lo, hi = _span(e, nparts, p)
+        bb = np.empty(BLOCK, np.float32)
+        tau = np.empty((n, BLOCK), np.float32)
+        c = np.empty(BLOCK, np.int32)
+        lanes = np.zeros((n, LANES), np.float32)
+        bad = np.zeros((n, LANES), np.bool_)
+        for s in range(lo, hi, BLOCK):
+            m = min(s + BLOCK, hi) - s
+            _widen(base, s, m, bb)
+            for j in range(m):
+                c[j] = 0
+            for t in range(n):
+                _taus(agents[t], s, m, bb, tau[t], lanes[t], bad[t])
+                for j in range(m):
+                    c[j] += 1 if abs(tau[t, j]) > eps else 0
+            for t in range(n):
+                sh = 0
+                un = 0
+                for j in range(m):
+                    act = abs(tau[t, j]) > eps
+                    sh += 1 if act and c[j] >= 2 else 0
+                    un += 1 if act and c[j] == 1 else 0
+                acc[p, t, 0] += sh
+                acc[p, t, 1] += un
+        for t in range(n):
+            peak[p, t] = _fold_peak(lanes[t], bad[t])
+    return acc.sum(axis=0), peak
+
+
+def overlap_counts(base, agents, eps, nparts):
+    """Per-agent shared and unique counts (N, 2) of one chunk, for tensor-local ρ."""
+    return count_and_peak(base, agents, eps, nparts)[0]
+
+
+@nb.njit(inline="always")
+def _bucket(a, lad, L):
+    """Number of ladder values below a (the ladder padded with +inf to 8 values: eight compares
+    without a loop), L for NaN."""
+    k = (np.int32(lad[0] < a) + np.int32(lad[1] < a) + np.int32(lad[2] < a) + np.int32(lad[3] < a)
+         + np.int32(lad[4] < a) + np.int32(lad[5] < a) + np.int32(lad[6] < a) + np.int32(lad[7] < a))
+    return np.int32(L) if a != a else k
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
 def overlap_histogram(base, agents, ladder, nparts):
-    """Joint-state counts for the analysis pass (see analysis/overlap.py), and Σ τ_t² binned by
+    """Joint-state counts for the analysis pass (see analysis/ladder.py), and Σ τ_t² binned by
     (k_t, max_{s≠t} k_s) — agent t's ladder bucket and the highest bucket of any other agent — which is
     all the unique/shared norms need (t is unique at ε_j iff k_t > j ≥ that max) in a table that stays
-    in L1 cache, instead of one per joint state."""
+    in L1 cache, instead of one per joint state.
+
+    Block by block: the buckets (k = number of ladder values below |τ|; NaN above all) and the joint
+    code of every element in loops without branches; then the counts, into two interleaved tables (so
+    that runs of one state do not wait on each other); then the squares of each agent's non-zero τ only
+    (a compacted index list: a zero adds nothing), into two interleaved tables as well. Ladders of up
+    to 8 values (the default has 8) take eight compares per |τ|, longer ones a loop."""
     n, e = len(agents), base.shape[0]
     L = ladder.shape[0]
     s_ = 2 * (L + 1)
     states = s_ ** n
+    w = L + 1
+    lad = np.full(8, np.inf, np.float32)
+    lad[:min(L, 8)] = ladder[:min(L, 8)]
     counts = np.zeros((nparts, states), np.int64)
-    sq = np.zeros((nparts, n, (L + 1) * (L + 1)), np.float64)
+    sq = np.zeros((nparts, n, w * w), np.float64)
     for p in nb.prange(nparts):
         lo, hi = _span(e, nparts, p)
-        scratch = np.empty((n + 1, BLOCK), np.uint32)
-        ks = np.empty(n, np.int64)
+        cnt = np.zeros((2, states), np.int64)
+        acc = np.zeros((2, n, w * w), np.float64)
+        bb = np.empty(BLOCK, np.float32)
+        code = np.empty(BLOCK, np.int32)
+        kk = np.empty(BLOCK, np.int32)
+        ks = np.empty((n, BLOCK), np.int32)
+        tau = np.empty((n, BLOCK), np.float32)
+        nz = np.empty(BLOCK, np.int32)
+        binj = np.empty(BLOCK, np.int32)
         for s in range(lo, hi, BLOCK):
-            u = min(s + BLOCK, hi)
-            b, a = _load(base, agents, s, u, scratch)
-            for j in range(u - s):
-                code = 0
-                mul = 1
-                for t in range(n):
-                    tau = a[t, j] - b[j]
-                    x = abs(tau)
-                    k = 0
-                    if x != x:
-                        k = L  # NaN sorts above every ε, as in torch.searchsorted
-                    else:
-                        while k < L and ladder[k] < x:
-                            k += 1
-                    ks[t] = k
-                    code += (2 * k + (1 if tau > _ZERO else 0)) * mul
-                    mul *= s_
-                counts[p, code] += 1
-                for t in range(n):
-                    tau64 = np.float64(a[t, j] - b[j])
-                    if tau64 != 0.0:  # most elements of a sparse agent: nothing to add
-                        m = 0
-                        for q in range(n):
-                            if q != t and ks[q] > m:
-                                m = ks[q]
-                        sq[p, t, ks[t] * (L + 1) + m] += tau64 * tau64
+            m = min(s + BLOCK, hi) - s
+            _widen(base, s, m, bb)
+            for j in range(m):
+                code[j] = 0
+            mul = np.int32(1)
+            for t in range(n):
+                row = agents[t][s:s + m]
+                tr = tau[t]
+                kr = ks[t]
+                if L <= 8:
+                    for j in range(m):
+                        x = load(row, j) - bb[j]
+                        tr[j] = x
+                        k = _bucket(abs(x), lad, L)
+                        kr[j] = k
+                        code[j] += (np.int32(2) * k + np.int32(x > _ZERO)) * mul
+                else:
+                    for j in range(m):
+                        x = load(row, j) - bb[j]
+                        a = abs(x)
+                        k = np.int32(0)
+                        for i in range(L):
+                            k += np.int32(ladder[i] < a)
+                        k = np.int32(L) if a != a else k
+                        tr[j] = x
+                        kr[j] = k
+                        code[j] += (np.int32(2) * k + np.int32(x > _ZERO)) * mul
+                mul *= np.int32(s_)
+            for j in range(0, m - 1, 2):
+                cnt[0, code[j]] += 1
+                cnt[1, code[j + 1]] += 1
+            if m % 2:
+                cnt[0, code[m - 1]] += 1
+            for t in range(n):  # bin of each element: own bucket × (highest bucket of the other agents)
+                for j in range(m):
+                    kk[j] = 0
+                for q in range(n):
+                    if q != t:
+                        kq = ks[q]
+                        for j in range(m):
+                            kk[j] = max(kk[j], kq[j])
+                tr = tau[t]
+                kr = ks[t]
+                c = 0
+                for j in range(m):  # compact t's non-zero τ (NaN included): a zero adds nothing
+                    nz[c] = j
+                    binj[c] = kr[j] * w + kk[j]
+                    c += 0 if tr[j] == _ZERO else 1
+                a0 = acc[0, t]
+                a1 = acc[1, t]
+                for i in range(0, c - 1, 2):
+                    x0 = np.float64(tr[nz[i]])
+                    x1 = np.float64(tr[nz[i + 1]])
+                    a0[binj[i]] += x0 * x0
+                    a1[binj[i + 1]] += x1 * x1
+                if c % 2:
+                    x0 = np.float64(tr[nz[c - 1]])
+                    a0[binj[c - 1]] += x0 * x0
+        for i in range(states):
+            counts[p, i] = cnt[0, i] + cnt[1, i]
+        for t in range(n):
+            for i in range(w * w):
+                sq[p, t, i] = acc[0, t, i] + acc[1, t, i]
     return counts.sum(axis=0), sq.sum(axis=0)
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
 def ram(base, agents, eps, lam, use_lam, out, peak):
-    """RAM / RAM+ (Eq. 7): out = θ0 + τ_m (float32); per-agent max |τ| into `peak` (nparts, N)."""
+    """RAM / RAM+ (Eq. 7): out = θ0 + τ_m (float32); per-agent max |τ| into `peak` (nparts, N).
+
+    The same float32 operations as merging.methods.ram in the same order: the sum of the active τ_t
+    (t ascending, from +0), λ_t·τ_t of the one active agent, the sum / c where c ≥ 2."""
     n, e = len(agents), base.shape[0]
     nparts = peak.shape[0]
     for p in nb.prange(nparts):
         lo, hi = _span(e, nparts, p)
-        scratch = np.empty((n + 1, BLOCK), np.uint32)
+        bb = np.empty(BLOCK, np.float32)
+        tau = np.empty(BLOCK, np.float32)
+        total = np.empty(BLOCK, np.float32)
+        uniq = np.empty(BLOCK, np.float32)
+        c = np.empty(BLOCK, np.int32)
+        lanes = np.zeros((n, LANES), np.float32)
+        bad = np.zeros((n, LANES), np.bool_)
         for s in range(lo, hi, BLOCK):
-            u = min(s + BLOCK, hi)
-            b, a = _load(base, agents, s, u, scratch)
-            for j in range(u - s):
-                b0 = b[j]
-                c = 0
-                total = _ZERO
-                uniq = _ZERO
-                for t in range(n):
-                    tau = a[t, j] - b0
-                    x = abs(tau)
-                    _note_peak(peak, p, t, x)
-                    if x > eps:
-                        c += 1
-                        total += tau
-                        uniq = lam[t] * tau
-                if c == 0:
-                    out[s + j] = b0 + _ZERO  # torch adds a +0 sum here, turning a −0 base into +0
-                elif c == 1:
-                    out[s + j] = b0 + (uniq if use_lam else total)
-                else:
-                    out[s + j] = b0 + total / np.float32(c)
-
-
-@nb.njit(parallel=True, cache=True, nogil=True)
-def overlap_counts(base, agents, eps, nparts):
-    """Per-agent shared and unique counts (N, 2) of one chunk, for tensor-local ρ."""
-    n, e = len(agents), base.shape[0]
-    acc = np.zeros((nparts, n, 2), np.int64)
-    for p in nb.prange(nparts):
-        lo, hi = _span(e, nparts, p)
-        scratch = np.empty((n + 1, BLOCK), np.uint32)
-        active = np.empty(n, np.bool_)
-        for s in range(lo, hi, BLOCK):
-            u = min(s + BLOCK, hi)
-            b, a = _load(base, agents, s, u, scratch)
-            for j in range(u - s):
-                c = 0
-                for t in range(n):
-                    active[t] = abs(a[t, j] - b[j]) > eps
-                    c += active[t]
-                if c == 0:
-                    continue
-                col = 0 if c >= 2 else 1
-                for t in range(n):
-                    if active[t]:
-                        acc[p, t, col] += 1
-    return acc.sum(axis=0)
+            m = min(s + BLOCK, hi) - s
+            _widen(base, s, m, bb)
+            for j in range(m):
+                total[j] = _ZERO
+                uniq[j] = _ZERO
+                c[j] = 0
+            for t in range(n):
+                _taus(agents[t], s, m, bb, tau, lanes[t], bad[t])
+                lt = lam[t]
+                for j in range(m):
+                    x = tau[j]
+                    act = abs(x) > eps
+                    c[j] += 1 if act else 0
+                    total[j] += x if act else _ZERO  # adding +0 leaves the sum as it is
+                    uniq[j] = lt * x if act else uniq[j]
+            for j in range(m):
+                k = c[j]
+                mean = total[j] / np.float32(max(k, 1))
+                one = uniq[j] if use_lam else total[j]
+                # c = 0: torch adds a +0 sum here, turning a −0 base into +0
+                out[s + j] = bb[j] + (_ZERO if k == 0 else (one if k == 1 else mean))
+        for t in range(n):
+            peak[p, t] = _fold_peak(lanes[t], bad[t])
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
@@ -202,18 +341,24 @@ def linear(base, agents, scale, out, peak):
     nparts = peak.shape[0]
     for p in nb.prange(nparts):
         lo, hi = _span(e, nparts, p)
-        scratch = np.empty((n + 1, BLOCK), np.uint32)
+        bb = np.empty(BLOCK, np.float32)
+        tau = np.empty(BLOCK, np.float32)
+        total = np.empty(BLOCK, np.float32)
+        lanes = np.zeros((n, LANES), np.float32)
+        bad = np.zeros((n, LANES), np.bool_)
         for s in range(lo, hi, BLOCK):
-            u = min(s + BLOCK, hi)
-            b, a = _load(base, agents, s, u, scratch)
-            for j in range(u - s):
-                b0 = b[j]
-                total = _ZERO  # torch's sum starts from +0, which matters only for signed zeros
-                for t in range(n):
-                    tau = a[t, j] - b0
-                    _note_peak(peak, p, t, abs(tau))
-                    total += tau
-                out[s + j] = b0 + total * scale
+            m = min(s + BLOCK, hi) - s
+            _widen(base, s, m, bb)
+            for j in range(m):
+                total[j] = _ZERO  # torch's sum starts from +0, which matters only for signed zeros
+            for t in range(n):
+                _taus(agents[t], s, m, bb, tau, lanes[t], bad[t])
+                for j in range(m):
+                    total[j] += tau[j]
+            for j in range(m):
+                out[s + j] = bb[j] + total[j] * scale
+        for t in range(n):
+            peak[p, t] = _fold_peak(lanes[t], bad[t])
 
 
 @nb.njit(inline="always")
@@ -225,23 +370,23 @@ def _mix(x):
 
 
 @nb.njit(inline="always")
-def _elect_mean(vals):
-    """TIES sign election (zero sum elects +) and disjoint mean, as merging.methods.ties.elect_and_mean."""
-    n = vals.shape[0]
-    total = _ZERO
-    for t in range(n):
-        total += vals[t]
-    positive = total >= _ZERO
-    agree_sum = _ZERO
-    count = 0
-    for t in range(n):
-        v = vals[t]
-        if (v > _ZERO) if positive else (v < _ZERO):  # sign(v) equals the elected sign, v ≠ 0
-            agree_sum += v
-            count += 1
-    if count == 0:
-        return _ZERO
-    return agree_sum / np.float32(count)
+def _elect_mean_block(vals, n, m, out, s, bb, lam):
+    """TIES sign election (zero sum elects +) and disjoint mean over the block's (n, m) values, as
+    merging.methods.ties.elect_and_mean; out[s + j] = θ0 + mean·λ."""
+    for j in range(m):
+        total = _ZERO
+        for t in range(n):
+            total += vals[t, j]
+        positive = total >= _ZERO
+        agree = _ZERO
+        count = 0
+        for t in range(n):
+            v = vals[t, j]
+            ok = (v > _ZERO) if positive else (v < _ZERO)  # sign(v) equals the elected sign, v ≠ 0
+            agree += v if ok else _ZERO
+            count += 1 if ok else 0
+        mean = _ZERO if count == 0 else agree / np.float32(max(count, 1))
+        out[s + j] = bb[j] + mean * lam
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
@@ -252,26 +397,31 @@ def dare(base, agents, keys, offset, p_drop, scale, lam, ties_mode, out, peak):
     inv = np.float32(1.0 / (1 << 24))
     for p in nb.prange(nparts):
         lo, hi = _span(e, nparts, p)
-        scratch = np.empty((n + 1, BLOCK), np.uint32)
-        vals = np.empty(n, np.float32)
+        bb = np.empty(BLOCK, np.float32)
+        tau = np.empty(BLOCK, np.float32)
+        vals = np.empty((n, BLOCK), np.float32)
+        lanes = np.zeros((n, LANES), np.float32)
+        bad = np.zeros((n, LANES), np.bool_)
         for s in range(lo, hi, BLOCK):
-            u = min(s + BLOCK, hi)
-            b, a = _load(base, agents, s, u, scratch)
-            for j in range(u - s):
-                b0 = b[j]
-                for t in range(n):
-                    tau = a[t, j] - b0
-                    _note_peak(peak, p, t, abs(tau))
-                    x = _mix(np.uint64(offset + s + j) + keys[t])
+            m = min(s + BLOCK, hi) - s
+            _widen(base, s, m, bb)
+            for t in range(n):
+                _taus(agents[t], s, m, bb, tau, lanes[t], bad[t])
+                kt = keys[t]
+                for j in range(m):
+                    x = _mix(np.uint64(offset + s + j) + kt)
                     r = np.float32((x >> np.uint64(40)) & np.uint64(0xFFFFFF)) * inv
-                    vals[t] = (tau * (_ONE if r >= p_drop else _ZERO)) * scale
-                if ties_mode:
-                    out[s + j] = b0 + _elect_mean(vals) * lam
-                else:
+                    vals[t, j] = (tau[j] * (_ONE if r >= p_drop else _ZERO)) * scale
+            if ties_mode:
+                _elect_mean_block(vals, n, m, out, s, bb, lam)
+            else:
+                for j in range(m):
                     total = _ZERO
                     for t in range(n):
-                        total += vals[t]
-                    out[s + j] = b0 + total * lam
+                        total += vals[t, j]
+                    out[s + j] = bb[j] + total * lam
+        for t in range(n):
+            peak[p, t] = _fold_peak(lanes[t], bad[t])
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
@@ -283,21 +433,31 @@ def abs_bits_histogram(base, agents, fine, his, nparts):
     acc = np.zeros((nparts, n, bins), np.int64)
     for p in nb.prange(nparts):
         lo, hi = _span(e, nparts, p)
-        scratch = np.empty((n + 1, BLOCK), np.uint32)
-        mag = np.empty(BLOCK, np.float32)
-        bits = mag.view(np.int32)
+        bb = np.empty(BLOCK, np.float32)
+        key = np.empty(BLOCK, np.int32)
         for s in range(lo, hi, BLOCK):
-            u = min(s + BLOCK, hi)
-            b, a = _load(base, agents, s, u, scratch)
+            m = min(s + BLOCK, hi) - s
+            _widen(base, s, m, bb)
             for t in range(n):
-                for j in range(u - s):
-                    mag[j] = abs(a[t, j] - b[j])
-                for j in range(u - s):
-                    if fine:
-                        if (bits[j] >> 16) == his[t]:
-                            acc[p, t, bits[j] & 0xFFFF] += 1
-                    else:
-                        acc[p, t, bits[j] >> 16] += 1
+                row = agents[t]
+                h = acc[p, t]
+                if fine:
+                    c = 0
+                    target = his[t]
+                    for j in range(m):  # compact the low bits of the elements in the selected bin
+                        bits = _f32_bits(abs(load(row, s + j) - bb[j]))
+                        key[c] = bits & 0xFFFF
+                        c += 1 if (bits >> 16) == target else 0
+                    for i in range(c):
+                        h[key[i]] += 1
+                else:
+                    for j in range(m):
+                        key[j] = _f32_bits(abs(load(row, s + j) - bb[j])) >> 16
+                    for j in range(0, m - 1, 2):
+                        h[key[j]] += 1
+                        h[key[j + 1]] += 1
+                    if m % 2:
+                        h[key[m - 1]] += 1
     return acc
 
 
@@ -308,24 +468,32 @@ def _ties_partitions(base, agents, thr, keep_equal, first_rank, lam, out, peak):
     nparts = peak.shape[0]
     for p in nb.prange(nparts):
         lo, hi = _span(e, nparts, p)
-        scratch = np.empty((n + 1, BLOCK), np.uint32)
-        vals = np.empty(n, np.float32)
+        bb = np.empty(BLOCK, np.float32)
+        tau = np.empty(BLOCK, np.float32)
+        vals = np.empty((n, BLOCK), np.float32)
+        lanes = np.zeros((n, LANES), np.float32)
+        bad = np.zeros((n, LANES), np.bool_)
         seen = first_rank[p].copy()
         for s in range(lo, hi, BLOCK):
-            u = min(s + BLOCK, hi)
-            b, a = _load(base, agents, s, u, scratch)
-            for j in range(u - s):
-                b0 = b[j]
-                for t in range(n):
-                    tau = a[t, j] - b0
-                    x = abs(tau)
-                    _note_peak(peak, p, t, x)
-                    keep = x > thr[t]
-                    if x == thr[t]:
-                        seen[t] += 1
-                        keep = seen[t] <= keep_equal[t]
-                    vals[t] = tau * (_ONE if keep else _ZERO)
-                out[s + j] = b0 + _elect_mean(vals) * lam
+            m = min(s + BLOCK, hi) - s
+            _widen(base, s, m, bb)
+            for t in range(n):
+                _taus(agents[t], s, m, bb, tau, lanes[t], bad[t])
+                th = thr[t]
+                ke = keep_equal[t]
+                st = seen[t]
+                for j in range(m):
+                    x = tau[j]
+                    a = abs(x)
+                    keep = a > th
+                    if a == th:  # rare: ties at the threshold, kept in flat-index order
+                        st += 1
+                        keep = st <= ke
+                    vals[t, j] = x * (_ONE if keep else _ZERO)
+                seen[t] = st
+            _elect_mean_block(vals, n, m, out, s, bb, lam)
+        for t in range(n):
+            peak[p, t] = _fold_peak(lanes[t], bad[t])
 
 
 def ties_merge(base, agents, thresholds, keep_equal, first_rank, lam, out, peak):
@@ -344,18 +512,30 @@ def ties_merge(base, agents, thresholds, keep_equal, first_rank, lam, out, peak)
 def first_nonfinite(bits, exp_mask):
     """Index of the first NaN/Inf in a float array given as its unsigned bit patterns (all exponent
     bits set), or -1. Works for bf16/f16 (uint16), f32 (uint32) and f64 (uint64) with their mask."""
-    for i in range(bits.shape[0]):
-        if bits[i] & exp_mask == exp_mask:
-            return i
+    n = bits.shape[0]
+    for s in range(0, n, BLOCK):
+        u = min(s + BLOCK, n)
+        hit = False
+        for i in range(s, u):  # a branch-free scan of the block first: almost always clean
+            hit = hit | ((bits[i] & exp_mask) == exp_mask)
+        if hit:
+            for i in range(s, u):
+                if bits[i] & exp_mask == exp_mask:
+                    return i
     return -1
 
 
 @nb.njit(cache=True, nogil=True)
 def values_differ(a, b, magnitude_mask):
     """Whether two float arrays (as unsigned bit patterns, no NaN) hold different values; +0 equals −0."""
-    for i in range(a.shape[0]):
-        x = a[i]
-        y = b[i]
-        if x != y and ((x & magnitude_mask) != 0 or (y & magnitude_mask) != 0):
+    n = a.shape[0]
+    for s in range(0, n, BLOCK):
+        u = min(s + BLOCK, n)
+        hit = False
+        for i in range(s, u):
+            x = a[i]
+            y = b[i]
+            hit = hit | ((x != y) & (((x | y) & magnitude_mask) != 0))
+        if hit:
             return True
     return False
