@@ -4,9 +4,8 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import pandas as pd
 import torch
 
 from merging.checkpoint import Checkpoint, open_checkpoint, unique_labels
@@ -21,6 +20,9 @@ from merging.stream import DEFAULT_CHUNK_ELEMS
 from . import cache
 from .ladder import DEFAULT_LADDER, OverlapAccumulator, Pending
 from .names import layer_of, module_of
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: not before the pass starts reading
+    import pandas as pd
 
 STAT_COLUMNS = ["changed", "shared", "unique", "norm_unique", "norm_shared", "sign_conflicts"]
 
@@ -56,6 +58,8 @@ class AnalysisResult:
 
     @classmethod
     def from_payload(cls, p: dict, fingerprint: str) -> "AnalysisResult":
+        import pandas as pd
+
         f = p["frame"]
         frame = pd.DataFrame(f["data"], columns=f["columns"])
         expected = {"agent", "tensor", "eps", *STAT_COLUMNS}
@@ -131,13 +135,13 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
               cancel: threading.Event | None) -> AnalysisResult:
     prints = Fingerprinter([base, *agents])
     acc = OverlapAccumulator(len(agents), ladder)
-    fused = uses_kernels(device)
-    deferred = gpu_style(device) and not fused  # a GPU: nothing waits for it until every chunk is queued
+    deferred = gpu_style(device) and not uses_kernels(device)  # a GPU: nothing waits until the end
     rows: list[dict] = []
     pending: list[tuple[str, Pending]] = []
     start = time.perf_counter()
-    for data, chunk, last in float_chunks(base, agents, phase="analyze", device=device, chunk_elems=chunk_elems,
-                                          progress=progress, cancel=cancel, fingerprinter=prints):
+    for data, chunk, last, fused in float_chunks(base, agents, phase="analyze", device=device,
+                                                 chunk_elems=chunk_elems, progress=progress, cancel=cancel,
+                                                 fingerprinter=prints, kernels=("overlap_histogram",)):
         if deferred:
             acc.add(chunk.taus, deferred=True)
         elif not acc.add_chunk(chunk, fused):
@@ -151,6 +155,8 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     for item in pending:
         _add_rows(rows, base, labels, ladder, acc, item)
     refuse_identical_agents(labels, prints.finish()[1:])
+    import pandas as pd
+
     frame = pd.DataFrame(rows)
     total = sum(e.numel for e in base.tensors.values() if e.dtype in FLOAT_CODES)
     result = AnalysisResult(base.label, labels, ladder, total, frame, time.perf_counter() - start)

@@ -5,12 +5,14 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from .checkpoint import Checkpoint
 from .dtypes import FLOAT_CODES, ITEMSIZE
 from .errors import RamStudioError, printable
+
+if TYPE_CHECKING:  # imported where a frame is built, so that a merge starts reading sooner
+    import pandas as pd
 
 POLICIES = ("error", "base")
 # Under the 'base' policy an agent may lose (have dropped) at most this share of its elements: more means
@@ -123,6 +125,8 @@ class CompatReport:
 
     def models_frame(self) -> pd.DataFrame:
         """One row per model: role, architecture, parameters, dtypes, bytes on disk."""
+        import pandas as pd
+
         rows = []
         for role, m in [("base", self.base)] + [("agent", a) for a in self.agents]:
             rows.append({
@@ -134,6 +138,8 @@ class CompatReport:
         return pd.DataFrame(rows)
 
     def mismatches_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         return pd.DataFrame([m.__dict__ for m in self.mismatches],
                             columns=["agent", "kind", "tensor", "detail", "fatal"])
 

@@ -11,7 +11,9 @@ import torch
 
 from . import regions
 from .checkpoint import Checkpoint
-from .engine import ProgressFn, check_finite, float_chunks, locate_nonfinite, uses_kernels
+from .engine import (GUARD_KERNELS, ProgressFn, check_finite, float_chunks, kernel_dtype, locate_nonfinite,
+                     uses_kernels)
+from .kernels import prepare
 from .fingerprint import Fingerprinter
 from .stream import DEFAULT_CHUNK_ELEMS
 from .tensor_merge import max_over_parts
@@ -40,13 +42,17 @@ def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, de
     summed on the device and read once at the end, so no chunk waits for the device; a NaN or Inf
     found there is then located by a second look at the inputs (error path only)."""
     labels = [a.label for a in agents]
-    fused = uses_kernels(device)
     n = len(agents)
-    total = torch.zeros(n, 2, dtype=torch.int64, device="cpu" if fused else device)
-    peaks = torch.zeros(n, dtype=torch.float32 if not fused else torch.float64, device="cpu" if fused else device)
-    for data, chunk, _last in float_chunks(base, agents, phase="count", device=device, chunk_elems=chunk_elems,
-                                           progress=progress, cancel=cancel, fingerprinter=fingerprinter,
-                                           read_threads=read_threads):
+    total = torch.zeros(n, 2, dtype=torch.int64, device=device)
+    peaks = torch.zeros(n, dtype=torch.float32, device=device)
+    host_total = torch.zeros(n, 2, dtype=torch.int64)
+    host_peaks = torch.zeros(n, dtype=torch.float32)
+    if uses_kernels(device):  # the merge's kernels: ready by the time the merge starts
+        prepare(("ram",) + GUARD_KERNELS, (kernel_dtype([base, *agents]),), wait=False)
+    for data, chunk, _last, fused in float_chunks(base, agents, phase="count", device=device,
+                                                  chunk_elems=chunk_elems, progress=progress, cancel=cancel,
+                                                  fingerprinter=fingerprinter, read_threads=read_threads,
+                                                  kernels=("count_and_peak",)):
         if not chunk.numel:
             continue
         if fused:  # counts and max |τ| in one pass over the chunk
@@ -54,13 +60,14 @@ def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, de
 
             base_raw, agents_raw = chunk.raw()
             part, peak_parts = cpu.count_and_peak(base_raw, agents_raw, np.float32(eps), cpu.parts(base_raw.size))
-            total += torch.from_numpy(part)
+            host_total += torch.from_numpy(part)
             peak = check_finite(data, max_over_parts(peak_parts), labels, base.label)
-            peaks = torch.maximum(peaks, peak.double())
+            host_peaks = torch.maximum(host_peaks, peak)
         else:
             total += regions.counts(chunk.taus, eps)
             peaks = torch.maximum(peaks, chunk.peak_abs_tau(False))  # NaN propagates
-    peaks_host = peaks.double().cpu()
+    total = total.cpu() + host_total
+    peaks_host = torch.maximum(peaks.cpu(), host_peaks).double()
     if not bool(torch.isfinite(peaks_host).all()):
         locate_nonfinite(base, agents, device, chunk_elems, read_threads)
     return OverlapCounts(eps, total[:, 0].tolist(), total[:, 1].tolist(), peaks_host.tolist())

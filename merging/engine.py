@@ -16,7 +16,8 @@ from .checkpoint import Checkpoint
 from .dtypes import FLOAT_CODES, ITEMSIZE, ST_TO_TORCH
 from .errors import MergeCancelled, RamStudioError
 from .fingerprint import Fingerprinter
-from .kernels import kernels_enabled
+from .kernels import kernels_enabled, prepare, settle
+from .kernels import ready as kernels_ready
 from .methods.base import MergeMethod
 from .output_check import OutputGuard
 from .device import Lanes, chunk_elems_for
@@ -90,8 +91,40 @@ def build_inputs(data: ChunkData, lanes: Lanes, fused: bool) -> tuple[ChunkInput
 
 
 def uses_kernels(device: torch.device) -> bool:
-    """Whether work on `device` goes through the fused CPU kernels."""
+    """Whether work on `device` goes through the fused CPU kernels (once they are ready)."""
     return device.type == "cpu" and kernels_enabled()
+
+
+GUARD_KERNELS = ("first_nonfinite", "values_differ")
+# The kernels each method's fused path calls (the rest fall back to torch until they are ready).
+METHOD_KERNELS = {"ram": ("ram",), "ram_plus": ("ram", "count_and_peak"), "ram_plus_soft": ("ram", "count_and_peak"),
+                  "task_arithmetic": ("linear",), "average": ("linear",), "ties": ("abs_bits_histogram", "ties_merge"),
+                  "dare_ta": ("dare",), "dare_ties": ("dare",)}
+
+
+def kernel_dtype(models: list[Checkpoint]) -> str:
+    """What the kernels will read for these models: 'bf16' when every float tensor is stored in bf16."""
+    return "bf16" if all(e.dtype == "BF16" for c in models for e in c.tensors.values() if e.dtype in FLOAT_CODES) \
+        else "f32"
+
+
+def prepare_kernels(device: torch.device, names: tuple[str, ...], models: list[Checkpoint]) -> str:
+    """Ask for the kernels a pass needs (see merging.kernels.prepare) without waiting: they load while
+    the first chunks are read (see `fused_now`). Returns their dtype key."""
+    dtype = kernel_dtype(models)
+    if uses_kernels(device):
+        prepare(names, (dtype,), wait=False)
+    return dtype
+
+
+def fused_now(device: torch.device, names: tuple[str, ...], dtype: str, first: bool = False) -> bool:
+    """Whether the fused kernels run this chunk (or tensor): on the CPU, once they are ready. Before the
+    `first` one, wait for kernels that are being loaded from numba's cache (never for a compile)."""
+    if not uses_kernels(device):
+        return False
+    if first:
+        settle(names, dtype)
+    return kernels_ready(names, dtype)
 
 
 def _reader(base: Checkpoint, agents: list[Checkpoint], fingerprinter: Fingerprinter | None, lanes: Lanes,
@@ -102,18 +135,19 @@ def _reader(base: Checkpoint, agents: list[Checkpoint], fingerprinter: Fingerpri
 def float_chunks(base: Checkpoint, agents: list[Checkpoint], *, phase: str, device: torch.device,
                  chunk_elems: int = DEFAULT_CHUNK_ELEMS, progress: ProgressFn | None = None,
                  cancel: threading.Event | None = None, fingerprinter: Fingerprinter | None = None,
-                 read_threads: int | None = None) -> Iterator[tuple[ChunkData, ChunkInputs, bool]]:
+                 read_threads: int | None = None, kernels: tuple[str, ...] = ()
+                 ) -> Iterator[tuple[ChunkData, ChunkInputs, bool, bool]]:
     """Every float tensor of the base, chunk by chunk and aligned with the agents, read ahead on reader
-    threads: (stored data, its ChunkInputs, whether it is the tensor's last chunk). The single-pass readers
-    (the counting pass, the analysis) share this; progress is reported in bytes of input. Both are valid
-    until the consumer asks for the next chunk."""
+    threads: (stored data, its ChunkInputs, whether it is the tensor's last chunk, whether to use the
+    fused `kernels` for it). The single-pass readers (the counting pass, the analysis) share this;
+    progress is reported in bytes of input. Data and inputs are valid until the next chunk is asked for."""
     chunk_elems = chunk_elems_for(device, chunk_elems, DEFAULT_CHUNK_ELEMS)
     names = [n for n in tensor_order(base) if base.tensors[n].dtype in FLOAT_CODES]
     spans = [s for n in names for s in row_spans(n, base.tensors[n].shape, chunk_elems)]
     per_elem = {n: sum(ITEMSIZE[c.tensors[n].dtype] for c in [base, *agents] if n in c.tensors) for n in names}
     tracker = ProgressTracker(phase, sum(s.numel * per_elem[s.tensor] for s in spans), len(names), progress)
     last_of = {n: row_spans(n, base.tensors[n].shape, chunk_elems)[-1].start for n in names}
-    fused = uses_kernels(device)
+    dtype = prepare_kernels(device, kernels, [base, *agents]) if kernels else "f32"
     lanes = Lanes(device)
     reader = _reader(base, agents, fingerprinter, lanes, read_threads)
     try:
@@ -122,8 +156,9 @@ def float_chunks(base: Checkpoint, agents: list[Checkpoint], *, phase: str, devi
                 if cancel is not None and cancel.is_set():
                     raise MergeCancelled()
                 last = span.start == last_of[span.tensor]
+                fused = bool(kernels) and fused_now(device, kernels, dtype, first=span is spans[0])
                 chunk, uploaded = build_inputs(data, lanes, fused)
-                yield data, chunk, last
+                yield data, chunk, last, fused
             finally:
                 data.release(uploaded)
             tracker.advance(span.numel * per_elem[span.tensor], span.tensor, tensor_finished=last)
@@ -154,9 +189,9 @@ def locate_nonfinite(base: Checkpoint, agents: list[Checkpoint], device: torch.d
     """Raise the error that names the first NaN/Inf among the inputs (or the tensor whose task vectors
     overflow): the second look a pass takes when its deferred finite check failed (error path only)."""
     labels = [a.label for a in agents]
-    fused = uses_kernels(device)
-    for data, chunk, _last in float_chunks(base, agents, phase="check", device=device, chunk_elems=chunk_elems,
-                                           read_threads=read_threads):
+    for data, chunk, _last, fused in float_chunks(base, agents, phase="check", device=device,
+                                                  chunk_elems=chunk_elems, read_threads=read_threads,
+                                                  kernels=("peak_abs_tau",)):
         if chunk.numel:
             check_finite(data, chunk.peak_abs_tau(fused).cpu(), labels, base.label)
     raise RamStudioError("the task vectors are not finite.", "Check the inputs.")
@@ -212,7 +247,9 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     labels = [a.label for a in agents]
     keys = agent_keys or tuple(labels)
     rounds = len(method.passes(params)) + 1
-    fused = uses_kernels(device)
+    wanted = METHOD_KERNELS.get(method.name, ("ram", "linear", "dare", "abs_bits_histogram", "ties_merge"))
+    dtype = prepare_kernels(device, wanted + GUARD_KERNELS, [base, *agents])
+    fused = False
     lanes = Lanes(device)
     reader = _reader(base, agents, fingerprinter, lanes, read_threads)
     out_pool = BufferPool(pinned=lanes.cuda)
@@ -240,7 +277,8 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                     _submit_host(writer, sink, span, data.base, data, None, None)
                     tracker.advance(step, span.tensor, tensor_finished=last)
                     continue
-                if merger is None or merger.ctx.tensor != span.tensor:
+                if merger is None or merger.ctx.tensor != span.tensor:  # kernels or torch: per tensor
+                    fused = fused_now(device, wanted, dtype, first=merger is None)
                     merger = TensorMerger(method, params, span.tensor, entry.numel, keys, shared, fused=fused)
                 if data is None:  # a one-chunk tensor: read and converted once for all its rounds
                     assert held is not None

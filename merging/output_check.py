@@ -12,6 +12,7 @@ import torch
 
 from .errors import RamStudioError
 from .kernels import kernels_enabled
+from .kernels import ready as kernels_ready
 
 # dtype → (signed view for torch's bit operations, exponent mask, magnitude mask); the masks are positive
 _SIGNED = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32,
@@ -41,12 +42,13 @@ class OutputGuard:
             return
         view, exp_mask, mag_mask = spec
         bits = _np(out.reshape(-1).view(view))
-        i = _first_nonfinite(bits, exp_mask, self._fused)
+        fused = self._fused and kernels_ready(("first_nonfinite", "values_differ"), "bf16")
+        i = _first_nonfinite(bits, exp_mask, fused)
         if i >= 0:
             self._refuse(tensor, offset + i)
         if not self.changed:
             ref = base.reshape(-1).to(out.dtype) if base.dtype != out.dtype else base.reshape(-1)
-            self.changed = _values_differ(bits, _np(ref.view(view)), mag_mask, self._fused)
+            self.changed = _values_differ(bits, _np(ref.view(view)), mag_mask, fused)
 
 
     def flags(self, out: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
@@ -68,7 +70,7 @@ class OutputGuard:
         chunk as stored, on the host), or note the change."""
         if bool(flags[0]):
             spec = _BITS[out.dtype]
-            i = _first_nonfinite(_np(out.reshape(-1).view(spec[0])), spec[1], self._fused)
+            i = _first_nonfinite(_np(out.reshape(-1).view(spec[0])), spec[1], False)
             self._refuse(tensor, offset + max(i, 0))
         if bool(flags[1]):
             self.changed = True

@@ -152,6 +152,8 @@ class ShardFiles:
 
     def read_into(self, entry: TensorEntry, byte_start: int, out: memoryview) -> None:
         """Fill `out` with the tensor's bytes from `byte_start` (relative to the tensor's first byte)."""
+        if _TRACE_START[0]:
+            _note_first_read()
         fd = self._fd(entry.file)
         pos = self._data_start[entry.file] + entry.begin + byte_start
         got, want = 0, out.nbytes
@@ -170,6 +172,26 @@ class ShardFiles:
                 except OSError:
                     pass
             self._fds.clear()
+
+
+_TRACE_START = [bool(os.environ.get("RAM_STUDIO_TRACE_START"))]
+
+
+def _note_first_read() -> None:
+    """With $RAM_STUDIO_TRACE_START set, print once how long after the process started the first tensor
+    byte is read (start-up: interpreter, imports, headers), for tests/benchmarks/startup.py."""
+    _TRACE_START[0] = False
+    try:
+        with open("/proc/self/stat") as f:
+            started = int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as f:
+            now = float(f.read().split()[0])
+        import sys
+
+        print(f"ram-studio: first tensor byte read {now - started:.2f} s after the process started",
+              file=sys.stderr, flush=True)
+    except (OSError, ValueError, IndexError):
+        pass
 
 
 def _rows_of(entry: TensorEntry) -> int:

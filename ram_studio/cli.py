@@ -95,7 +95,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from analysis.ladder import DEFAULT_LADDER
     from analysis.stats import analyze
-    from analysis.tables import agents_json, global_density, rho_table
     from merging.checkpoint import open_checkpoint
     from merging.placement import write_file_atomically
 
@@ -108,6 +107,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         result = analyze(base, agents, ladder=ladder, device=args.device, policy=args.on_mismatch,
                          use_cache=not args.no_cache, progress=None if args.quiet else _progress_printer("analyze"),
                          cancel=stop)
+    from analysis.tables import agents_json, global_density, rho_table  # pandas: only once there are results
+
     eps = args.eps if args.eps in result.ladder else (1e-5 if 1e-5 in result.ladder else result.ladder[-1])
     table = global_density(result, eps).merge(rho_table(result, eps)[["agent", "rho"]], on="agent")
     table["density"] = (100 * table["density"]).map("{:.3f} %".format)
@@ -229,7 +230,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return int(demo_eval.main(argv) or 0)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser:
+    """The parser; without `method_flags_for_merge` the merge command lacks its method flags, which
+    saves importing the methods (and torch) for the other commands and for `--help`."""
     p = argparse.ArgumentParser(prog=PROG, description="RAM Studio: analyse and merge RL-trained agents.")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -268,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     models(sp)
     sp.add_argument("--method", required=True, help="merge method (see `methods`)")
     sp.add_argument("--out", required=True, help="output folder (written atomically)")
-    method_flags(sp)
+    if method_flags_for_merge:
+        method_flags(sp)
     sp.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     sp.add_argument("--shard-size", default="5GB")
     sp.add_argument("--out-dtype", help="output dtype (default: the base's): bfloat16, float16, float32, float64")
@@ -325,9 +329,15 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one clear line on stderr and a non-zero exit for every user error."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(method_flags_for_merge=_command(argv) == "merge")
     args = parser.parse_args(argv)
     if "chunk_elems" in args and args.chunk_elems <= 0:
         parser.error("--chunk-elems must be positive")

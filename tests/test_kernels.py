@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 
 import numpy as np
 import pytest
@@ -12,6 +13,15 @@ from ram_studio.cli import main
 from merging.tensor_merge import ChunkInputs, merge_in_memory
 
 pytest.importorskip("numba")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _kernels_ready():
+    """The engine runs the torch path until a kernel is ready (compiled in the background on a fresh
+    checkout): these tests compare the two paths, so they wait for every kernel first."""
+    from merging.kernels import wait_ready
+
+    assert wait_ready()
 
 CASES = [
     ("ram", {}), ("ram_plus", {}), ("ram_plus", {"rho_scope": "tensor", "alpha": 0.2}), ("ram_plus_soft", {}),
@@ -123,3 +133,46 @@ def test_output_checks_agree_with_and_without_kernels(dtype):
     for fused in (True, False):
         with pytest.raises(RamStudioError, match="flat index 12"):
             OutputGuard("x", _fused=fused).check("t", 10, bad, base)
+
+
+def test_first_pass_never_waits_for_a_compile(family, tmp_path, monkeypatch):
+    """A fresh install (no kernel in numba's cache): the merge and the analysis run the torch path while
+    the kernels compile in the background, and give the same bits as with the kernels."""
+    import merging.kernels as kernels
+    from merging.kernels import cpu
+
+    base, agents = family
+    args = [str(base), *map(str, agents)]
+    assert main(["merge", *args, "--method", "ram_plus", "--out", str(tmp_path / "warm"), "--quiet",
+                 "--chunk-elems", "500"]) == 0  # kernels ready: the fused path
+    warm_stats = analyze_json(args, tmp_path / "warm.json")
+
+    release = threading.Event()
+    started = threading.Event()
+    real_warm = cpu.warm
+
+    def slow_warm(name, dtype):  # a compile that does not end before the test says so
+        started.set()
+        release.wait(120)
+        return real_warm(name, dtype)
+
+    monkeypatch.setattr(kernels, "_WARMUP", kernels._Warmup())
+    monkeypatch.setattr(kernels, "_cached_marker_exists", lambda dtype: False)
+    monkeypatch.setattr(cpu, "warm", slow_warm)
+    try:
+        assert main(["merge", *args, "--method", "ram_plus", "--out", str(tmp_path / "cold"), "--quiet",
+                     "--chunk-elems", "500"]) == 0
+        cold_stats = analyze_json(args, tmp_path / "cold.json")
+        assert started.is_set() and not kernels.ready(("ram",), "bf16")  # it finished without them
+    finally:
+        release.set()
+    for p in (tmp_path / "warm").glob("*.safetensors"):
+        assert p.read_bytes() == (tmp_path / "cold" / p.name).read_bytes()
+    assert cold_stats["agents"] == warm_stats["agents"]  # counts exact; norms are not in the JSON
+
+
+def analyze_json(args, out):
+    import json
+
+    assert main(["analyze", *args, "--quiet", "--no-cache", "--json", str(out)]) == 0
+    return json.loads(out.read_text())

@@ -3,19 +3,165 @@
 Each kernel reproduces, bit for bit, the float32 arithmetic of the matching torch code in
 `merging.methods` (same operations in the same order), which stays the reference and the GPU path;
 tests compare the two. Set RAM_STUDIO_KERNELS=torch to force the torch path on the CPU.
+
+Kernels are never waited for. The first pass asks for the ones it needs (`prepare`); a background
+thread imports numba and loads them from numba's on-disk cache, or compiles them there on the first
+use of a fresh install (about a minute for all of them). Until a kernel is ready the engine runs the
+torch path, which gives the same bits; it switches at a chunk (or, for methods with passes, a tensor)
+boundary. When the cache already holds the kernels (a marker written after a complete warm-up says
+so), `prepare` waits for the load, a fraction of a second. `python -m merging.kernels` compiles all of
+them ahead of time (e.g. in an image build).
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import threading
+import time
+from typing import Iterable
 
-try:  # numba is a dependency, but the torch path keeps everything working without it
-    import numba  # noqa: F401
+# numba is a dependency, but the torch path keeps everything working without it. Looking it up is
+# cheap; importing it (a few tenths of a second) happens on the warm-up thread.
+HAVE_NUMBA = importlib.util.find_spec("numba") is not None
 
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - exercised only where numba cannot be installed
-    HAVE_NUMBA = False
+DTYPES = ("bf16", "f32")  # what the kernels read: bf16 bit patterns, or float32
+ALL = ("count_and_peak", "peak_abs_tau", "overlap_histogram", "ram", "linear", "dare", "abs_bits_histogram",
+       "ties_merge", "first_nonfinite", "values_differ")
 
 
 def kernels_enabled() -> bool:
     """Whether CPU work should use the fused kernels (numba present and not disabled)."""
     return HAVE_NUMBA and os.environ.get("RAM_STUDIO_KERNELS", "numba").lower() != "torch"
+
+
+_ANY_DTYPE = ("first_nonfinite", "values_differ")  # scans of output bits: one warm-up covers every dtype
+
+
+def _key(name: str, dtype: str) -> tuple[str, str]:
+    return (name, "bf16") if name in _ANY_DTYPE else (name, dtype)
+
+
+class _Warmup:
+    """One background thread that makes kernels ready, in the order they were asked for."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._ready: set[tuple[str, str]] = set()
+        self._queue: list[tuple[str, str]] = []
+        self._failed: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self.compiled_from_scratch = False
+        self.log: list[str] = []
+
+    def request(self, names: Iterable[str], dtypes: Iterable[str]) -> None:
+        with self._lock:
+            for d in dtypes:
+                for n in names:
+                    k = _key(n, d)
+                    if k not in self._ready and k not in self._queue:
+                        self._queue.append(k)
+            if self._queue and self._thread is None and self._failed is None:
+                self._thread = threading.Thread(target=self._run, name="ram-kernels", daemon=True)
+                self._thread.start()
+
+    def ready(self, names: Iterable[str], dtype: str) -> bool:
+        with self._lock:
+            return all(_key(n, dtype) in self._ready for n in names)
+
+    def wait(self, names: Iterable[str], dtype: str, timeout: float | None) -> bool:
+        names = tuple(names)
+        with self._lock:
+            return self._lock.wait_for(lambda: self._failed is not None
+                                       or all(_key(n, dtype) in self._ready for n in names), timeout) and \
+                self._failed is None
+
+    def _run(self) -> None:
+        start = time.perf_counter()
+        try:
+            from . import cpu
+
+            while True:
+                with self._lock:
+                    if not self._queue:
+                        self._thread = None
+                        return
+                    name, dtype = self._queue[0]
+                t = time.perf_counter()
+                fresh = cpu.warm(name, dtype)
+                self.compiled_from_scratch |= fresh
+                with self._lock:
+                    self._queue.pop(0)
+                    self._ready.add((name, dtype))
+                    if all(_key(n, dtype) in self._ready for n in ALL):
+                        cpu.mark_cached(dtype)
+                    self.log.append(f"{name}[{dtype}] {'compiled' if fresh else 'loaded'} in "
+                                    f"{time.perf_counter() - t:.2f} s ({time.perf_counter() - start:.1f} s)")
+                    self._lock.notify_all()
+        except BaseException as exc:  # the torch path goes on; the kernels stay off for this process
+            with self._lock:
+                self._failed = exc
+                self._thread = None
+                self._lock.notify_all()
+
+
+_WARMUP = _Warmup()
+
+
+def prepare(names: Iterable[str] = ALL, dtypes: Iterable[str] = DTYPES, wait: bool = True) -> None:
+    """Ask for kernels (needed first, first); wait (with `wait`) only if they are already compiled on disk."""
+    if not kernels_enabled():
+        return
+    names, dtypes = tuple(names), tuple(dtypes)
+    _WARMUP.request(names, dtypes)
+    for d in dtypes:
+        if wait and _cached_marker_exists(d):
+            _WARMUP.wait(names, d, timeout=30.0)
+
+
+def settle(names: Iterable[str], dtype: str) -> None:
+    """Wait for kernels asked for with `prepare(wait=False)` if they are being loaded from the cache (a
+    fraction of a second, overlapping the first reads), never for a compile."""
+    if kernels_enabled() and _cached_marker_exists(dtype):
+        _WARMUP.wait(tuple(names), dtype, timeout=30.0)
+
+
+def ready(names: Iterable[str], dtype: str) -> bool:
+    """Whether these kernels can run now without a compile (never waits)."""
+    return kernels_enabled() and _WARMUP.ready(names, dtype)
+
+
+def wait_ready(names: Iterable[str] = ALL, dtypes: Iterable[str] = DTYPES, timeout: float | None = None) -> bool:
+    """Ask for kernels and wait until they are ready (compiling if need be): for tests and warm-ups."""
+    if not kernels_enabled():
+        return False
+    names, dtypes = tuple(names), tuple(dtypes)
+    _WARMUP.request(names, dtypes)
+    return all(_WARMUP.wait(names, d, timeout) for d in dtypes)
+
+
+def warmup_log() -> list[str]:
+    return list(_WARMUP.log)
+
+
+def _cached_marker_exists(dtype: str) -> bool:
+    try:
+        return os.path.exists(_marker_path(dtype))
+    except OSError:
+        return False
+
+
+def _marker_path(dtype: str) -> str:
+    """A file next to numba's cache of these kernels, named after the kernel source's stamp (numba's own
+    invalidation rule) and numba's version: present once every kernel of `dtype` was cached."""
+    here = os.path.join(os.path.dirname(__file__), "cpu.py")
+    st = os.stat(here)
+    spec = importlib.util.find_spec("numba")
+    version = os.path.basename(os.path.dirname(spec.origin)) if spec and spec.origin else "numba"
+    try:  # numba's version without importing it: the dist-info next to the package
+        from importlib.metadata import version as dist_version
+
+        version = dist_version("numba")
+    except Exception:  # pragma: no cover - metadata missing
+        pass
+    cache_dir = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(os.path.dirname(__file__), "__pycache__")
+    return os.path.join(cache_dir, f"ram-studio-kernels-{dtype}-{version}-{int(st.st_mtime)}-{st.st_size}.ready")
