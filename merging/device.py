@@ -49,6 +49,15 @@ def gpu_style(device: torch.device) -> bool:
     return device.type == "cuda" or os.environ.get("RAM_STUDIO_GPU_STYLE") == "1"
 
 
+def fits_on_device(device: torch.device, nbytes: int) -> bool:
+    """Whether `nbytes` of working memory fit on the device now: on CUDA, within half of what is free;
+    on the CPU (GPU-style runs in tests) within $RAM_STUDIO_ASSEMBLE_BYTES (default 64 MB)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return nbytes <= free // 2
+    return nbytes <= int(os.environ.get("RAM_STUDIO_ASSEMBLE_BYTES", 64 << 20))
+
+
 def to_compute(t: torch.Tensor, device: torch.device, out: torch.Tensor | None = None) -> torch.Tensor:
     """Move a stored-dtype CPU tensor to the compute device and widen it to float32 there.
 

@@ -20,7 +20,7 @@ from .kernels import kernels_enabled, prepare, settle
 from .kernels import ready as kernels_ready
 from .methods.base import MergeMethod
 from .output_check import OutputGuard
-from .device import Lanes, chunk_elems_for
+from .device import Lanes, chunk_elems_for, fits_on_device, gpu_style
 from .stream import DEFAULT_CHUNK_ELEMS, BackgroundWriter, BufferPool, ChunkData, ChunkReader, Span, row_spans
 from .tensor_merge import ChunkInputs, TensorMerger
 from .writer import PlannedTensor, ShardSetWriter
@@ -129,7 +129,7 @@ def fused_now(device: torch.device, names: tuple[str, ...], dtype: str, first: b
 
 def _reader(base: Checkpoint, agents: list[Checkpoint], fingerprinter: Fingerprinter | None, lanes: Lanes,
             read_threads: int | None) -> ChunkReader:
-    return ChunkReader(base, agents, fingerprinter, threads=read_threads, pool=BufferPool(pinned=lanes.cuda))
+    return ChunkReader(base, agents, fingerprinter, threads=read_threads, pool=BufferPool(pinned=lanes.cuda, keep=4))
 
 
 def float_chunks(base: Checkpoint, agents: list[Checkpoint], *, phase: str, device: torch.device,
@@ -171,6 +171,11 @@ def check_finite(data: ChunkData, peak: torch.Tensor, labels: list[str], base_la
     """Pass through the per-agent max |τ|; a NaN/Inf anywhere in the inputs stops the run with its location."""
     if bool(torch.isfinite(peak).all()):
         return peak
+    raise nonfinite_input(data, labels, base_label) or _overflow(data.span.tensor)
+
+
+def nonfinite_input(data: ChunkData, labels: list[str], base_label: str) -> RamStudioError | None:
+    """The error naming the first NaN/Inf in the chunk's inputs, or None when they are all finite."""
     span = data.span
     for label, t in [(base_label, data.base)] + list(zip(labels, data.agents)):
         if t is None:
@@ -178,10 +183,14 @@ def check_finite(data: ChunkData, peak: torch.Tensor, labels: list[str], base_la
         bad = ~torch.isfinite(t.float().reshape(-1))
         if bool(bad.any()):
             idx = span.offset + int(bad.nonzero()[0])
-            raise RamStudioError(
+            return RamStudioError(
                 f"tensor {span.tensor!r} of {label} holds NaN or Inf (first at flat index {idx:,}).",
                 "Merging would spread it; repair or re-download that checkpoint.")
-    raise RamStudioError(f"task vectors of tensor {span.tensor!r} overflow float32.", "Check the inputs.")
+    return None
+
+
+def _overflow(tensor: str) -> RamStudioError:
+    return RamStudioError(f"task vectors of tensor {tensor!r} overflow float32.", "Check the inputs.")
 
 
 def locate_nonfinite(base: Checkpoint, agents: list[Checkpoint], device: torch.device,
@@ -216,14 +225,20 @@ def output_plan(base: Checkpoint, out_dtype: str | None) -> list[PlannedTensor]:
     return plan
 
 
-def _work(base: Checkpoint, rounds: int, chunk_elems: int) -> Iterator[tuple[Span | None, tuple[int, bool, Span, bool]]]:
-    """(span to read or None to reuse the last one, (round, last span of the round, span, held)) for every
+def _work(base: Checkpoint, rounds: int, chunk_elems: int, assemble: Callable[[str], bool]
+          ) -> Iterator[tuple[Span | None, tuple[int, bool, Span, Any]]]:
+    """(span to read or None to reuse the last one, (round, last span of the round, span, mode)) for every
     tensor: each pass round, then the merge round. A one-chunk tensor is read once for all its rounds
-    (`held`: the data must be kept for a later round)."""
+    (mode True: the data must be kept for a later round); a tensor to `assemble` is read once, chunk by
+    chunk, into one tensor on the device (mode "assemble"), where all its rounds run."""
     for name in tensor_order(base):
         e = base.tensors[name]
         spans = row_spans(name, e.shape, chunk_elems)
         n_rounds = rounds if e.dtype in FLOAT_CODES else 1
+        if n_rounds > 1 and len(spans) > 1 and assemble(name):
+            for i, span in enumerate(spans):
+                yield span, (0, i == len(spans) - 1, span, "assemble")
+            continue
         if len(spans) == 1:
             for r in range(n_rounds):
                 yield (spans[0] if r == 0 else None), (r, True, spans[0], r < n_rounds - 1)
@@ -252,7 +267,7 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     fused = False
     lanes = Lanes(device)
     reader = _reader(base, agents, fingerprinter, lanes, read_threads)
-    out_pool = BufferPool(pinned=lanes.cuda)
+    out_pool = BufferPool(pinned=lanes.cuda, keep=6)
     blame = ", ".join(f"{p.name}={params[p.name]:g}" for p in method.params if p.float32)
     guard = OutputGuard(", ".join(x for x in (blame, f"output dtype {out_dtype}" if out_dtype else "") if x)
                         or "none")
@@ -265,9 +280,20 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     peaks = _Peaks(len(agents))
     merger: TensorMerger | None = None
     held: tuple[ChunkData, ChunkInputs, Any] | None = None
+    whole: torch.Tensor | None = None  # the tensor being assembled on the device, (1 + N, numel) float32
+
+    def assemble(name: str) -> bool:  # methods with passes on a GPU: each tensor read once, all rounds there
+        return gpu_style(device) and not uses_kernels(device) and fits_on_device(
+            device, base.tensors[name].numel * (1 + len(agents)) * 4 * 6)
+
+    def emit(merged: torch.Tensor, peak: torch.Tensor, base_f32: torch.Tensor, span: Span, target: torch.dtype,
+             on_bad: Callable[[], None]) -> None:
+        _emit_from_device(writer, sink, lanes, merged, peak, base_f32, target, guard, peaks, span, chunk_elems,
+                          on_bad, out_pool)
+
     try:
         try:
-            for (r, last, span, keep), data in reader.stream(_work(base, rounds, chunk_elems)):
+            for (r, last, span, keep), data in reader.stream(_work(base, rounds, chunk_elems, assemble)):
                 if cancel is not None and cancel.is_set():
                     raise MergeCancelled()
                 entry = base.tensors[span.tensor]
@@ -278,8 +304,30 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                     tracker.advance(step, span.tensor, tensor_finished=last)
                     continue
                 if merger is None or merger.ctx.tensor != span.tensor:  # kernels or torch: per tensor
-                    fused = fused_now(device, wanted, dtype, first=merger is None)
+                    fused = fused_now(device, wanted, dtype, first=merger is None) and keep != "assemble"
                     merger = TensorMerger(method, params, span.tensor, entry.numel, keys, shared, fused=fused)
+                if keep == "assemble":
+                    chunk, uploaded = build_inputs(data, lanes, False)
+                    if span.start == 0:
+                        whole = torch.empty((1 + len(agents), entry.numel), dtype=torch.float32, device=device)
+                    assert whole is not None
+                    whole[:, span.offset:span.offset + span.numel].copy_(chunk.models)
+                    target = ST_TO_TORCH[out_dtype] if out_dtype else data.base.dtype
+                    data.release(uploaded)
+                    del chunk
+                    tracker.advance(step * rounds, span.tensor, tensor_finished=last)
+                    if last:
+                        full = ChunkInputs.on_device(whole, keep_agents=False)
+                        whole = None
+                        for rr in range(rounds - 1):
+                            merger.reduce(rr, 0, full)
+                            merger.finish_round(rr)
+                        merged, peak = merger.merge(0, full)
+                        tensor_spans = row_spans(span.tensor, entry.shape, chunk_elems)
+                        emit(merged, peak, full.base, Span(span.tensor, 0, entry.shape[0], 0, entry.numel), target,
+                             lambda ts=tensor_spans: _raise_nonfinite(reader, ts, labels, base.label))
+                        del full, merged
+                    continue
                 if data is None:  # a one-chunk tensor: read and converted once for all its rounds
                     assert held is not None
                     data, chunk, uploaded = held
@@ -305,10 +353,16 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                     else:
                         out = _take(out_pool, chunk.numel, target).copy_(merged)
                         out_pool.give(out32)
-                    _submit_host(writer, sink, span, out, data, guard, out_pool)
+                    guard.note_change(out, data.base)
+                    data.release()  # the writer needs only the output
+                    _submit_host(writer, sink, span, out, None, guard, out_pool)
                 else:
-                    _merge_on_device(writer, sink, lanes, merger, span, data, chunk, uploaded, target, guard,
-                                     peaks, reader, labels, base.label, out_pool)
+                    merged, peak = merger.merge(span.offset, chunk)
+                    base_f32 = chunk.base
+                    data.release(uploaded)  # the staging buffer is free once its copy to the device is done
+                    emit(merged, peak, base_f32, span, target,
+                         lambda sp=span: _raise_nonfinite(reader, [sp], labels, base.label))
+                    del merged, base_f32, chunk
                 tracker.advance(step, span.tensor, tensor_finished=last)
         finally:
             writer.close()
@@ -342,23 +396,24 @@ def _take(pool: BufferPool, numel: int, dtype: torch.dtype) -> torch.Tensor:
     return pool.take(size)[:size].view(dtype)
 
 
-def _submit_host(writer: BackgroundWriter, sink: ShardSetWriter, span: Span, out: torch.Tensor, data: ChunkData,
-                 guard: OutputGuard | None, pool: BufferPool | None) -> None:
-    """Queue one output chunk that is on the host: check it (when `guard` is given), write its bytes at
-    their offset, then hand back the output buffer (to `pool`) and the input staging buffer."""
+def _submit_host(writer: BackgroundWriter, sink: ShardSetWriter, span: Span, out: torch.Tensor,
+                 data: ChunkData | None, guard: OutputGuard | None, pool: BufferPool | None) -> None:
+    """Queue one output chunk that is on the host: check it is finite (when `guard` is given), write its
+    bytes at their offset, then hand back the output buffer (to `pool`) and the input staging buffer."""
     flat = out.contiguous().reshape(-1)
     offset = span.offset * flat.element_size()
 
     def job() -> None:
         try:
             if guard is not None:
-                guard.check(span.tensor, span.offset, flat, data.base)
+                guard.check_finite(span.tensor, span.offset, flat)
             if flat.numel():
                 sink.write_at(span.tensor, offset, flat.view(torch.uint8).numpy())
         finally:
             if pool is not None:
                 pool.give(out)
-            data.release()
+            if data is not None:
+                data.release()
 
     writer.submit(job)
 
@@ -372,39 +427,54 @@ def _check_equal_non_float(data: ChunkData, labels: list[str]) -> None:
                 "Integer or boolean tensors cannot be merged; the models must share them.")
 
 
-def _merge_on_device(writer: BackgroundWriter, sink: ShardSetWriter, lanes: Lanes, merger: TensorMerger,
-                     span: Span, data: ChunkData, chunk: ChunkInputs, uploaded: Any, target: torch.dtype,
-                     guard: OutputGuard, peaks: _Peaks, reader: ChunkReader, labels: list[str], base_label: str,
-                     pool: BufferPool) -> None:
-    """The torch path (any GPU; the CPU without kernels): merge, round to the output dtype and check on
-    the device; copy the result to the host on the copy-out lane; the writer waits for that copy only,
-    then checks the flags (inputs finite, output finite, changed) and writes. Nothing here waits for
-    the device."""
-    merged, peak = merger.merge(span.offset, chunk)
-    out = merged.to(target)
-    flags = guard.flags(out, chunk.base.to(target))
+def _emit_from_device(writer: BackgroundWriter, sink: ShardSetWriter, lanes: Lanes, merged: torch.Tensor,
+                      peak: torch.Tensor, base_f32: torch.Tensor, target: torch.dtype, guard: OutputGuard,
+                      peaks: _Peaks, span: Span, piece_elems: int, on_bad: Callable[[], None],
+                      pool: BufferPool) -> None:
+    """The torch path's output (any GPU; the CPU without kernels): round to the output dtype and check on
+    the device, copy to the host on the copy-out lane in pieces of at most `piece_elems` (host memory
+    stays bounded even for a whole tensor), and queue the writes. Nothing here waits for the device:
+    each writer job waits for its own copy, then checks the flags (inputs finite, output finite,
+    changed) and writes its piece at its offset."""
+    out = merged.reshape(-1).to(target)
+    flags = guard.flags(out, base_f32.reshape(-1).to(target))
     small = torch.cat([flags.to(peak.dtype), peak])  # one small copy: flags, then each agent's max |τ|
-    host = _take(pool, out.numel(), target) if lanes.cuda else None
-    host_out, done = lanes.download(out, host)
     host_small, small_done = lanes.download(small)
-    data.release(uploaded)  # the staging buffer is free once its copy to the device is done
-    del merged, out, small
+    first = [True]
+    for a in range(0, max(out.numel(), 1), max(1, piece_elems)):
+        b = min(a + piece_elems, out.numel())
+        host = _take(pool, b - a, target) if lanes.cuda else None
+        host_out, done = lanes.download(out[a:b], host)
 
-    def job() -> None:
+        def job(a: int = a, host_out: torch.Tensor = host_out, done: Any = done, host: Any = host) -> None:
+            try:
+                lanes.wait(small_done)
+                peak_host = host_small[2:]
+                if not bool(torch.isfinite(peak_host).all()):
+                    on_bad()  # raises, naming where
+                if first[0]:
+                    first[0] = False
+                    peaks.add(peak_host)
+                lanes.wait(done)
+                guard.check_flags(span.tensor, span.offset + a, host_small[:2] != 0, host_out)
+                if host_out.numel():
+                    sink.write_at(span.tensor, (span.offset + a) * host_out.element_size(),
+                                  host_out.contiguous().view(torch.uint8).numpy())
+            finally:
+                if host is not None:
+                    pool.give(host)
+
+        writer.submit(job)
+
+
+def _raise_nonfinite(reader: ChunkReader, spans: list[Span], labels: list[str], base_label: str) -> None:
+    """Re-read `spans` and raise the error naming the first NaN/Inf input (or the overflow)."""
+    for sp in spans:
+        data = reader.read(sp)
         try:
-            lanes.wait(done)
-            lanes.wait(small_done)
-            n = len(labels)
-            peak_host = host_small[2:2 + n]
-            if not bool(torch.isfinite(peak_host).all()):
-                check_finite(reader.read(span), peak_host, labels, base_label)  # raises, naming where
-            peaks.add(peak_host)
-            guard.check_flags(span.tensor, span.offset, host_small[:2] != 0, host_out)
-            if host_out.numel():
-                sink.write_at(span.tensor, span.offset * host_out.element_size(),
-                              host_out.contiguous().view(torch.uint8).numpy())
+            err = nonfinite_input(data, labels, base_label)
         finally:
-            if host is not None:
-                pool.give(host)
-
-    writer.submit(job)
+            data.release()
+        if err is not None:
+            raise err
+    raise _overflow(spans[0].tensor)

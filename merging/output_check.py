@@ -37,18 +37,32 @@ class OutputGuard:
 
     def check(self, tensor: str, offset: int, out: torch.Tensor, base: torch.Tensor) -> None:
         """`out` is the chunk as it will be stored, `base` the base's stored values of the same elements."""
+        self.check_finite(tensor, offset, out)
+        self.note_change(out, base)
+
+    def check_finite(self, tensor: str, offset: int, out: torch.Tensor) -> None:
+        """Refuse a non-finite value of `out` (the chunk as it will be stored), naming where it is."""
         spec = _BITS.get(out.dtype)
         if spec is None or out.numel() == 0:
             return
-        view, exp_mask, mag_mask = spec
-        bits = _np(out.reshape(-1).view(view))
-        fused = self._fused and kernels_ready(("first_nonfinite", "values_differ"), "bf16")
-        i = _first_nonfinite(bits, exp_mask, fused)
+        view, exp_mask, _ = spec
+        i = _first_nonfinite(_np(out.reshape(-1).view(view)), exp_mask, self._kernels())
         if i >= 0:
             self._refuse(tensor, offset + i)
-        if not self.changed:
-            ref = base.reshape(-1).to(out.dtype) if base.dtype != out.dtype else base.reshape(-1)
-            self.changed = _values_differ(bits, _np(ref.view(view)), mag_mask, fused)
+
+    def note_change(self, out: torch.Tensor, base: torch.Tensor) -> None:
+        """Remember whether `out` differs from `base` (stops looking once a difference was seen: cheap
+        enough for the compute thread, which can then hand the input buffers back at once)."""
+        spec = _BITS.get(out.dtype)
+        if self.changed or spec is None or out.numel() == 0:
+            return
+        view, _, mag_mask = spec
+        ref = base.reshape(-1).to(out.dtype) if base.dtype != out.dtype else base.reshape(-1)
+        self.changed = _values_differ(_np(out.reshape(-1).view(view)), _np(ref.view(view)), mag_mask,
+                                      self._kernels())
+
+    def _kernels(self) -> bool:
+        return self._fused and kernels_ready(("first_nonfinite", "values_differ"), "bf16")
 
 
     def flags(self, out: torch.Tensor, base: torch.Tensor) -> torch.Tensor:

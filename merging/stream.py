@@ -79,10 +79,15 @@ class BufferPool:
 
     def take(self, nbytes: int) -> torch.Tensor:
         with self._lock:
-            for i, (buf, event) in enumerate(self._free):
-                if buf.numel() >= nbytes and (event is None or event.query()):
-                    del self._free[i]
-                    return buf
+            best = -1
+            for i, (buf, event) in enumerate(self._free):  # the smallest idle buffer that fits
+                if buf.numel() >= nbytes and (best < 0 or buf.numel() < self._free[best][0].numel()) \
+                        and (event is None or event.query()):
+                    best = i
+            if best >= 0:
+                buf = self._free[best][0]
+                del self._free[best]
+                return buf
         # Round up so that slightly different chunk sizes share buffers.
         size = max(nbytes, 1 << 16)
         size = 1 << (size - 1).bit_length() if size < (1 << 24) else -(-size // (1 << 24)) * (1 << 24)
@@ -93,8 +98,9 @@ class BufferPool:
         buf = torch.empty(0, dtype=torch.uint8).set_(buf.untyped_storage())
         with self._lock:
             self._free.append((buf, event))
-            while len(self._free) > self.keep:
-                self._free.popleft()
+            while len(self._free) > self.keep:  # drop the smallest: large chunks are the common case
+                i = min(range(len(self._free)), key=lambda k: self._free[k][0].numel())
+                del self._free[i]
 
 
 @dataclass
@@ -317,7 +323,7 @@ class ChunkReader:
             job()
         return assemble()
 
-    def stream(self, items: Iterable[tuple[Span | None, Any]], depth: int = 3) -> Iterator[tuple[Any, ChunkData | None]]:
+    def stream(self, items: Iterable[tuple[Span | None, Any]], depth: int = 2) -> Iterator[tuple[Any, ChunkData | None]]:
         """For each (span or None, tag), yield (tag, ChunkData or None), reading up to `depth` spans ahead
         on the reader threads. The consumer releases each ChunkData when done with it."""
         if not self._workers:

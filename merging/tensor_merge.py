@@ -56,6 +56,13 @@ class ChunkInputs:
                 self._models = out
         return self._models
 
+    @classmethod
+    def on_device(cls, models: torch.Tensor, keep_agents: bool) -> "ChunkInputs":
+        """Inputs already widened on the device: `models` is (1 + N, E) float32, base first."""
+        chunk = cls(models[0], [None] * (models.shape[0] - 1), models.device, keep_agents)
+        chunk._models = models
+        return chunk
+
     def set_models(self, models: torch.Tensor) -> None:
         """Use `models` ((1 + N, E) float32 on the device, e.g. uploaded by the engine's lanes)."""
         self._models = models

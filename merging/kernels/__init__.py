@@ -20,6 +20,8 @@ import threading
 import time
 from typing import Iterable
 
+from .marker import marker_path
+
 # numba is a dependency, but the torch path keeps everything working without it. Looking it up is
 # cheap; importing it (a few tenths of a second) happens on the warm-up thread.
 HAVE_NUMBA = importlib.util.find_spec("numba") is not None
@@ -145,23 +147,6 @@ def warmup_log() -> list[str]:
 
 def _cached_marker_exists(dtype: str) -> bool:
     try:
-        return os.path.exists(_marker_path(dtype))
+        return os.path.exists(marker_path(dtype))
     except OSError:
         return False
-
-
-def _marker_path(dtype: str) -> str:
-    """A file next to numba's cache of these kernels, named after the kernel source's stamp (numba's own
-    invalidation rule) and numba's version: present once every kernel of `dtype` was cached."""
-    here = os.path.join(os.path.dirname(__file__), "cpu.py")
-    st = os.stat(here)
-    spec = importlib.util.find_spec("numba")
-    version = os.path.basename(os.path.dirname(spec.origin)) if spec and spec.origin else "numba"
-    try:  # numba's version without importing it: the dist-info next to the package
-        from importlib.metadata import version as dist_version
-
-        version = dist_version("numba")
-    except Exception:  # pragma: no cover - metadata missing
-        pass
-    cache_dir = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(os.path.dirname(__file__), "__pycache__")
-    return os.path.join(cache_dir, f"ram-studio-kernels-{dtype}-{version}-{int(st.st_mtime)}-{st.st_size}.ready")

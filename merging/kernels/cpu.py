@@ -595,10 +595,10 @@ def warm(name: str, dtype: str) -> bool:
 
 def mark_cached(dtype: str) -> None:
     """Note that every kernel of `dtype` is in numba's cache (see merging.kernels.prepare)."""
-    from . import _marker_path
+    from .marker import marker_path
 
     try:
-        path = _marker_path(dtype)
+        path = marker_path(dtype)
         if os.path.isdir(os.path.dirname(path)):
             with open(path, "w") as f:
                 f.write("ready\n")
