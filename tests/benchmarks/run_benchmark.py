@@ -1,9 +1,13 @@
 """Benchmark runner: our CLI vs mergekit 0.1.5 vs the read floor F on synthetic checkpoints.
 
 Usage: python -m tests.benchmarks.run_benchmark [--shape qwen2.5-0.5b] [--only ram,ties,...]
-       [--skip-mergekit] [--skip-ours] [--skip-check] [--keep-data] [--keep-outputs]
+       [--device auto|cpu|cuda] [--skip-mergekit] [--skip-ours] [--skip-check] [--keep-data] [--keep-outputs]
 Each command runs as a subprocess; wall time and peak VmRSS / RssAnon of its process tree are
 sampled from /proc. Times are reported as multiples of F and, per method, of mergekit's time.
+Every merge of ours is cold (its own empty analysis cache: ram_plus includes its global-ρ counting
+pass); `ram_plus (analysis cached)` reuses the cold `analyze` row's cache. `startup` measures when our
+CLI reads its first tensor byte against `python -c "import torch"`. With `--device cuda` our commands
+run with `--device cuda` and mergekit with `--cuda`; the results name the device.
 Output folders are deleted right after measuring. Inputs the runner generated itself are deleted
 at the end unless --keep-data; inputs that already existed are never touched.
 Caveat: the machine may be shared; repeat runs and treat single numbers as noisy.
@@ -45,6 +49,9 @@ CHECKS = (
      "ramplus_tl"),
     ("ram_vs_ram", ["--method", "ram", "--out-dtype", "float32"], "ram"),
 )
+
+
+STARTUP_REPEAT = 3
 
 
 @dataclass
@@ -101,12 +108,13 @@ class Runner:
         self.rows: list[Row] = []
         self.checks: list[dict[str, Any]] = []
 
-    def measure(self, row: Row, argv: list[str], out_dir: Optional[str] = None, keep: bool = False) -> Row:
+    def measure(self, row: Row, argv: list[str], out_dir: Optional[str] = None, keep: bool = False,
+                cache: str = "analysis-cache", env_extra: Optional[dict[str, str]] = None) -> Row:
         """Run argv, fill row, delete out_dir afterwards (unless keep)."""
-        row.argv, row.log = argv, os.path.join(self.work, row.name.replace(" ", "_") + ".log")
+        row.argv, row.log = argv, os.path.join(self.work, row.name.replace(" ", "_").replace("/", "-") + ".log")
         print(f"[{time.strftime('%H:%M:%S')}] {row.name}: {' '.join(argv)}", flush=True)
-        # fresh analysis cache per run: `analyze` is measured cold, later merges may reuse it
-        env = dict(os.environ, PYTHONPATH=REPO, RAM_STUDIO_CACHE=os.path.join(self.work, "analysis-cache"))
+        # an analysis cache per run (`analyze` is measured cold) or per row (cold merges)
+        env = dict(os.environ, PYTHONPATH=REPO, RAM_STUDIO_CACHE=os.path.join(self.work, cache), **(env_extra or {}))
         m = run_measured(argv, log_path=row.log, env=env, cwd=REPO, timeout=self.args.timeout)
         row.wall_s, row.peak_vmrss_mb, row.peak_rssanon_mb = m.wall_s, m.peak_vmrss_mb, m.peak_rssanon_mb
         row.status = "ok" if m.rc == 0 else f"rc={m.rc}"
@@ -125,6 +133,8 @@ class Runner:
             return False
         argv = [sys.executable, "-m", "tests.benchmarks.make_checkpoints", "--shape", self.args.shape,
                 "--out", self.data, "--seed", str(self.args.seed)]
+        if self.args.device == "cuda":
+            argv += ["--device", "cuda"]  # the hash generator (the 7B default) runs on the GPU
         self.measure(Row("generate", "setup", "-"), argv)
         return True
 
@@ -146,13 +156,43 @@ class Runner:
             for m in methods:
                 self.rows.append(Row(f"ours {m}", "ours", m, note=why))
             return
+        dev = ["--device", self.args.device]
         if analyze:
-            self.measure(Row("ours analyze", "ours", "analyze"), cli + ["analyze", *self.inputs])
+            self.measure(Row("ours analyze", "ours", "analyze"), cli + ["analyze", *self.inputs, *dev])
         for m in methods:
             out = os.path.join(self.work, f"out-ours-{m}")
-            self.measure(Row(f"ours {m}", "ours", m), cli + ["merge", *self.inputs, *OUR_METHODS[m][0], "--out", out], out)
+            self.measure(Row(f"ours {m}", "ours", m), cli + ["merge", *self.inputs, *OUR_METHODS[m][0], *dev,
+                                                             "--out", out], out, cache=f"cache-{m}")
+        if analyze and "ram_plus" in methods:
+            out = os.path.join(self.work, "out-ours-ram_plus-cached")
+            self.measure(Row("ours ram_plus (analysis cached)", "ours", "ram_plus"),
+                         cli + ["merge", *self.inputs, *OUR_METHODS["ram_plus"][0], *dev, "--out", out], out)
+
+    def startup(self) -> None:
+        """When our CLI reads its first tensor byte, next to `import torch` alone (best of a few runs)."""
+        torch_s, first_s = [], []
+        for _ in range(STARTUP_REPEAT):
+            m = run_measured([sys.executable, "-c", "import torch"], cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+            torch_s.append(m.wall_s)
+            log = os.path.join(self.work, "startup.log")
+            env = dict(os.environ, PYTHONPATH=REPO, RAM_STUDIO_TRACE_START="1",
+                       RAM_STUDIO_CACHE=os.path.join(self.work, f"cache-startup-{len(first_s)}"))
+            run_measured([sys.executable, "-m", "merging", "analyze", *self.inputs, "--quiet"], log_path=log,
+                         env=env, cwd=REPO, timeout=20)
+            with open(log) as f:
+                hits = [float(w) for line in f if "first tensor byte" in line
+                        for w in line.split() if w.replace(".", "", 1).isdigit()]
+            first_s.append(hits[0] if hits else float("nan"))
+        self.rows.append(Row("import torch (alone)", "startup", "startup", "ok", min(torch_s)))
+        self.rows.append(Row("ours: first tensor byte read", "startup", "startup", "ok", min(first_s),
+                             note=f"{min(first_s) - min(torch_s):+.2f} s vs import torch"))
 
     def mergekit(self, methods: list[str], float32: bool = False, keep: bool = False) -> dict[str, str]:
+        """Measure mergekit-yaml per method (with --cuda on a GPU run); returns method -> output dir."""
+        cuda = ("--cuda",) if self.args.device == "cuda" else ()
+        return self._mergekit(methods, float32, keep, cuda)
+
+    def _mergekit(self, methods: list[str], float32: bool, keep: bool, extra: tuple[str, ...]) -> dict[str, str]:
         """Measure mergekit-yaml per method; returns method -> output dir (kept only if keep)."""
         outs = {}
         for m in methods:
@@ -160,7 +200,7 @@ class Runner:
             cfg = write_config(os.path.join(self.work, f"mergekit-{tag}.yaml"),
                                mergekit_config(self.data, m, float32=float32))
             out = os.path.join(self.work, f"out-mergekit-{tag}")
-            argv = mergekit_command(cfg, out, shard_size=self.args.mergekit_shard_size)
+            argv = mergekit_command(cfg, out, shard_size=self.args.mergekit_shard_size, extra=extra)
             self.measure(Row(f"mergekit {tag}", "check" if float32 else "mergekit", m), argv, out, keep)
             outs[m] = out
         return outs
@@ -211,24 +251,36 @@ def print_table(rows: list[Row], baseline: Optional[list[Row]] = None) -> None:
     floor = min(floors) if floors else None
     mk = {r.method: r.wall_s for r in ref if r.group == "mergekit" and r.status == "ok"}
     our_to_mk = {m: v[1] for m, v in OUR_METHODS.items()}
-    print(f"\n{'command':34} {'status':8} {'wall s':>8} {'xF':>6} {'xMK':>6} {'VmRSS MB':>9} {'Anon MB':>8} {'out GB':>7}")
+    print(f"\n{'command':36} {'status':8} {'wall s':>8} {'xF':>6} {'xMK':>6} {'VmRSS MB':>9} {'Anon MB':>8} {'out GB':>7}")
     for r in rows:
         mk_t = mk.get(our_to_mk.get(r.method, "")) if r.group == "ours" else mk.get(r.method) if r.group == "mergekit" else None
         wall = f"{r.wall_s:.1f}" if r.wall_s is not None else "-"
         rss = f"{r.peak_vmrss_mb:.0f}" if r.peak_vmrss_mb is not None else "-"
         anon = f"{r.peak_rssanon_mb:.0f}" if r.peak_rssanon_mb is not None else "-"
         out = f"{r.out_gb:.2f}" if r.out_gb is not None else "-"
-        print(f"{r.name:34} {r.status:8} {wall:>8} {ratio(r.wall_s, floor):>6} {ratio(r.wall_s, mk_t):>6} "
+        print(f"{r.name:36} {r.status:8} {wall:>8} {ratio(r.wall_s, floor):>6} {ratio(r.wall_s, mk_t):>6} "
               f"{rss:>9} {anon:>8} {out:>7}  {r.note}")
+
+
+def device_name(device: str) -> str:
+    """The device our commands run on, in words (the GPU's name on a CUDA run)."""
+    import torch
+
+    if device in ("cuda", "auto") and torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(0)} (CUDA), {os.cpu_count()} CPUs"
+    return f"CPU only, {os.cpu_count()} CPUs"
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     """Command-line options."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="qwen2.5-0.5b")
+    ap.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"],
+                    help="our --device (and mergekit --cuda when cuda); F is always the CPU read floor")
     ap.add_argument("--data", help="input set folder (default .bench/data/SHAPE)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", help="comma list of methods (ours and/or mergekit names, 'floor', 'analyze', 'check')")
+    ap.add_argument("--only", help="comma list of methods (ours and/or mergekit names, 'floor', 'startup', "
+                                   "'analyze', 'check')")
     ap.add_argument("--skip-mergekit", action="store_true")
     ap.add_argument("--skip-ours", action="store_true")
     ap.add_argument("--skip-check", action="store_true")
@@ -256,10 +308,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     if not os.path.exists(os.path.join(MERGEKIT_VENV, "bin", "mergekit-yaml")) and not args.skip_mergekit:
         sys.exit("mergekit venv missing: run tests/benchmarks/setup_mergekit.sh (or pass --skip-mergekit)")
     r = Runner(args)
+    load_before = os.getloadavg()
+    print(f"device: {device_name(args.device)}; load average {load_before[0]:.2f} {load_before[1]:.2f} "
+          f"{load_before[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
     generated = r.ensure_data()
     try:
         if want("floor"):
             r.floor(args.floor_repeat)
+        if want("startup"):
+            r.startup()
         r.ours(want("analyze"), [m for m in OUR_METHODS if want(m)])
         if not args.skip_mergekit:
             r.mergekit([m for m in MERGEKIT_METHODS if want(m)])
@@ -272,7 +329,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         os.makedirs(os.path.join(BENCH, "results"), exist_ok=True)
         path = args.results or os.path.join(BENCH, "results", os.path.basename(r.work) + ".json")
         with open(path, "w") as f:
-            json.dump({"shape": args.shape, "data": r.data, "host_cpus": os.cpu_count(),
+            json.dump({"shape": args.shape, "data": r.data, "host_cpus": os.cpu_count(), "device": device_name(args.device),
+                       "load_before": load_before, "load_after": os.getloadavg(),
                        "note": "shared machine; timings noisy; page cache warm unless stated",
                        "rows": [vars(x) for x in r.rows], "checks": r.checks}, f, indent=2)
         print(f"results: {path}")
