@@ -23,13 +23,14 @@ from .device import pick_device
 from .engine import ProgressFn, output_plan, stream_merge
 from .errors import RamStudioError
 from .fingerprint import Fingerprinter, refuse_identical_agents
+from .mergekit_config import to_mergekit_yaml
 from .methods import get_method
 from .model_card import render_card
 from .placement import (FolderTarget, TargetLock, check_output_folder, commit, create_parents, discard,
                         make_temp_folder, protected_paths)
 from .recipe import OUT_DTYPES, MergeSpec, fingerprint_mismatches, recipe_document, write_recipe
 from .regions import rho
-from .side_files import copy_side_files, is_side_file
+from .side_files import base_float_dtype, copy_side_files, is_side_file
 from .units import format_bytes, parse_size
 from .writer import ShardSetWriter, plan_shards
 
@@ -81,13 +82,14 @@ def open_inputs(spec: MergeSpec, min_agents: int) -> _Inputs:
 def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: bool = False,
                     expected_inputs: list[dict[str, Any]] | None = None,
                     counts: dict[str, list[int]] | None = None, progress: ProgressFn | None = None,
-                    count_progress: ProgressFn | None = None,
-                    cancel: threading.Event | None = None) -> MergeResult:
+                    count_progress: ProgressFn | None = None, cancel: threading.Event | None = None,
+                    provenance: dict[str, Any] | None = None) -> MergeResult:
     """Run `spec` end to end and write the merged model folder atomically.
 
     `counts` (whole-model shared/unique counts at the method's ε, e.g. from a cached analysis) saves the
     counting pass global ρ otherwise needs; `expected_inputs` (a recipe's recorded inputs) makes the
-    merge refuse inputs whose content changed; `allow_noop` writes a merge that changes nothing."""
+    merge refuse inputs whose content changed; `allow_noop` writes a merge that changes nothing;
+    `provenance` (e.g. the mergekit config it came from) is recorded in the recipe."""
     t0 = time.perf_counter()
     method = get_method(spec.method)
     params = method.resolve_params(spec.params)
@@ -106,7 +108,7 @@ def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: boo
                                                   side_file_ok=is_side_file).replaces
             lambdas, notes = _merge_into(target, spec, params, ins, allow_noop=allow_noop, counts=counts,
                                          expected_inputs=expected_inputs, progress=progress,
-                                         count_progress=count_progress, cancel=cancel)
+                                         count_progress=count_progress, cancel=cancel, provenance=provenance)
     except BaseException:
         discard(None, target)  # the parent folders this merge created (the lock file is gone now)
         raise
@@ -117,8 +119,8 @@ def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: boo
 
 def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], ins: _Inputs, *, allow_noop: bool,
                 counts: dict[str, list[int]] | None, expected_inputs: list[dict[str, Any]] | None,
-                progress: ProgressFn | None, count_progress: ProgressFn | None,
-                cancel: threading.Event | None) -> tuple[list[dict[str, Any]] | None, list[str]]:
+                progress: ProgressFn | None, count_progress: ProgressFn | None, cancel: threading.Event | None,
+                provenance: dict[str, Any] | None) -> tuple[list[dict[str, Any]] | None, list[str]]:
     """The merge proper, with the target locked: counts (if needed), stream, check, write, commit."""
     method = get_method(spec.method)
     device = pick_device(spec.device)
@@ -162,8 +164,14 @@ def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], i
             (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
         copy_side_files(ins.base, tmp, spec.out_dtype)
         recorded = spec_with(spec, params)
-        recipe_path = write_recipe(tmp, recipe_document(recorded, identities, {"lambdas": lambdas, "notes": notes}))
-        (tmp / "README.md").write_text(render_card(recorded, ins.labels, lambdas, recipe_path.read_text(), notes))
+        mergekit = to_mergekit_yaml(recorded, {c.ref.raw: str(c.folder) for c in models if c.ref.kind == "demo"},
+                                    spec.out_dtype or base_float_dtype(ins.base))
+        if mergekit[0] is not None:
+            (tmp / "mergekit.yaml").write_text(mergekit[0])
+        extra = {"lambdas": lambdas, "notes": notes, **(provenance or {})}
+        recipe_path = write_recipe(tmp, recipe_document(recorded, identities, extra))
+        (tmp / "README.md").write_text(render_card(recorded, ins.labels, lambdas, recipe_path.read_text(), notes,
+                                                   mergekit))
         commit(tmp, target)
     except BaseException:
         discard(tmp, target)

@@ -14,7 +14,7 @@ def _yaml_str(s: str) -> str:
 
 
 def render_card(spec: MergeSpec, agent_labels: list[str], lambdas: list[dict[str, Any]] | None,
-                recipe_text: str, notes: list[str]) -> str:
+                recipe_text: str, notes: list[str], mergekit: tuple[str | None, str] | None = None) -> str:
     """Markdown model card; `lambdas` rows hold agent, shared, unique, rho, lambda when RAM+ used them."""
     method = get_method(spec.method)
     models = [spec.base, *spec.agents]
@@ -37,6 +37,16 @@ def render_card(spec: MergeSpec, agent_labels: list[str], lambdas: list[dict[str
         lines.append("")
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    if mergekit is not None:
+        config, why = mergekit
+        if config is not None:
+            lines += ["## mergekit", "", "The same merge as a mergekit config (`mergekit.yaml` in this folder):", "",
+                      "```yaml", config.strip(), "```", ""] + ([f"Note: {why}.", ""] if why else [])
+        else:
+            head, _, nearest = why.partition("\n")
+            lines += ["## mergekit", "", f"No mergekit config computes this merge: {head}", ""]
+            if nearest.strip():
+                lines += ["```yaml", nearest.strip(), "```", ""]
     lines += ["## Use", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
               'model = AutoModelForCausalLM.from_pretrained("PATH_TO_THIS_FOLDER")',
               'tokenizer = AutoTokenizer.from_pretrained("PATH_TO_THIS_FOLDER")', "```", "",

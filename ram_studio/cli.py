@@ -165,13 +165,13 @@ def _cached_counts(spec) -> dict | None:
     return None if eps is None else cached_counts(spec.base, spec.agents, eps, spec.on_mismatch)
 
 
-def _run_spec(spec, args: argparse.Namespace, expected_inputs=None) -> int:
+def _run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=None) -> int:
     from merging.export import merge_to_folder
     from merging.units import format_bytes
 
     with _stop_on_signal() as stop:
         result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop,
-                                 expected_inputs=expected_inputs, counts=_cached_counts(spec),
+                                 expected_inputs=expected_inputs, counts=_cached_counts(spec), provenance=provenance,
                                  progress=None if args.quiet else _progress_printer("merge"),
                                  count_progress=None if args.quiet else _progress_printer("count"), cancel=stop)
     print(f"wrote {result.out} ({format_bytes(result.bytes_written)} in {len(result.files)} files, "
@@ -193,13 +193,48 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Re-run a ram_recipe.json, or run a mergekit YAML config (for the methods both tools have)."""
     from merging.recipe import read_recipe
 
-    spec, doc = read_recipe(Path(args.recipe))
+    path = Path(args.recipe)
+    if _is_yaml(path):
+        from merging.mergekit_config import read_mergekit_yaml
+
+        if not args.out:
+            raise RamStudioError("a mergekit config names no output folder.", "Pass --out DIR.")
+        try:
+            text = path.read_bytes()[:(1 << 20) + 1].decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RamStudioError(f"cannot read {path} as UTF-8 text ({getattr(exc, 'strerror', None) or 'bad bytes'}).",
+                                 "Give a mergekit YAML file.") from None
+        config = read_mergekit_yaml(text)
+        config.spec.out = args.out
+        if args.device:
+            config.spec.device = args.device
+        for note in config.notes:
+            print(f"note: {note}.", file=sys.stderr)
+        return _run_spec(config.spec, args, provenance={"mergekit_config": text})
+    spec, doc = read_recipe(path)
     if args.out:
         spec.out = args.out
+    if args.device:
+        spec.device = args.device
     expected = None if args.allow_changed_inputs else doc.get("inputs", [])
     return _run_spec(spec, args, expected)
+
+
+def _is_yaml(path: Path) -> bool:
+    """A mergekit config (by its name, or by content that is not a JSON object) rather than our recipe."""
+    if path.suffix.lower() in (".yml", ".yaml"):
+        return True
+    if path.is_dir() or path.suffix.lower() == ".json":
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64).lstrip()
+    except OSError:
+        return False
+    return bool(head) and not head.startswith(b"{")
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
@@ -276,9 +311,12 @@ def build_parser() -> argparse.ArgumentParser:
     writing(sp)
     sp.set_defaults(func=cmd_merge)
 
-    sp = sub.add_parser("run", help="re-run a merge from its ram_recipe.json")
-    sp.add_argument("recipe")
-    sp.add_argument("--out", help="write here instead of ./NAME (the recipe's output folder name)")
+    sp = sub.add_parser("run", help="re-run a merge from its ram_recipe.json, or run a mergekit YAML config")
+    sp.add_argument("recipe", metavar="RECIPE_OR_CONFIG",
+                    help="a ram_recipe.json (or the folder holding one), or a mergekit config (*.yml / *.yaml)")
+    sp.add_argument("--out", help="output folder (required for a mergekit config; for a recipe the default is "
+                                  "./NAME, the recipe's output folder name)")
+    sp.add_argument("--device", help="override the device: auto, cpu or cuda")
     sp.add_argument("--allow-changed-inputs", action="store_true",
                     help="merge even if the inputs' content differs from what the recipe recorded")
     writing(sp)
