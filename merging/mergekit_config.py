@@ -110,7 +110,7 @@ def read_mergekit_yaml(text: str) -> MergekitConfig:
         raise _refuse(f"tokenizer_source {printable(doc.get('tokenizer_source'), 40)!r} is not supported",
                       "Only 'base' (the base's tokenizer, which RAM Studio copies) can be reproduced.")
     method = doc.get("merge_method")
-    if method not in MERGEKIT_METHODS:
+    if not isinstance(method, str) or method not in MERGEKIT_METHODS:
         raise _refuse(f"merge_method {printable(method, 40)!r} is not one RAM Studio reproduces",
                       f"Supported: {', '.join(MERGEKIT_METHODS)}.")
     rules = MERGEKIT_METHODS[method]
