@@ -98,6 +98,8 @@ def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: boo
     pick_device(spec.device)
     parse_size(spec.shard_size)
     ins = open_inputs(spec, method.min_agents)
+    if expected_inputs is not None:  # sizes and headers can be compared now; contents once they are read
+        _refuse_changed(expected_inputs, [_file_identity(c, None) for c in [ins.base, *ins.agents]], content=False)
     inputs = protected_paths([(c.ref.raw, c.folder) for c in [ins.base, *ins.agents]])
     target = check_output_folder(spec.out, inputs, overwrite=overwrite, side_file_ok=is_side_file)
     create_parents(target)
@@ -157,7 +159,7 @@ def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], i
                 raise RamStudioError(
                     f"this merge changes nothing: every output value equals the base's ({_param_text(params)}).",
                     "Check the parameters (a drop rate near 1, a huge ε or a tiny density remove every update); "
-                    "pass --allow-noop to write it anyway.")
+                    "to write it anyway, use the CLI's --allow-noop.")
             notes.append("WARNING: this merge changes nothing; the weights equal the base's (written on request).")
         index = sink.finish()
         if len(sink.names) > 1:
@@ -203,20 +205,29 @@ def _identities(models: list[Checkpoint], prints: list[dict[str, Any]], labels: 
     refuse_identical_agents(labels, prints[1:])
     out = []
     for c, label, fp in zip(models, ["base", *labels], prints):
-        files = [{"name": h.path.name, "size": h.file_size, "header_sha256": h.header_sha256,
-                  "xxh3_128": fp["files"][h.path.name]} for h in c.headers]
         # A Hub snapshot folder is named by its commit hash: record it, so a recipe pins what was merged.
         out.append({"ref": c.ref.raw, "label": label, "revision": c.ref.revision,
                     "commit": c.folder.name if c.ref.kind == "hub" else None,
-                    "weights_xxh3_128": fp["weights_xxh3_128"], "files": files})
+                    "weights_xxh3_128": fp["weights_xxh3_128"], **_file_identity(c, fp)})
     if expected is not None:
-        problems = fingerprint_mismatches(expected, out)
-        if problems:
-            raise RamStudioError(f"the inputs differ from those the recipe recorded: {'; '.join(problems[:3])}"
-                                 + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "") + ".",
-                                 "Point the recipe at the original models, or pass --allow-changed-inputs to "
-                                 "merge the models as they are now.")
+        _refuse_changed(expected, out, content=True)
     return out
+
+
+def _file_identity(c: Checkpoint, fp: dict[str, Any] | None) -> dict[str, Any]:
+    """Each weight file's name, size, header hash and (once read) content fingerprint."""
+    return {"label": c.label, "files": [{"name": h.path.name, "size": h.file_size, "header_sha256": h.header_sha256,
+                                         **({"xxh3_128": fp["files"][h.path.name]} if fp else {})}
+                                        for h in c.headers]}
+
+
+def _refuse_changed(expected: list[dict[str, Any]], found: list[dict[str, Any]], content: bool) -> None:
+    problems = fingerprint_mismatches(expected, found, content)
+    if problems:
+        raise RamStudioError(f"the inputs differ from those the recipe recorded: {'; '.join(problems[:3])}"
+                             + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "") + ".",
+                             "Point the recipe at the original models, or pass --allow-changed-inputs to "
+                             "merge the models as they are now.")
 
 
 def _lambda_rows(labels: list[str], counts: dict[str, list[int]] | None, shared: dict[str, Any]):

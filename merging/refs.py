@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import RamStudioError
+from .errors import RamStudioError, printable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUNDLED_DEMO_ROOT = REPO_ROOT / "assets" / "demo" / "models"
@@ -26,11 +26,14 @@ class ModelRef:
 
     @property
     def label(self) -> str:
+        """Demo name, repo name or folder name, with control characters escaped (it is shown everywhere)."""
         if self.kind == "demo":
-            return self.raw[len(DEMO_PREFIX):]
-        if self.kind == "hub":
-            return self.repo_id.split("/", 1)[1] if self.repo_id else self.raw
-        return self.path.name if self.path else self.raw
+            text = self.raw[len(DEMO_PREFIX):]
+        elif self.kind == "hub":
+            text = self.repo_id.split("/", 1)[1] if self.repo_id else self.raw
+        else:
+            text = self.path.name if self.path else self.raw
+        return printable(text, 120)
 
 
 def parse_ref(text: str) -> ModelRef:

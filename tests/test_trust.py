@@ -372,6 +372,22 @@ def test_run_refuses_inputs_whose_content_changed(capsys, models, tmp_path):
     assert code == 0, err
 
 
+def test_run_refuses_a_changed_header_before_any_work(capsys, models, tmp_path, monkeypatch):
+    """Sizes and header hashes are compared before anything is read; contents once they are read."""
+    import merging.export as export
+
+    base, agents = models
+    out = tmp_path / "first"
+    assert run(capsys, *merge_argv(base, agents, out))[0] == 0
+    shard = sorted(agents[0].glob("*.safetensors"))[0]
+    header, data = split_safetensors(shard)
+    header["__metadata__"] = {"format": "pt", "note": "edited"}
+    join_safetensors(shard, header, data)
+    monkeypatch.setattr(export, "stream_merge", lambda *a, **k: pytest.fail("the merge started"))
+    code, _, err = run(capsys, "run", out / "ram_recipe.json", "--out", tmp_path / "again", "--quiet")
+    assert code == 2 and f"{shard.name} has changed" in err and not (tmp_path / "again").exists()
+
+
 @pytest.mark.parametrize("edit,fragment", [
     (lambda s: s.update(out_dtype="I8"), "out_dtype"),
     (lambda s: s.update(shard_size=0), "must be positive"),
