@@ -162,7 +162,7 @@ def test_merge_writes_folder_that_loads(env, tmp_path):
     no_problems(at)
     assert at.number_input(key="param_ram_plus_r").value == pytest.approx(0.3)  # pre-filled from Tune
     out = tmp_path / "out" / "merged"
-    at.text_input(key="merge_out_ram_plus").set_value(str(out)).run()
+    at.text_input(key="merge_out").set_value(str(out)).run()
     at.button(key="start_merge").click().run()
     wait_merge(at)
     no_problems(at)
@@ -188,7 +188,7 @@ def test_merge_bad_output_shows_error(env, tmp_path):
     blocker.write_text("x")
     at = new_app()
     at.switch_page("views/merge.py").run()
-    at.text_input(key="merge_out_ram_plus").set_value(str(blocker)).run()
+    at.text_input(key="merge_out").set_value(str(blocker)).run()
     at.button(key="start_merge").click().run()
     assert not at.exception
     assert any("is a file" in e.value for e in at.error)
@@ -205,7 +205,7 @@ def test_overwrite_box_never_replaces_an_input(env, tmp_path, where):
     before = checksums([root])
     at = new_app()
     at.switch_page("views/merge.py").run()
-    at.text_input(key="merge_out_ram_plus").set_value(str(out)).run()
+    at.text_input(key="merge_out").set_value(str(out)).run()
     at.checkbox(key="merge_overwrite").check().run()
     at.button(key="start_merge").click().run()
     assert not at.exception
@@ -241,7 +241,7 @@ def test_one_merge_at_a_time(env, tmp_path):
         at = new_app()
         at.switch_page("views/merge.py").run()
         assert any("Busy" in w.value for w in at.warning)
-        at.text_input(key="merge_out_ram_plus").set_value(str(tmp_path / "mine")).run()
+        at.text_input(key="merge_out").set_value(str(tmp_path / "mine")).run()
         at.button(key="start_merge").click().run()
         assert not at.exception
         assert any("already running" in e.value for e in at.error)
@@ -267,7 +267,7 @@ def test_cancel_from_the_ui(env, tmp_path):
 
     at = new_app()
     at.switch_page("views/merge.py").run()
-    at.text_input(key="merge_out_ram_plus").set_value(str(tmp_path / "c")).run()
+    at.text_input(key="merge_out").set_value(str(tmp_path / "c")).run()
     mgr = jobs.manager()
     original = mgr.submit
     mgr.submit = lambda spec, owner, **kw: original(spec, owner, **{**kw, "runner": gated})
@@ -328,6 +328,9 @@ def test_custom_local_folders_are_analysed(env, tmp_path):
     no_problems(at)
     assert len(at.get("plotly_chart")) >= 5
     assert set(at.session_state["ram_selection"].agents) == {str(root / "code"), str(root / "tool")}
+    at.switch_page("views/merge.py").run()
+    no_problems(at)
+    assert Path(at.text_input(key="merge_out").value).name.startswith("base-ram_plus-")  # the base's folder name
 
 
 def test_models_shows_what_the_base_policy_costs(env, tmp_path):
@@ -366,34 +369,56 @@ def test_models_shows_what_the_base_policy_costs(env, tmp_path):
 
 
 def test_evaluate_merged_model_adds_a_row(env, tmp_path, monkeypatch):
-    """The demo's evaluate button runs in the background and adds the merge to the comparison table."""
+    """The demo's evaluate button runs in the background, counts examples scored task by task (not time),
+    and puts the merge at the top of the comparison table."""
     import pandas as pd
 
     pytest.importorskip("assets.demo.evaluate")
     from assets.demo import evaluate
 
-    seen = []
+    seen, gates = [], {t: threading.Event() for t in ("code", "tool", "memory")}
 
     def fake_eval(folder, tasks, split="test", limit=None):
         seen.append((Path(folder), tuple(tasks), split))
+        assert all(gates[t].wait(30) for t in tasks)
         return pd.DataFrame({"task": list(tasks), "subset": ["all"] * len(tasks), "n": [10] * len(tasks),
                              "correct": [7] * len(tasks), "accuracy": [0.7] * len(tasks)})
+
+    def progress_text(at) -> str:
+        bars = at.get("progress")
+        return bars[0].proto.text if bars else ""
+
+    def until(at, pred, what):
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            at.run()
+            if pred(at):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}: progress {progress_text(at)!r}")
 
     monkeypatch.setattr(evaluate, "evaluate_model", fake_eval)
     at = new_app()
     at.switch_page("views/merge.py").run()
     out = tmp_path / "eval-me"
-    at.text_input(key="merge_out_ram_plus").set_value(str(out)).run()
+    at.text_input(key="merge_out").set_value(str(out)).run()
     at.button(key="start_merge").click().run()
     wait_merge(at)
     at.button(key="eval_merged").click().run()
-    deadline = time.time() + 30
-    while time.time() < deadline and not any("(this session)" in str(df.value.index.tolist()) for df in at.dataframe):
-        time.sleep(0.3)
-        at.run()
+    until(at, lambda a: "0 of 900 examples scored" in progress_text(a) and "code" in progress_text(a), "code")
+    assert at.get("progress")[0].proto.value == 0
+    gates["code"].set()
+    until(at, lambda a: "300 of 900 examples scored" in progress_text(a) and "tool" in progress_text(a), "tool")
+    assert at.get("progress")[0].proto.value == 33 and "left" in progress_text(at)
+    gates["tool"].set()
+    until(at, lambda a: "600 of 900" in progress_text(a), "memory")
+    gates["memory"].set()
+    until(at, lambda a: any("(this session)" in str(df.value.index.tolist()) for df in a.dataframe), "the row")
     no_problems(at)
-    assert seen and seen[0][0] == out and seen[0][2] == "test"
+    assert [s[1] for s in seen] == [("code",), ("tool",), ("memory",)] and seen[0][0] == out
+    assert all(s[2] == "test" for s in seen)
     table = [df.value for df in at.dataframe if "(this session)" in str(df.value.index.tolist())][0]
+    assert table.index[0] == "ram_plus (this session)"  # the new row is the first one, not below the fold
     assert table.loc["ram_plus (this session)", "avg"] == pytest.approx(70.0)
 
 
@@ -464,8 +489,94 @@ def test_every_method_has_a_form_and_average_merges(env, tmp_path):
         at.selectbox(key="merge_method").set_value(name).run()
         no_problems(at)
     at.selectbox(key="merge_method").set_value("average").run()
-    at.text_input(key="merge_out_average").set_value(str(tmp_path / "avg")).run()
+    at.text_input(key="merge_out").set_value(str(tmp_path / "avg")).run()
     at.button(key="start_merge").click().run()
     wait_merge(at)
     no_problems(at)
     assert (tmp_path / "avg" / "config.json").exists()
+
+
+def test_form_is_never_left_disabled_after_a_fast_failure(env, tmp_path):
+    """Issue 13: a merge that fails within milliseconds could leave the form (and the Overwrite box needed to
+    fix it) disabled until the page was switched. The page drew the form from one look at the job and the
+    panel below it from another; a job ending between the two left a disabled form with no progress fragment
+    to redraw it. Sweep the failure time across the page's run: after every run, a disabled form must come
+    with the progress panel, and the failure must end with an enabled form and one error."""
+    from app import jobs
+    from merging.errors import RamStudioError
+
+    mgr = jobs.manager()
+    original = mgr.submit
+    delay = {"s": 0.0}
+
+    def fails_fast(spec, *, overwrite, counts, progress, cancel, count_progress):
+        time.sleep(delay["s"])
+        raise RamStudioError(f"simulated failure into {Path(spec.out).name}.", "Tick 'Overwrite'.")
+
+    mgr.submit = lambda spec, owner, **kw: original(spec, owner, **{**kw, "runner": fails_fast})
+    at = new_app()
+    at.switch_page("views/merge.py").run()
+    try:
+        for i, d in enumerate([0.0, 0.001, 0.003, 0.006, 0.01, 0.015, 0.02, 0.03, 0.045, 0.06, 0.08, 0.11, 0.15,
+                               0.2, 0.3]):
+            delay["s"] = d
+            at.text_input(key="merge_out").set_value(str(tmp_path / f"fast-{i}")).run()
+            at.button(key="start_merge").click().run()
+            for _ in range(40):
+                assert not at.exception
+                panel = [b for b in at.button if b.key == "cancel_merge"]
+                if at.button(key="start_merge").disabled:
+                    assert panel, f"form disabled with no progress panel (failure after {d * 1000:.0f} ms)"
+                    assert at.checkbox(key="merge_overwrite").disabled
+                    time.sleep(0.05)
+                    at.run()
+                    continue
+                break
+            assert not at.button(key="start_merge").disabled and not at.checkbox(key="merge_overwrite").disabled
+            errors = [e.value for e in at.error]
+            assert len(errors) == 1 and f"fast-{i}" in errors[0], errors
+    finally:
+        del mgr.submit
+
+
+def test_merge_default_folder_follows_the_settings_and_is_checked_before_starting(env, tmp_path, monkeypatch):
+    """The suggested folder is ./merged-models/<base>-<method>-<hash of the settings> (never the README's
+    `merged`), a typed folder is kept, and an existing folder is refused before any job starts, with a hint
+    that names the app's Overwrite box."""
+    from app import jobs
+
+    monkeypatch.chdir(tmp_path)
+    at = new_app()
+    at.switch_page("views/merge.py").run()
+    no_problems(at)
+    first = Path(at.text_input(key="merge_out").value)
+    assert first.parent == tmp_path / "merged-models" and first.name.startswith("demo-ram_plus-")
+    at.number_input(key="param_ram_plus_r").set_value(0.25).run()
+    second = Path(at.text_input(key="merge_out").value)
+    assert second.parent == first.parent and second.name.startswith("demo-ram_plus-") and second != first
+    at.number_input(key="param_ram_plus_r").set_value(0.1).run()
+    assert Path(at.text_input(key="merge_out").value) == first  # the same settings, the same folder
+    at.selectbox(key="merge_method").set_value("average").run()
+    assert Path(at.text_input(key="merge_out").value).name.startswith("demo-average-")
+
+    mine = tmp_path / "my-folder"
+    at.text_input(key="merge_out").set_value(str(mine)).run()
+    at.selectbox(key="merge_method").set_value("ram").run()
+    assert at.text_input(key="merge_out").value == str(mine)  # a typed folder survives other changes
+    at.button(key="merge_out_reset").click().run()
+    suggested = Path(at.text_input(key="merge_out").value)
+    assert suggested.parent == tmp_path / "merged-models" and suggested.name.startswith("demo-ram-")
+
+    suggested.mkdir(parents=True)
+    (suggested / "notes.txt").write_text("someone's")
+    before = dict(jobs.manager().jobs)
+    at.button(key="start_merge").click().run()
+    assert not at.exception and dict(jobs.manager().jobs) == before  # refused before any job exists
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "exists and is not empty" in errors[0] and "'Overwrite' box" in errors[0]
+    assert not at.checkbox(key="merge_overwrite").disabled and not at.button(key="start_merge").disabled
+    at.checkbox(key="merge_overwrite").check().run()
+    at.button(key="start_merge").click().run()
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "refusing to overwrite" in errors[0]  # the new error replaces the old one
+    assert (suggested / "notes.txt").read_text() == "someone's"
