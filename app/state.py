@@ -53,6 +53,20 @@ class Selection:
         return self.base.startswith("demo:") and all(a.startswith("demo:") for a in self.agents)
 
 
+def labels(sel: Selection) -> list[str]:
+    """Short names of the base and the agents, as the analysis and the charts use them (agents made distinct)."""
+    from merging.checkpoint import unique_labels
+    from merging.refs import parse_ref
+
+    def label(ref: str) -> str:
+        try:
+            return parse_ref(ref).label
+        except RamStudioError:
+            return ref
+
+    return [label(sel.base), *unique_labels([label(a) for a in sel.agents])]
+
+
 def demo_selection() -> Selection | None:
     """demo:base plus every other demo model, when the demo is present."""
     names = demo_names()
@@ -86,6 +100,26 @@ def demo_accuracy() -> tuple["pd.DataFrame | None", str]:
         a = a[a["split"] == split]
         return summary_table(dict(tuple(a.groupby("model", sort=False)))), "accuracy.csv"
     return None, ""
+
+
+def demo_fig3() -> tuple["pd.DataFrame | None", str]:
+    """The demo's Fig. 3 experiment (results/fig3.csv: unique-only merges with and without 1/N, scored, plus
+    base and full-agent rows) as tidy rows [agent, variant, task, split, accuracy %]; (None, why) when the
+    file is absent or unreadable. The one place that reads the file."""
+    import pandas as pd
+
+    from analysis.fig3 import Fig3FormatError, normalise
+
+    path = demo_results() / "fig3.csv"
+    if not path.exists():
+        return None, f"{path.name} is not in the demo's results yet"
+    try:
+        tidy = normalise(pd.read_csv(path))
+    except (OSError, ValueError, pd.errors.ParserError, Fig3FormatError) as exc:
+        return None, f"{path.name} could not be read ({str(exc).splitlines()[0][:160]})"
+    if tidy.empty:
+        return None, f"{path.name} has no rows"
+    return tidy, path.name
 
 
 def selection() -> Selection | None:

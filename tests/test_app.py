@@ -1,6 +1,8 @@
 """Streamlit AppTest tests of every page: demo loaded → analysis → tuning → merge → readable errors."""
 from __future__ import annotations
 
+import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -10,6 +12,8 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from tests.app_helpers import APP_MAIN, app_env
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -29,6 +33,27 @@ def env(tmp_path_factory):
 
 def new_app() -> AppTest:
     return AppTest.from_file(str(APP_MAIN), default_timeout=120)
+
+
+def figure(at: AppTest, key: str):
+    """The plotly figure a chart element drew, with plotly's typed arrays ({dtype, bdata}) decoded to lists."""
+    import base64
+
+    import numpy as np
+    import plotly.graph_objects as go
+
+    def decode(v):
+        if isinstance(v, dict) and {"dtype", "bdata"} <= set(v):
+            arr = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+            return arr.reshape(v["shape"]).tolist() if "shape" in v else arr.tolist()
+        if isinstance(v, dict):
+            return {k: decode(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [decode(x) for x in v]
+        return v
+
+    spec = json.loads([c for c in at.get("plotly_chart") if c.key == key][0].proto.spec)
+    return go.Figure(decode(spec))
 
 
 def no_problems(at: AppTest) -> None:
@@ -120,8 +145,9 @@ def test_tune_changes_lambda_without_rereading(env):
     assert lambdas(at) != after
     at.radio(key="tune_scope").set_value("tensor").run()
     no_problems(at)
-    assert "λ range (tensors)" in at.table[0].value.columns
-    assert len(at.get("plotly_chart")) == 2
+    cols = at.table[0].value.columns
+    assert "λ range (tensors)" in cols and "ρ per tensor: median (range)" in cols and "ρ_t (whole model)" in cols
+    assert len(at.get("plotly_chart")) == 3  # λ(ρ), retention, A | B
 
 
 def test_tune_is_fast(env):
@@ -306,8 +332,26 @@ def test_dilution_shows_demo_evidence(env, tmp_path, monkeypatch):
     at = new_app()
     at.switch_page("views/dilution.py").run()
     no_problems(at)
-    assert len(at.get("plotly_chart")) == 4
+    assert [i.value for i in at.info if "Fig. 3" in i.value]  # fig3.csv absent: said so, not an error
+    assert len(at.get("plotly_chart")) == 4  # toy heatmaps, toy retention, Table 1, reward curves
+
+    shutil.copy(FIXTURES / "fig3.csv", results / "fig3.csv")  # the shape the demo's build writes
+    at = new_app()
+    at.switch_page("views/dilution.py").run()
+    no_problems(at)
     assert not at.info  # no "results not here yet" note
+    charts = at.get("plotly_chart")
+    assert len(charts) == 5 and "chart_fig3" in [c.key for c in charts]
+    bars = {t.name: dict(zip(t.x, t.y)) for t in figure(at, "chart_fig3").data}
+    assert bars["unique region only"] == pytest.approx({"code": 31.0, "tool": 79.0, "memory": 93.0})
+    assert bars["unique region ÷ N"] == pytest.approx({"code": 25.0, "tool": 70.0, "memory": 55.0})
+    assert bars["base"] == pytest.approx({"code": 23.33, "tool": 67.0, "memory": 46.67})
+    assert bars["full agent"] == pytest.approx({"code": 38.67, "tool": 85.33, "memory": 100.0})
+    (results / "fig3.csv").write_text("no,columns,we,know\n1,2,3,4\n")
+    at = new_app()
+    at.switch_page("views/dilution.py").run()
+    assert not at.exception
+    assert any("could not be read" in i.value for i in at.info)
 
 
 def test_custom_local_folders_are_analysed(env, tmp_path):
