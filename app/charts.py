@@ -6,6 +6,7 @@ import re
 
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 import streamlit as st
 from plotly.subplots import make_subplots
 
@@ -18,10 +19,28 @@ TOY_PALETTE = ["#CC6677", "#999933", "#882255", "#44AA99", "#DDCC77"]
 # Overlap count k: purple = unique to one agent, greys = shared (darker = more agents); readable on both themes.
 OVERLAP_COLORS = ["#7B3294", "#D0D0D0", "#A8A8A8", "#808080", "#5E5E5E", "#404040"]
 UNIQUE_COLOR, SHARED_COLOR = OVERLAP_COLORS[0], "#9A9A9A"
+UNIQUE_TEXT = "#9B59C5"  # the unique purple, light enough to read on the dark theme too
 NEUTRAL = "#8A8A8A"  # curves and reference lines: mid grey, legible on white and on the dark theme
 FONT = dict(family="Source Sans Pro, Arial, sans-serif", size=13)
-THEMES = {"light": dict(template="plotly_white", paper="#FFFFFF", ink="#31333F", grid="#E5E5E5"),
-          "dark": dict(template="plotly_dark", paper="#0E1117", ink="#FAFAFA", grid="#31333F")}
+THEMES = {"light": dict(paper="#FFFFFF", ink="#31333F", grid="#E5E5E5"),
+          "dark": dict(paper="rgba(0,0,0,0)", ink="#FAFAFA", grid="#3A3B40")}  # dark: the page's own background
+
+
+def _template(kind: str) -> go.layout.Template:
+    """A small plotly template per theme (plotly's own are large: applying one costs ~10 ms a figure, and the
+    Tune fragment draws several figures per slider move)."""
+    t = THEMES[kind]
+    axis = dict(gridcolor=t["grid"], zerolinecolor=t["grid"], linecolor=t["grid"], showgrid=True, zeroline=False,
+                automargin=True, ticks="", title=dict(standoff=12))
+    return go.layout.Template(layout=dict(
+        paper_bgcolor=t["paper"], plot_bgcolor=t["paper"], font=dict(color=t["ink"], **FONT), colorway=AGENT_PALETTE,
+        xaxis=axis, yaxis=axis, hoverlabel=dict(font=dict(family=FONT["family"])), hovermode="closest",
+        coloraxis=dict(colorbar=dict(outlinewidth=0, ticks="")), legend=dict(bgcolor="rgba(0,0,0,0)")))
+
+
+TEMPLATES = {kind: _template(kind) for kind in THEMES}
+pio.templates["ram_light"], pio.templates["ram_dark"] = TEMPLATES["light"], TEMPLATES["dark"]
+pio.templates.default = "ram_light"  # every figure starts small and light; `styled` switches to dark when needed
 FIG_FORMAT_KEY = "fig_format"  # sidebar choice: what the chart's camera button downloads
 FIG_FORMATS = {"PNG (print, 3×)": "png", "SVG": "svg"}
 EXPORT_WIDTH, EXPORT_SCALE = 1000, 3  # a downloaded PNG is 3000 px wide: 10 in at 300 dpi
@@ -64,8 +83,9 @@ def _log_or_linear(fig: go.Figure, log: bool, values: list[float], title: str, p
     finite = [v for v in values if v is not None and math.isfinite(v)]
     if log:
         positive = [v for v in finite if v > 0] or [1.0]
-        fig.update_yaxes(type="log", title=title + " — log scale",
-                         range=[math.log10(min(positive)) - 0.3, math.log10(max(positive)) + 0.3])
+        lo, hi = math.log10(min(positive)) - 0.3, math.log10(max(positive)) + 0.3
+        fig.update_yaxes(type="log", title=title + " — log scale", range=[lo, hi],
+                         **({"dtick": 1, "minor": dict(showgrid=True, dtick="D1")} if hi - lo >= 1.8 else {}))
     else:
         top = max(finite or [1.0])
         fig.update_yaxes(title=title, range=[0, top * 1.18 if top > 0 else 1])
@@ -100,7 +120,7 @@ def overlap_stacked(df: pd.DataFrame, agents: list[str], chance: dict[str, float
     for a in agents:
         label = f"unique {pct(uniq[a])}" + (f"<br>chance {pct(chance[a])}" if chance and a in chance else "")
         fig.add_annotation(x=a, y=100, text=label, showarrow=False, yanchor="bottom", font=dict(size=11,
-                                                                                             color=UNIQUE_COLOR))
+                                                                                             color=UNIQUE_TEXT))
     fig.update_layout(barmode="stack")
     fig.update_yaxes(title="share of the agent's changed elements (%)", range=[0, 118], tickvals=[0, 25, 50, 75, 100])
     fig.update_xaxes(title="agent")
@@ -223,8 +243,8 @@ def norms_conflicts(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     agent's shared elements (another active agent moved the weight the other way)."""
     colors = agent_colors(agents)
     d = df.set_index("agent").reindex(agents)
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
-                        subplot_titles=["L2 norm of the update, by region", "sign conflicts (% of shared elements)"])
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.14,
+                        subplot_titles=["L2 norm of τ, unique vs shared part", "sign conflicts"])
     fig.add_bar(x=agents, y=d["norm_unique"], name="unique part ‖τ_unique‖", marker_color=UNIQUE_COLOR, row=1, col=1,
                 customdata=100 * d["unique_energy_share"],
                 hovertemplate="%{x}: ‖τ_unique‖ = %{y:.4g} (%{customdata:.2g}% of ‖τ‖²)<extra></extra>")
@@ -239,7 +259,10 @@ def norms_conflicts(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     fig.update_yaxes(title_text="% of shared elements", row=1, col=2, rangemode="tozero")
     fig.update_xaxes(title_text="agent", row=1, col=1)
     fig.update_xaxes(title_text="agent", row=1, col=2)
-    return _layout(fig, height=360)
+    _layout(fig, height=380)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0),
+                      margin=dict(l=10, r=10, t=30, b=10))
+    return fig
 
 
 # ---------------------------------------------------------------- Tune
@@ -264,7 +287,7 @@ def lambda_curve(lam: pd.DataFrame, agents: list[str], r: float, alpha: float, r
                                line=dict(color=NEUTRAL, width=2), hoverinfo="skip"))
     if rule == "clip" and alpha > 0:
         fig.add_vline(x=alpha, line=dict(dash="dot", color=NEUTRAL), annotation_text=f"α = {alpha:g}",
-                      annotation_position="top")
+                      annotation_position="bottom right")
     for _, row in lam.iterrows():
         inf = not math.isfinite(row["rho"])
         zero = row["rho"] <= 0
@@ -320,7 +343,10 @@ def compare_bars(cmp: pd.DataFrame, agents: list[str]) -> go.Figure:
     fig.update_yaxes(title_text="λ_t (×)", range=[0.9, lam_hi + 0.08 * (lam_hi - 0.9) + 0.02], row=1, col=1)
     fig.update_yaxes(title_text="L2 norm (weight units)", rangemode="tozero", row=1, col=2)
     fig.update_layout(barmode="group")
-    return _layout(fig, height=360)
+    _layout(fig, height=380)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0),
+                      margin=dict(l=10, r=10, t=30, b=10))
+    return fig
 
 
 # ---------------------------------------------------------------- Signal dilution toy
@@ -435,20 +461,17 @@ def export_name(name: str, params: dict[str, object] | None) -> str:
 
 
 def styled(fig: go.Figure, title: str, subtitle: str = "", kind: str | None = None) -> go.Figure:
-    """The figure with its title (and a subtitle naming its parameters) and the page's theme."""
-    t = THEMES[kind or theme()]
-    top = fig.layout.margin.t or 40
-    fig.update_layout(template=t["template"], paper_bgcolor=t["paper"], plot_bgcolor=t["paper"],
-                      font=dict(color=t["ink"]),
+    """The figure with its title (and a subtitle naming its parameters) and the page's theme. The title sits
+    in a band added above the plot (and above a legend or labels the figure already reserves room for)."""
+    band = 58 if subtitle else 36
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else 40
+    fig.update_layout(template=f"ram_{kind or theme()}",
                       title=dict(text=f"<b>{title}</b>" + (f"<br><span style='font-size:12px;color:{NEUTRAL}'>"
                                                           f"{subtitle}</span>" if subtitle else ""),
-                                 x=0, xanchor="left", y=0.98, yanchor="top", font=dict(size=16)),
-                      margin=dict(t=top + (58 if subtitle else 38)))
-    fig.update_xaxes(gridcolor=t["grid"], zerolinecolor=t["grid"])
-    fig.update_yaxes(gridcolor=t["grid"], zerolinecolor=t["grid"])
-    if fig.layout.showlegend is not False:
-        fig.update_layout(legend=dict(y=1.0, yanchor="bottom"))
-    fig.update_layout(height=(fig.layout.height or 360) + (58 if subtitle else 38))
+                                 x=0, xanchor="left", xref="container", yref="container", y=1, yanchor="top",
+                                 pad=dict(t=24, l=12), font=dict(size=16)),  # pad: the first line's baseline
+                      margin=dict(t=top + band - (30 if fig.layout.showlegend is False else 0)),
+                      height=(fig.layout.height or 360) + band)
     return fig
 
 

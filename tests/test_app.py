@@ -45,7 +45,8 @@ def figure(at: AppTest, key: str):
     def decode(v):
         if isinstance(v, dict) and {"dtype", "bdata"} <= set(v):
             arr = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
-            return arr.reshape(v["shape"]).tolist() if "shape" in v else arr.tolist()
+            shape = [int(x) for x in str(v.get("shape", len(arr))).split(",")]
+            return arr.reshape(shape).tolist()
         if isinstance(v, dict):
             return {k: decode(x) for k, x in v.items()}
         if isinstance(v, list):
@@ -624,3 +625,162 @@ def test_merge_default_folder_follows_the_settings_and_is_checked_before_startin
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and "refusing to overwrite" in errors[0]  # the new error replaces the old one
     assert (suggested / "notes.txt").read_text() == "someone's"
+
+
+# ---------------------------------------------------------------- issue 13: exploration, colours, downloads
+
+def chart_colors(at: AppTest, key: str) -> dict[str, str]:
+    """Agent → bar colour of a one-trace bar chart (e.g. density per agent)."""
+    bar = figure(at, key).data[0]
+    return dict(zip(bar.x, bar.marker.color))
+
+
+def use_models(at: AppTest, base: str, agents: list[str]) -> None:
+    at.switch_page("views/models.py").run()
+    at.radio(key="model_source").set_value("Custom: local folders or Hub ids").run()
+    at.text_input(key="custom_base").set_value(base).run()
+    at.text_area(key="custom_agents").set_value("\n".join(agents)).run()
+    at.button(key="use_models").click().run()
+    no_problems(at)
+
+
+def test_agent_colours_follow_the_agent_not_its_position(env):
+    """Issue 13: the same models listed in another order keep their colours, in the charts and the sidebar;
+    the toy's A1…A5 never reuse a real agent's colour."""
+    from app import charts
+
+    at = new_app().run()
+    before = chart_colors(at, "chart_density_per_agent")
+    sidebar = "".join(h.proto.body for h in at.sidebar.get("html"))
+    for agent, color in before.items():
+        assert f"background:{color}" in sidebar.split(f"<code>{agent}</code>")[0].rsplit("<div", 1)[1]
+    demo = at.session_state["ram_selection"]
+    use_models(at, demo.base, list(reversed(demo.agents)))
+    at.switch_page("views/heterogeneity.py").run()
+    no_problems(at)
+    after = chart_colors(at, "chart_density_per_agent")
+    assert list(after) == list(reversed(list(before)))  # the bars follow the new order…
+    assert after == before  # …and every agent keeps its colour
+    assert set(charts.TOY_PALETTE).isdisjoint(charts.AGENT_PALETTE)
+    at.switch_page("views/dilution.py").run()
+    heat = figure(at, "chart_toy_heatmaps")
+    titles = [a.text for a in heat.layout.annotations if "τ of A" in a.text]
+    assert titles and all(c not in t for t in titles for c in charts.AGENT_PALETTE)
+    assert {b.marker.color for b in figure(at, "chart_toy_retention").data} <= set(charts.TOY_PALETTE)
+
+
+def test_rho_views_per_layer_module_and_tensor(env):
+    """Issue 13: ρ_t is on Heterogeneity, globally and per layer / module / layer × module / tensor, as ρ or λ."""
+    from analysis import tables
+    from app import state
+
+    at = new_app().run()
+    no_problems(at)
+    res = state.cached_analysis(state.demo_selection())
+    rho_table = next(df.value for df in at.dataframe if "ρ_t = shared / unique" in df.value.columns)
+    lam = tables.lambda_table(res, 1e-5, 0.1, 2.0).set_index("agent")
+    for _, row in rho_table.iterrows():
+        assert float(row["ρ_t = shared / unique"]) == pytest.approx(lam.loc[row["agent"], "rho"], rel=1e-3)
+        assert "%" in row["chance"] and "%" in row["unique share"]
+    fig = figure(at, "chart_rho_by_layer")
+    assert fig.layout.yaxis.type == "log" and {t.name for t in fig.data} == set(res.agents)
+    by_layer = tables.rho_lambda_by(res, 1e-5, "layer", 0.1, 2.0)
+    code = by_layer[by_layer["agent"] == "code"].sort_values("layer")
+    assert [y for y in fig.data[[t.name for t in fig.data].index("code")].y] == pytest.approx(list(code["rho"]))
+
+    at.segmented_control(key="het_rho_by").set_value("module").run()
+    no_problems(at)
+    assert figure(at, "chart_rho_by_module").data[0].type == "bar"
+    at.segmented_control(key="het_rho_what").set_value("λ").run()
+    at.segmented_control(key="het_rho_scope").set_value("tensor").run()
+    no_problems(at)
+    lam_mod = figure(at, "chart_lambda_by_module")
+    assert all(1.0 <= v <= 1.2 + 1e-9 for t in lam_mod.data for v in t.y if v is not None)
+    at.segmented_control(key="het_rho_by").set_value("layer × module").run()
+    no_problems(at)
+    assert figure(at, "chart_lambda_by_layer_module").data[0].type == "heatmap"
+    at.segmented_control(key="het_rho_by").set_value("tensor").run()
+    no_problems(at)
+    per_tensor = next(df.value for df in at.dataframe if "tensor" in df.value.columns and "rho" in df.value.columns)
+    assert len(per_tensor) == res.frame[res.frame["eps"] == 1e-5].shape[0]
+    # the norms / sign-conflict chart and the unique-vs-chance chart are drawn, with the chance marker
+    assert {t.name for t in figure(at, "chart_unique_vs_chance").data} == {"measured", "chance (independent masks)"}
+    nc = figure(at, "chart_norms_and_sign_conflicts")
+    assert {t.name for t in nc.data} >= {"unique part ‖τ_unique‖", "shared part ‖τ_shared‖"}
+    at.toggle(key="het_log").set_value(True).run()
+    assert figure(at, "chart_unique_vs_chance").layout.yaxis.type == "log"
+    assert figure(at, "chart_unique_shared_by_layer").layout.yaxis.type == "log"
+
+
+def test_overlap_bars_and_layer_shares_show_chance(env):
+    """Issue 11: every unique share the app draws comes with its chance level."""
+    from analysis import tables
+    from app import state
+
+    at = new_app().run()
+    res = state.cached_analysis(state.demo_selection())
+    uvc = tables.unique_vs_chance(res, 1e-5).set_index("agent")
+    notes = {a.x: a.text for a in figure(at, "chart_overlap_distribution").layout.annotations}
+    from app.charts import pct
+
+    for agent in res.agents:
+        assert f"unique {pct(uvc.loc[agent, 'unique_share'])}" in notes[agent]
+        assert f"chance {pct(uvc.loc[agent, 'chance_unique_share'])}" in notes[agent]
+    lines = {t.name for t in figure(at, "chart_unique_shared_by_layer").data}
+    assert {f"{a}: chance" for a in res.agents} <= lines
+    paper_table = next((df.value for df in at.dataframe if "paper chance" in df.value.columns), None)
+    if paper_table is not None:  # the real demo's agents are named like the paper's
+        assert "chance (independent masks)" in paper_table.columns
+
+
+def test_tune_a_b_comparison_and_lambda_axis(env):
+    """Issue 13: Tune compares two settings side by side, and the λ(ρ) axis shows every agent."""
+    import math
+
+    from analysis import tables
+    from app import state
+
+    at = new_app().run()
+    at.switch_page("views/tune.py").run()
+    no_problems(at)
+    res = state.cached_analysis(state.demo_selection())
+    curve = figure(at, "chart_lambda_curve")
+    lo, hi = curve.layout.xaxis.range
+    log = curve.layout.xaxis.type == "log"
+    for t in curve.data[1:]:
+        x = math.log10(t.x[0]) if log else t.x[0]
+        assert lo <= x <= hi, f"{t.name} off the ρ axis"
+
+    def ab() -> "pd.DataFrame":
+        return next(t.value for t in at.table if "λ_t B" in t.value.columns)
+
+    first = ab()
+    a = {"eps": 1e-5, "r": 0.1, "alpha": 2.0, "rule": "clip", "rho_scope": "global"}
+    expect = tables.compare_settings(res, a, {**a, "eps": 1e-3}).set_index("agent")
+    for agent, row in first.iterrows():
+        assert float(row["λ_t B"]) == pytest.approx(expect.loc[agent, "lambda_B"], abs=1e-4)
+        assert float(row["kept B"]) == pytest.approx(expect.loc[agent, "kept_B"], rel=1e-3)
+    at.radio(key="tune_b_rule").set_value("soft").run()
+    at.slider(key="tune_b_r").set_value(0.5).run()
+    no_problems(at)
+    soft = tables.compare_settings(res, a, {**a, "eps": 1e-3, "rule": "soft", "r": 0.5}).set_index("agent")
+    for agent, row in ab().iterrows():
+        assert float(row["λ_t B"]) == pytest.approx(soft.loc[agent, "lambda_B"], abs=1e-4)
+        assert float(row["λ_t A"]) == pytest.approx(soft.loc[agent, "lambda_A"], abs=1e-4)
+    names = {t.name for t in figure(at, "chart_compare_a_b").data}
+    assert names == {"setting A", "setting B"}
+
+
+def test_chart_downloads_are_named_after_chart_and_parameters(env):
+    """Issue 13: the camera button saves a titled figure named after the chart and its parameters, as a PNG at
+    print scale or an SVG (the sidebar's choice). The browser test downloads both and the CSV."""
+    at = new_app().run()
+    chart = next(c for c in at.get("plotly_chart") if c.key == "chart_density_per_agent")
+    opts = json.loads(chart.proto.config)["toImageButtonOptions"]
+    assert opts["format"] == "png" and opts["scale"] * opts["width"] >= 3000
+    assert opts["filename"] == "density_per_agent__eps-1e-5__agents-code+memory+tool"
+    assert "Density per agent" in figure(at, "chart_density_per_agent").layout.title.text
+    assert "ε = 1e-5" in figure(at, "chart_density_per_agent").layout.title.text
+    at.sidebar.radio(key="fig_format").set_value("SVG").run()
+    chart = next(c for c in at.get("plotly_chart") if c.key == "chart_density_per_agent")
+    assert json.loads(chart.proto.config)["toImageButtonOptions"]["format"] == "svg"

@@ -189,9 +189,9 @@ with state.guard("The toy example"):
     charts.show(charts.toy_heatmaps(panels, zmax, colors, cols), grid,
                 "Pale cells under 'average' are unique updates shrunk to 1/N; RAM keeps their full colour.",
                 "toy_heatmaps", title="Toy task vectors and their merges", params=toy_params)
-    left, right = st.columns([2, 3])
+    st.subheader("The toy's ρ_t and λ_t")
+    left, right = st.columns([5, 6])
     with left:
-        st.subheader("The toy's ρ_t and λ_t")
         rl = toy_rho_lambda(taus, names, p["r"], p["alpha"])
         st.table(pd.DataFrame({
             "agent": rl["agent"], "changed": rl["changed"], "shared": rl["shared"], "unique": rl["unique"],

@@ -69,6 +69,38 @@ def describe(p: dict) -> str:
 
 
 @st.fragment
+def compare(a: dict) -> None:
+    """A | B (its own fragment inside the tuner: moving a B control redraws only this part)."""
+    t0 = time.perf_counter()
+    ladder = list(res.ladder)
+    agents = res.agents
+    st.subheader("Compare two settings: A | B")
+    st.caption(f"**A** is the setting above ({describe(a)}). Choose **B** to see what changes: λ_t, and the "
+               "unique update a RAM+ merge keeps, λ_t·‖τ_unique‖ (a different ε also changes which elements are "
+               "unique).")
+    b_start = {**a, "eps": 1e-3 if 1e-3 in ladder else ladder[-1]}
+    with st.container(border=True):
+        b = setting_widgets("tune_b", b_start, ladder, st.columns([2.4, 2, 2, 1.9, 2.1]))
+    with state.guard("Comparing A and B"):
+        cmp = tables.compare_settings(res, a, b)
+        table = pd.DataFrame({
+            "agent": cmp["agent"], "ρ_t A": cmp["rho_A"].map(fmt_rho), "ρ_t B": cmp["rho_B"].map(fmt_rho),
+            "λ_t A": cmp["lambda_A"].map("{:.4f}".format), "λ_t B": cmp["lambda_B"].map("{:.4f}".format),
+            "λ_t B − A": cmp["lambda_change"].map("{:+.4f}".format),
+            "unique elements A": cmp["unique_A"].map("{:,}".format),
+            "unique elements B": cmp["unique_B"].map("{:,}".format),
+            "kept A": cmp["kept_A"].map("{:.4g}".format), "kept B": cmp["kept_B"].map("{:.4g}".format),
+            "kept B / A": [f"{kb / ka:.3g}×" if ka else "–" for ka, kb in zip(cmp["kept_A"], cmp["kept_B"])],
+        }).set_index("agent")
+        st.table(table)
+        charts.show(charts.compare_bars(cmp, agents), cmp,
+                    f"A: {describe(a)}. B (hatched): {describe(b)}. 'kept' is the L2 norm of the unique update after "
+                    "scaling by λ_t, in weight units.", "compare_a_b", title="Setting A | setting B",
+                    params={"A": describe(a), "B": describe(b), "agents": agents})
+    st.caption(f"A | B recomputed in {1000 * (time.perf_counter() - t0):.0f} ms.")
+
+
+@st.fragment
 def tuner() -> None:
     t0 = time.perf_counter()
     p = state.tuned()
@@ -113,28 +145,7 @@ def tuner() -> None:
                     "RAM+ a bit more.", "signal_retention", title="How much of each agent's unique update survives",
                     params=params)
 
-        st.subheader("Compare two settings: A | B")
-        st.caption(f"**A** is the setting above ({describe(a)}). Choose **B** to see what changes: λ_t, and the "
-                   "unique update a RAM+ merge keeps, λ_t·‖τ_unique‖ (a different ε also changes which elements are "
-                   "unique).")
-        b_start = {**a, "eps": 1e-3 if 1e-3 in ladder else ladder[-1]}
-        with st.container(border=True):
-            b = setting_widgets("tune_b", st.session_state.get("tune_b_start", b_start), ladder,
-                                st.columns([2.4, 2, 2, 1.9, 2.1]))
-        cmp = tables.compare_settings(res, a, b)
-        table = pd.DataFrame({
-            "agent": cmp["agent"], "ρ_t A": cmp["rho_A"].map(fmt_rho), "ρ_t B": cmp["rho_B"].map(fmt_rho),
-            "λ_t A": cmp["lambda_A"].map("{:.4f}".format), "λ_t B": cmp["lambda_B"].map("{:.4f}".format),
-            "λ_t B − A": cmp["lambda_change"].map("{:+.4f}".format),
-            "unique elements A": cmp["unique_A"].map("{:,}".format), "unique elements B": cmp["unique_B"].map("{:,}".format),
-            "kept A": cmp["kept_A"].map("{:.4g}".format), "kept B": cmp["kept_B"].map("{:.4g}".format),
-            "kept B / A": [f"{kb / ka:.3g}×" if ka else "–" for ka, kb in zip(cmp["kept_A"], cmp["kept_B"])],
-        }).set_index("agent")
-        st.table(table)
-        charts.show(charts.compare_bars(cmp, agents), cmp,
-                    f"A: {describe(a)}. B (hatched): {describe(b)}. 'kept' is the L2 norm of the unique update after "
-                    "scaling by λ_t, in weight units.", "compare_a_b", title="Setting A | setting B",
-                    params={"A": describe(a), "B": describe(b), "agents": agents})
+        compare(a)
     st.caption(f"Recomputed in {1000 * (time.perf_counter() - t0):.0f} ms from cached statistics "
                f"(no weights read).")
 
