@@ -784,3 +784,146 @@ def test_chart_downloads_are_named_after_chart_and_parameters(env):
     at.sidebar.radio(key="fig_format").set_value("SVG").run()
     chart = next(c for c in at.get("plotly_chart") if c.key == "chart_density_per_agent")
     assert json.loads(chart.proto.config)["toImageButtonOptions"]["format"] == "svg"
+
+
+# ---------------------------------------------------------------- issue 15: mergekit YAML on the Merge page
+
+def mergekit_stand_in():
+    """A minimal stand-in for merging/mergekit_config.py (being written on main), with exactly its API:
+    parse_mergekit_yaml(text) -> MergeSpec (RamStudioError naming the field) and
+    to_mergekit_yaml(spec) -> (yaml or None, note or reason)."""
+    import types
+
+    import yaml
+
+    from merging.errors import RamStudioError
+    from merging.recipe import MergeSpec
+
+    def parse_mergekit_yaml(text: str) -> MergeSpec:
+        doc = yaml.safe_load(text)
+        if not isinstance(doc, dict):
+            raise RamStudioError("the YAML is not a mapping.", "Paste a mergekit config.")
+        if "merge_method" not in doc:
+            raise RamStudioError("merge_method is missing.", "Add merge_method: ram, ties, …")
+        method = {"ramplus_tl": "ram_plus"}.get(doc["merge_method"], doc["merge_method"])
+        params = dict(doc.get("parameters") or {})
+        if method == "ram_plus":
+            params["rho_scope"] = "tensor"
+        return MergeSpec(doc["base_model"], [m["model"] for m in doc.get("models", [])], method, params, "",
+                         {"float32": "F32", "bfloat16": "BF16"}.get(doc.get("dtype")))
+
+    def to_mergekit_yaml(spec: MergeSpec):
+        if spec.params.get("rho_scope") == "global":
+            return None, "global ρ counts over the whole model; mergekit's ramplus_tl counts per tensor."
+        doc = {"merge_method": "ramplus_tl" if spec.method == "ram_plus" else spec.method, "base_model": spec.base,
+               "models": [{"model": a} for a in spec.agents],
+               "parameters": {k: v for k, v in spec.params.items() if k != "rho_scope"}}
+        return yaml.safe_dump(doc, sort_keys=False), "mergekit compares |τ| > ε in the loaded dtype."
+
+    return types.SimpleNamespace(parse_mergekit_yaml=parse_mergekit_yaml, to_mergekit_yaml=to_mergekit_yaml)
+
+
+def test_mergekit_yaml_fills_the_form_and_shows_the_settings(env, monkeypatch):
+    """Issue 15: a pasted mergekit YAML fills method, parameters and models; the current settings are shown as
+    YAML, or the reason they cannot be."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "merging.mergekit_config", mergekit_stand_in())
+    at = new_app()
+    at.switch_page("views/merge.py").run()
+    no_problems(at)
+    assert any("cannot express" in i.value and "global ρ" in i.value for i in at.info)  # ram_plus, global scope
+    before = at.session_state["ram_selection"]
+    at.text_area(key="mk_text").set_value(
+        "merge_method: ties\nbase_model: demo:base\nmodels:\n  - model: demo:tool\n  - model: demo:code\n"
+        "parameters:\n  density: 0.3\n  lambda: 0.8\ndtype: float32\n").run()
+    at.button(key="mk_load").click().run()
+    no_problems(at)
+    assert at.selectbox(key="merge_method").value == "ties"
+    assert at.number_input(key="param_ties_density").value == pytest.approx(0.3)
+    assert at.number_input(key="param_ties_lambda").value == pytest.approx(0.8)
+    assert at.selectbox(key="merge_dtype").value == "F32"
+    sel = at.session_state["ram_selection"]
+    assert (sel.base, sel.agents) == ("demo:base", ("demo:tool", "demo:code")) and sel != before
+    msg = [s.value for s in at.success if "Loaded" in s.value][0]
+    assert "ties" in msg and "density=0.3" in msg and "2 agents" in msg
+    code = [c.value for c in at.code if "merge_method" in c.value][0]
+    assert "merge_method: ties" in code and "density: 0.3" in code and "demo:tool" in code
+    at.text_area(key="mk_text").set_value("base_model: demo:base\n").run()
+    at.button(key="mk_load").click().run()
+    assert not at.exception
+    assert any("merge_method is missing" in e.value for e in at.error)
+    assert at.selectbox(key="merge_method").value == "ties"  # a bad YAML changes nothing
+
+
+def test_mergekit_panel_without_the_module_says_so(env, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "merging.mergekit_config", None)  # import fails as if absent
+    at = new_app()
+    at.switch_page("views/merge.py").run()
+    no_problems(at)
+    assert any("no mergekit YAML support" in c.value for c in at.caption)
+
+
+def test_fig3_experiment_runs_on_the_selected_models(env, monkeypatch):
+    """Issue 11: the Signal dilution page runs Fig. 3 on the selected models in the background: real
+    unique_only merges (whole and ÷ N) into a temporary folder, each scored on the agent's own task (the
+    evaluator is replaced by one that reads the merge's recipe), with progress and cancel."""
+    import pandas as pd
+
+    pytest.importorskip("assets.demo.evaluate")
+    from assets.demo import evaluate
+    from merging.recipe import read_recipe
+
+    calls, gate = [], threading.Event()
+    gate.set()
+
+    def scored(folder, tasks, split="test", limit=None):
+        spec, _ = read_recipe(Path(folder))
+        assert spec.method == "unique_only" and len(tasks) == 1
+        calls.append((Path(folder), spec.params["agent"], spec.params["dilute"], tuple(tasks)))
+        assert gate.wait(30)
+        acc = 0.25 if spec.params["dilute"] else 0.5
+        return pd.DataFrame({"task": tasks, "subset": ["all"], "n": [10], "correct": [int(10 * acc)],
+                             "accuracy": [acc]})
+
+    monkeypatch.setattr(evaluate, "evaluate_model", scored)
+    at = new_app()
+    at.switch_page("views/dilution.py").run()
+    at.button(key="fig3_run").click().run()
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(c.key == "chart_fig3_run" for c in at.get("plotly_chart")):
+        assert not at.exception
+        bars = at.get("progress")
+        if bars:
+            assert "Fig. 3 experiment: step" in bars[0].proto.text
+        time.sleep(0.3)
+        at.run()
+    no_problems(at)
+    agents = list(at.session_state["ram_selection"].agents)
+    assert len(calls) == 2 * len(agents)
+    assert {(a, d) for _, a, d, _ in calls} == {(str(i), d) for i in range(len(agents)) for d in (False, True)}
+    labels = [ref.split(":")[-1] for ref in agents]  # demo:code → code, the task it was trained on
+    assert all(task == (labels[int(a)],) for _, a, _, task in calls)
+    assert not any(folder.exists() for folder, *_ in calls)  # the temporary merges are deleted
+    fig = figure(at, "chart_fig3_run")
+    bars = {t.name: list(t.y) for t in fig.data}
+    assert bars["unique region only"] == pytest.approx([50.0] * len(agents))
+    assert bars["unique region ÷ N"] == pytest.approx([25.0] * len(agents))
+
+    gate.clear()  # now cancel one mid-way
+    calls.clear()
+    at.button(key="fig3_run").click().run()
+    deadline = time.time() + 60
+    while time.time() < deadline and not calls:
+        time.sleep(0.2)
+    at.run()
+    at.button(key="fig3_cancel").click().run()
+    gate.set()
+    deadline = time.time() + 60
+    while time.time() < deadline and not any("cancelled" in i.value for i in at.info):
+        time.sleep(0.3)
+        at.run()
+    assert any("cancelled" in i.value for i in at.info)
+    assert len(calls) == 1 and not calls[0][0].exists()
