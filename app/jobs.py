@@ -96,6 +96,7 @@ class JobManager:
         self.written_by: dict[Path, str] = {}  # output folder -> owner session
         self.evals: dict[str, EvalJob] = {}
         self.tasks: dict[str, Task] = {}
+        self.last_download_end = 0.0  # when a download task last ended (download plans are cached until then)
 
     def running(self) -> Job | Task | None:
         """The merge (or merging task) running in this server, if any."""
@@ -220,6 +221,8 @@ class JobManager:
                                                      "Check the inputs, then try again.")
             finally:
                 task.finished = time.time()
+                if kind == "download":
+                    self.last_download_end = task.finished
 
         threading.Thread(target=work, daemon=True, name=f"ram-{kind}-{task.id}").start()
         return task

@@ -1,15 +1,15 @@
 """Session state, cached heavy objects and error display shared by every page (no maths here)."""
 from __future__ import annotations
 
-import contextlib
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
 from analysis.ladder import DEFAULT_LADDER
+from app import errors
 from merging.errors import RamStudioError
 from merging.refs import demo_names, demo_root
 from merging.units import format_bytes
@@ -141,31 +141,9 @@ def tuned() -> dict:
     return st.session_state[TUNE_KEY]
 
 
-# ---------------------------------------------------------------- errors
+# ---------------------------------------------------------------- errors (app/errors.py; the pages call them here)
 
-def show_error(exc: BaseException, what: str = "") -> None:
-    """A readable error box: what went wrong and what to do; never a traceback."""
-    prefix = f"{what} failed: " if what else ""
-    if isinstance(exc, RamStudioError):
-        msg = f"**{prefix}{exc.message}**"
-        if exc.hint:
-            msg += f"\n\n{exc.hint}"
-    else:
-        text = str(exc).splitlines()[0] if str(exc) else ""
-        msg = (f"**{prefix}unexpected {type(exc).__name__}{': ' + text if text else ''}**\n\n"
-               "The rest of the app still works. Check the inputs; if it persists, run the same step "
-               "with the `ram-studio` command to see full details.")
-    st.error(msg, icon=":material/error:")
-
-
-@contextlib.contextmanager
-def guard(what: str = "") -> Iterator[None]:
-    """Run a block; any error becomes an `st.error` and the rest of the page keeps working."""
-    try:
-        yield
-    except Exception as exc:  # noqa: BLE001 — every failure is shown, none is raised to the user
-        show_error(exc, what)
-
+show_error, guard = errors.show_error, errors.guard
 
 def no_selection_note() -> None:
     st.info("No models selected yet: the bundled demo was not found. Choose models on the **Models** page "
@@ -255,11 +233,12 @@ def analysis_or_stop(sel: Selection | None, *, allow_download: bool = False):
         return res
     hub = [r for r in (sel.base, *sel.agents) if is_uncached_hub(r)]
     if hub and not allow_download:
+        from app import downloads
+
         st.warning(f"{len(hub)} of the selected models are on the Hugging Face Hub and not downloaded yet. "
                    "The analysis reads every weight once, so they must be downloaded first.",
                    icon=":material/cloud_download:")
-        if not st.button("Download and analyse", key="download_and_analyse"):
-            st.caption("See the **Models** page for the download size and time estimate.")
+        if not downloads.panel(hub, what="the analysis"):
             st.stop()
     res = run_analysis(sel)
     if res is None:

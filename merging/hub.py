@@ -169,28 +169,24 @@ def _matches(name: str) -> bool:
     return any(fnmatch(name, pattern) for pattern in HUB_ALLOW_PATTERNS)
 
 
-def plan_download(refs: list[str]) -> DownloadPlan:
-    """The files the Hub models among `refs` need (metadata only: one listing per repo), and which of them
-    the local cache already holds, whole or in part. Local and demo references are ignored."""
+def plan_download(repos_wanted: list[tuple[str, str | None]]) -> DownloadPlan:
+    """The files the Hub repos (repo id, revision) need (metadata only: one listing per repo), and which of
+    them the local cache already holds, whole or in part (`merging.refs.hub_repos` turns references into
+    these pairs)."""
     import huggingface_hub as hf
     from huggingface_hub import constants
 
-    from .refs import parse_ref
-
     cache = Path(constants.HF_HUB_CACHE)
     repos: list[RepoPlan] = []
-    for ref in refs:
-        r = parse_ref(ref)
-        if r.kind != "hub" or any(p.repo_id == r.repo_id and p.revision == r.revision for p in repos):
-            continue
+    for repo_id, revision in dict.fromkeys(repos_wanted):
         try:
             api = hf.HfApi()
-            commit = api.model_info(r.repo_id, revision=r.revision).sha
-            entries = [f for f in api.list_repo_tree(r.repo_id, recursive=True, revision=commit)
+            commit = api.model_info(repo_id, revision=revision).sha
+            entries = [f for f in api.list_repo_tree(repo_id, recursive=True, revision=commit)
                        if isinstance(f, hf.hf_api.RepoFile) and _matches(f.path)]
         except Exception as exc:  # noqa: BLE001 — one readable message per failure
-            raise hub_error(r.repo_id, r.revision, exc) from None
-        folder = cache / f"models--{r.repo_id.replace('/', '--')}"
+            raise hub_error(repo_id, revision, exc) from None
+        folder = cache / f"models--{repo_id.replace('/', '--')}"
         files = []
         for f in entries:
             etag = f.lfs.sha256 if f.lfs is not None else f.blob_id
@@ -200,13 +196,13 @@ def plan_download(refs: list[str]) -> DownloadPlan:
             cached = pointer.exists() or (blob.is_file() and blob.stat().st_size == size)
             part = blob.with_name(etag + PARTIAL_SUFFIX)
             partial = 0 if cached or not part.is_file() else min(part.stat().st_size, size)
-            files.append(HubFile(r.repo_id, commit, f.path, int(size), etag, blob, cached, partial))
+            files.append(HubFile(repo_id, commit, f.path, int(size), etag, blob, cached, partial))
         if not any(f.name.endswith(".safetensors") for f in files):
             raise RamStudioError(
-                f"Hub repo {r.repo_id} has no .safetensors weights (only pickle files, which are never loaded).",
+                f"Hub repo {repo_id} has no .safetensors weights (only pickle files, which are never loaded).",
                 "Convert it once in a trusted environment (load with transformers, save_pretrained(..., "
                 "safe_serialization=True)) and point RAM Studio at the converted folder.")
-        repos.append(RepoPlan(r.repo_id, r.revision, commit, folder, files))
+        repos.append(RepoPlan(repo_id, revision, commit, folder, files))
     return DownloadPlan(repos, cache)
 
 
@@ -259,7 +255,7 @@ def download(plan: DownloadPlan, *, progress=None, cancel: threading.Event | Non
         if f.cached:
             continue
         if cancel is not None and cancel.is_set():
-            raise Cancelled(_cancel_text(plan))
+            raise Cancelled(_cancel_text(meter))
         try:
             _fetch(f, meter, cancel)
         except (Cancelled, RamStudioError):
@@ -283,9 +279,9 @@ def download(plan: DownloadPlan, *, progress=None, cancel: threading.Event | Non
     return folders
 
 
-def _cancel_text(plan: DownloadPlan) -> str:
-    return (f"download cancelled; the {format_bytes(plan.cached + plan.partial)} already in "
-            f"{plan.cache_dir} are kept and the next download resumes from there.")
+def _cancel_text(meter: "_Meter") -> str:
+    return (f"download cancelled; the {format_bytes(meter.done)} of {format_bytes(meter.plan.total)} already in "
+            f"{meter.plan.cache_dir} are kept and the next download resumes from there.")
 
 
 def _fetch(f: HubFile, meter: _Meter, cancel: threading.Event | None) -> None:
@@ -307,23 +303,24 @@ def _fetch(f: HubFile, meter: _Meter, cancel: threading.Event | None) -> None:
             out.truncate(0)
             meter.done -= start
             start = 0
-        url = hf.hf_hub_url(f.repo_id, f.name, revision=f.commit)
-        headers = {"Accept-Encoding": "identity"}
-        if start:
-            headers["Range"] = f"bytes={start}-"
-        with _stream(url, headers) as (status, chunks):
-            if start and status == 200:  # the server ignored the range: take the whole file again
-                out.truncate(0)
-                meter.done -= start
-                start = 0
-            got = start
-            for chunk in chunks:
-                if cancel is not None and cancel.is_set():
-                    out.flush()
-                    raise Cancelled(_cancel_text(meter.plan))
-                out.write(chunk)
-                got += len(chunk)
-                meter.add(f, got, len(chunk))
+        got = start
+        if start < f.size:
+            url = hf.hf_hub_url(f.repo_id, f.name, revision=f.commit)
+            headers = {"Accept-Encoding": "identity"}
+            if start:
+                headers["Range"] = f"bytes={start}-"
+            with _stream(url, headers) as (status, chunks):
+                if start and status == 200:  # the server ignored the range: take the whole file again
+                    out.truncate(0)
+                    meter.done -= start
+                    got = 0
+                for chunk in chunks:
+                    out.write(chunk)  # kept even when cancelled now: the next download resumes after it
+                    got += len(chunk)
+                    meter.add(f, got, len(chunk))
+                    if cancel is not None and cancel.is_set() and got < f.size:
+                        out.flush()
+                        raise Cancelled(_cancel_text(meter))
         out.flush()
         os.fsync(out.fileno())
     if got != f.size:

@@ -89,15 +89,9 @@ def _describe_plan(plan) -> list[str]:
 def _prefetch(refs, quiet: bool, stop=None) -> None:
     """Download the Hub models among `refs` that are not in the cache yet, with progress, before a command
     reads them (the command itself then opens them from the cache)."""
-    from merging.refs import parse_ref
+    from merging.refs import hub_repos
 
-    hub = []
-    for ref in refs:
-        try:
-            if parse_ref(ref).kind == "hub":
-                hub.append(ref)
-        except RamStudioError:
-            pass  # the command reports a bad reference itself
+    hub = hub_repos(list(refs))
     if not hub:
         return
     from merging.hub import download, offline_mode, plan_download
@@ -115,8 +109,9 @@ def _prefetch(refs, quiet: bool, stop=None) -> None:
 
 def cmd_download(args: argparse.Namespace) -> int:
     from merging.hub import download, plan_download
+    from merging.refs import hub_repos
 
-    plan = plan_download(list(args.models))
+    plan = plan_download(hub_repos(list(args.models)))
     if not plan.repos:
         raise RamStudioError("no Hugging Face repo ids given.", "Give ids like org/name or org/name@revision.")
     for line in _describe_plan(plan):

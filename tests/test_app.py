@@ -506,20 +506,28 @@ def test_dilution_falls_back_to_agent_accuracy(env, tmp_path, monkeypatch):
 
 
 def test_hub_selection_asks_before_downloading(env):
-    """Hub models are never downloaded implicitly; offline, the download attempt fails readably."""
+    """Hub models are never downloaded implicitly. Offline, "Use these models" refuses ids it cannot reach
+    (naming every one), and a Hub selection made earlier shows what is missing instead of failing."""
+    from app import state
+
     at = new_app()
     at.switch_page("views/models.py").run()
     preset = next(o for o in at.radio(key="model_source").options if "Llama" in o)
     at.radio(key="model_source").set_value(preset).run()
+    before = at.session_state["ram_selection"]
     at.button(key="use_models").click().run()
-    no_problems(at)
+    assert not at.exception
+    assert any("not selected" in e.value for e in at.error)
+    listed = next(e.value for e in at.error if "could not be read" in e.value)
+    base, agents = state.PRESETS[preset]
+    assert "4 of 4 models" in listed and all(r in listed for r in [base, *agents])
+    assert at.session_state["ram_selection"] == before  # unchanged
+    at.session_state["ram_selection"] = state.Selection(base, tuple(agents), "preset")  # chosen while online
     at.switch_page("views/heterogeneity.py").run()
     assert not at.exception
     assert any("not downloaded yet" in w.value for w in at.warning)
     assert not at.get("plotly_chart")
-    at.button(key="download_and_analyse").click().run()
-    assert not at.exception
-    assert at.error and "Hub" in at.error[0].value
+    assert at.error and "HF_HUB_OFFLINE" in at.error[0].value  # the tests run with it set: said so
     at.switch_page("views/dilution.py").run()  # the rest of the app still works
     no_problems(at)
     assert at.get("plotly_chart")
@@ -751,7 +759,7 @@ def test_tune_a_b_comparison_and_lambda_axis(env):
         x = math.log10(t.x[0]) if log else t.x[0]
         assert lo <= x <= hi, f"{t.name} off the ρ axis"
 
-    def ab() -> "pd.DataFrame":
+    def ab():
         return next(t.value for t in at.table if "λ_t B" in t.value.columns)
 
     first = ab()

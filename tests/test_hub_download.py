@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 from merging.errors import Cancelled, RamStudioError
+from merging.refs import hub_repos
 from tests.factory import make_agent, make_base
 from tests.hub_stand_in import StandInHub
 
@@ -69,7 +70,7 @@ def sha256(path: Path) -> str:
 def test_plan_says_what_is_needed_before_fetching_anything(hub):
     from merging.hub import plan_download
 
-    plan = plan_download(["org/base", "org/code", "demo:base"])
+    plan = plan_download(hub_repos(["org/base", "org/code", "demo:base"]))
     assert [r.repo_id for r in plan.repos] == ["org/base", "org/code"]  # demo and local refs are not Hub models
     sizes = {(f.repo_id, f.name): f.size for f in plan.files}
     for repo in ("org/base", "org/code"):
@@ -84,7 +85,7 @@ def test_download_reports_progress_and_links_a_usable_snapshot(hub):
     from merging.checkpoint import open_checkpoint
     from merging.hub import download, plan_download
 
-    plan = plan_download(["org/base", "org/code"])
+    plan = plan_download(hub_repos(["org/base", "org/code"]))
     seen = []
     folders = download(plan, progress=seen.append)
     assert set(folders) == {"org/base", "org/code"}
@@ -99,7 +100,7 @@ def test_download_reports_progress_and_links_a_usable_snapshot(hub):
             assert sha256(folders[repo] / name) == served.sha256
     with open_checkpoint("org/base", download=False) as ckpt:  # now in the cache: opened without the network
         assert ckpt.folder == folders["org/base"]
-    again = plan_download(["org/base", "org/code"])
+    again = plan_download(hub_repos(["org/base", "org/code"]))
     assert again.remaining == 0 and again.cached == plan.total
     before = len(hub.log)
     download(again)
@@ -119,10 +120,10 @@ def test_cancel_keeps_the_partial_file_and_the_next_download_resumes(hub):
         if p.file == "model.safetensors" and p.file_done > size // 3:
             cancel.set()
 
-    plan = plan_download(["org/big"])
+    plan = plan_download(hub_repos(["org/big"]))
     with pytest.raises(Cancelled, match="next download resumes"):
         download(plan, progress=stop_halfway, cancel=cancel)
-    resumed = plan_download(["org/big"])
+    resumed = plan_download(hub_repos(["org/big"]))
     part = [f for f in resumed.files if f.name == "model.safetensors"][0]
     assert size // 3 < part.partial < size and resumed.remaining == size - part.partial + sum(
         f.size for f in resumed.files if f.name != "model.safetensors" and not f.cached)
@@ -140,26 +141,26 @@ def test_a_server_that_ignores_range_or_a_damaged_partial_never_gives_a_wrong_fi
     from merging.hub import download, plan_download
 
     served = hub.repos["org/big"].files["model.safetensors"]
-    plan = plan_download(["org/big"])
+    plan = plan_download(hub_repos(["org/big"]))
     f = [x for x in plan.files if x.name == "model.safetensors"][0]
     part = f.blob.with_name(f.etag + ".incomplete")
     part.parent.mkdir(parents=True)
     part.write_bytes(served.data[:1000])
     hub.honour_range = False  # answers 200 with the whole file: the partial is dropped, not appended to
-    folders = download(plan_download(["org/big"]))
+    folders = download(plan_download(hub_repos(["org/big"])))
     assert sha256(folders["org/big"] / "model.safetensors") == served.sha256
     assert hub.body_bytes("model.safetensors")[-1] == ("bytes=1000-", len(served.data))
 
-    other = plan_download(["org/code"])
+    other = plan_download(hub_repos(["org/code"]))
     g = [x for x in other.files if x.name.endswith(".safetensors")][0]
     bad = g.blob.with_name(g.etag + ".incomplete")
     bad.parent.mkdir(parents=True, exist_ok=True)
     bad.write_bytes(b"\0" * 100)  # not the file's first bytes
     hub.honour_range = True
     with pytest.raises(RamStudioError, match="arrived damaged"):
-        download(plan_download(["org/code"]))
+        download(plan_download(hub_repos(["org/code"])))
     assert not bad.exists()
-    download(plan_download(["org/code"]))  # the next try starts clean
+    download(plan_download(hub_repos(["org/code"])))  # the next try starts clean
 
 
 def test_not_enough_disk_space_is_said_before_downloading(hub, monkeypatch):
@@ -167,7 +168,7 @@ def test_not_enough_disk_space_is_said_before_downloading(hub, monkeypatch):
 
     from merging.hub import download, plan_download
 
-    plan = plan_download(["org/big"])
+    plan = plan_download(hub_repos(["org/big"]))
     real = sh.disk_usage
     monkeypatch.setattr(sh, "disk_usage", lambda p: real(p)._replace(free=plan.remaining // 2))
     with pytest.raises(RamStudioError, match="not enough disk space") as err:
@@ -181,7 +182,7 @@ def test_unreachable_hub_is_one_readable_line(hub):
 
     hub.stop()
     with pytest.raises(RamStudioError) as err:
-        plan_download(["org/base"])
+        plan_download(hub_repos(["org/base"]))
     assert "cannot reach the Hugging Face Hub" in err.value.message and "refused" in err.value.message
     assert "Errno" not in str(err.value) and "HF_HUB_OFFLINE" not in str(err.value)
 

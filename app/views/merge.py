@@ -408,8 +408,12 @@ overwrite = row.checkbox("Overwrite an existing folder", key="merge_overwrite", 
                               "complete).")
 hub = [r for r in (sel.base, *sel.agents) if state.is_uncached_hub(r)]
 if hub:
-    st.info(f"{len(hub)} model(s) will be downloaded from the Hugging Face Hub before merging "
-            "(see the size estimate on **Models**).", icon=":material/cloud_download:")
+    from app import downloads
+
+    with st.container(border=True):
+        st.markdown(f"**{len(hub)} of the models are on the Hugging Face Hub and not downloaded yet.** Download them "
+                    "first; the merge then reads them from the local cache.")
+        downloads.panel(hub, what="the merge")
 if other is not None and not mine_running:
     what = f"merging into `{other.out.name}`" if isinstance(other, jobs.Job) else f"running {other.label}"
     st.warning(f"Busy: another session is {what} right now ({format_seconds(other.elapsed)} so far). "
@@ -419,6 +423,9 @@ mergekit_panel(MergeSpec(sel.base, list(sel.agents), method, params, out.strip()
 if go:
     st.session_state.pop(START_ERROR_KEY, None)  # a new attempt replaces the last error, never stacks on it
     try:
+        if hub:
+            raise RamStudioError(f"{len(hub)} Hub model(s) are not downloaded yet.",
+                                 "Start the download above; the merge reads them from the local cache.")
         start(sel, method, params, out, shard, DTYPES[dtype], overwrite, policy)
     except RamStudioError as exc:
         st.session_state[START_ERROR_KEY] = (exc.message, exc.hint)
