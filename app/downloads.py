@@ -108,7 +108,8 @@ def panel(refs: list[str], *, what: str = "the analysis") -> bool:
     if free < plan.remaining:
         st.warning(f"Not enough free space: the download needs {format_bytes(plan.remaining)}, "
                    f"{format_bytes(free)} are free in `{plan.cache_dir}`.", icon=":material/warning:")
-    label = f"{'Continue' if kept else 'Start'} the download ({format_bytes(plan.remaining)})"
+    again = plan.partial > 0 or (task is not None and task.status in ("cancelled", "failed"))
+    label = f"{'Continue' if again else 'Start'} the download ({format_bytes(plan.remaining)})"
     if st.button(label, type="primary", icon=":material/download:", key="download_start"):
         try:
             task = mgr.submit_task("download", jobs.session_id(), f"the download of {len(plan.repos)} Hub models",
