@@ -22,8 +22,8 @@ UNIQUE_COLOR, SHARED_COLOR = OVERLAP_COLORS[0], "#9A9A9A"
 UNIQUE_TEXT = "#9B59C5"  # the unique purple, light enough to read on the dark theme too
 NEUTRAL = "#8A8A8A"  # curves and reference lines: mid grey, legible on white and on the dark theme
 FONT = dict(family="Source Sans Pro, Arial, sans-serif", size=13)
-THEMES = {"light": dict(paper="#FFFFFF", ink="#31333F", grid="#E5E5E5"),
-          "dark": dict(paper="rgba(0,0,0,0)", ink="#FAFAFA", grid="#3A3B40")}  # dark: the page's own background
+THEMES = {"light": dict(paper="#FFFFFF", ink="#31333F", grid="#E5E5E5", minor="#F2F2F2"),
+          "dark": dict(paper="rgba(0,0,0,0)", ink="#FAFAFA", grid="#3A3B40", minor="#26272B")}  # dark: page's own
 
 
 def _template(kind: str) -> go.layout.Template:
@@ -31,7 +31,7 @@ def _template(kind: str) -> go.layout.Template:
     Tune fragment draws several figures per slider move)."""
     t = THEMES[kind]
     axis = dict(gridcolor=t["grid"], zerolinecolor=t["grid"], linecolor=t["grid"], showgrid=True, zeroline=False,
-                automargin=True, ticks="", title=dict(standoff=12))
+                automargin=True, ticks="", title=dict(standoff=12), minor=dict(gridcolor=t["minor"]))
     return go.layout.Template(layout=dict(
         paper_bgcolor=t["paper"], plot_bgcolor=t["paper"], font=dict(color=t["ink"], **FONT), colorway=AGENT_PALETTE,
         xaxis=axis, yaxis=axis, hoverlabel=dict(font=dict(family=FONT["family"])), hovermode="closest",

@@ -190,23 +190,20 @@ with state.guard("The toy example"):
                 "Pale cells under 'average' are unique updates shrunk to 1/N; RAM keeps their full colour.",
                 "toy_heatmaps", title="Toy task vectors and their merges", params=toy_params)
     st.subheader("The toy's ρ_t and λ_t")
-    left, right = st.columns([5, 6])
-    with left:
-        rl = toy_rho_lambda(taus, names, p["r"], p["alpha"])
-        st.table(pd.DataFrame({
-            "agent": rl["agent"], "changed": rl["changed"], "shared": rl["shared"], "unique": rl["unique"],
-            "unique share": rl["unique_share"].map(charts.pct), "chance": rl["chance_unique_share"].map(charts.pct),
-            "ρ_t": rl["rho"].map(lambda v: "∞" if not math.isfinite(v) else f"{v:.3g}"),
-            "λ_t": rl["lambda"].map("{:.3f}".format)}).set_index("agent"))
-        st.caption(f"Counted on the toy (|τ| > {TOY_EPS:g}): ρ_t = shared / unique, λ_t = 1 + r·clip(ρ_t, 0, α) with "
-                   f"Tune's r = {p['r']:g}, α = {p['alpha']:g} — what RAM+ multiplies each toy agent's unique cells "
-                   "by. Chance: the unique share independent masks of the same densities would give.")
-    with right:
-        ret = unique_retention(taus, merged, names)
-        charts.show(charts.retention_bars(ret, names, toy_colors), ret,
-                    f"On each agent's unique cells, averaging keeps 1/{n} of the update; RAM keeps 100%, RAM+ λ_t "
-                    "(the table's last column).", "toy_retention", title="What each merge keeps of the unique cells",
-                    params=toy_params)
+    rl = toy_rho_lambda(taus, names, p["r"], p["alpha"])
+    st.table(pd.DataFrame({
+        "agent": rl["agent"], "changed": rl["changed"], "shared": rl["shared"], "unique": rl["unique"],
+        "unique share": rl["unique_share"].map(charts.pct), "chance": rl["chance_unique_share"].map(charts.pct),
+        "ρ_t": rl["rho"].map(lambda v: "∞" if not math.isfinite(v) else f"{v:.3g}"),
+        "λ_t": rl["lambda"].map("{:.3f}".format)}).set_index("agent"))
+    st.caption(f"Counted on the toy (|τ| > {TOY_EPS:g}): ρ_t = shared / unique, λ_t = 1 + r·clip(ρ_t, 0, α) with "
+               f"Tune's r = {p['r']:g}, α = {p['alpha']:g} — what RAM+ multiplies each toy agent's unique cells "
+               "by. Chance: the unique share independent masks of the same densities would give.")
+    ret = unique_retention(taus, merged, names)
+    charts.show(charts.retention_bars(ret, names, toy_colors), ret,
+                f"On each agent's unique cells, averaging keeps 1/{n} of the update; RAM keeps 100%, RAM+ λ_t "
+                "(the table's last column).", "toy_retention", title="What each merge keeps of the unique cells",
+                params=toy_params)
 
 st.divider()
 st.header("Measured on the demo")

@@ -258,7 +258,7 @@ def evaluate_section(folder: Path, method: str) -> None:
         fresh = list(reversed(rows))
         st.dataframe(table.style.apply(lambda r: ["background-color: rgba(0,114,178,0.15)" if r.name in fresh
                                                   else "" for _ in r], axis=1).format(precision=2),
-                     width="stretch")
+                     width="stretch", height=38 + 35 * len(table))  # every row visible, no inner scrolling
         st.caption("Accuracy (%) on the demo's test split. Highlighted rows at the top come from the button above "
                    "(newest first); the others from the demo build.")
 
