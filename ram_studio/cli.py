@@ -151,6 +151,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from merging.compat import ModelHeaders, check_compatibility
     from merging.placement import write_file_atomically
 
+    with _stop_on_signal() as stop:
+        _prefetch([args.base, *args.agents], False, stop)
     base = open_checkpoint(args.base)
     agents = [open_checkpoint(a) for a in args.agents]
     out = _file_output(args.json, [base, *agents], args.overwrite)

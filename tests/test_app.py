@@ -11,7 +11,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from tests.app_helpers import APP_MAIN, app_env
+from tests.app_helpers import APP_MAIN, app_env, reload_hub_client
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -24,9 +24,11 @@ def env(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         for k, v in app_env(tmp).items():
             mp.setenv(k, v)
+        reload_hub_client()  # offline for real: the client read HF_HUB_OFFLINE when it was first imported
         st.cache_resource.clear()
         st.cache_data.clear()
         yield tmp
+    reload_hub_client()
     st.cache_resource.clear()
     st.cache_data.clear()
 
@@ -373,6 +375,9 @@ def test_custom_local_folders_are_analysed(env, tmp_path):
     no_problems(at)
     assert len(at.get("plotly_chart")) >= 5
     assert set(at.session_state["ram_selection"].agents) == {str(root / "code"), str(root / "tool")}
+    sidebar = "".join(h.proto.body for h in at.sidebar.get("html"))
+    assert "<code>code</code>" in sidebar and "…/family/code" in sidebar  # the label, then the path's end
+    assert f"title='{root / 'code'}'" in sidebar  # the whole path on hover
     at.switch_page("views/merge.py").run()
     no_problems(at)
     assert Path(at.text_input(key="merge_out").value).name.startswith("base-ram_plus-")  # the base's folder name

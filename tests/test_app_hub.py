@@ -10,9 +10,8 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from tests.app_helpers import APP_MAIN, build_demo
+from tests.app_helpers import APP_MAIN, build_demo, reload_hub_client
 from tests.hub_stand_in import StandInHub
-from tests.test_hub_download import reload_hub_client
 
 pytestmark = pytest.mark.timeout(300)
 

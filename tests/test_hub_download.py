@@ -5,7 +5,6 @@ interrupted file with an HTTP Range request; the CLI shows the same progress. No
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import subprocess
@@ -19,17 +18,11 @@ from safetensors.torch import save_file
 
 from merging.errors import Cancelled, RamStudioError
 from merging.refs import hub_repos
+from tests.app_helpers import reload_hub_client
 from tests.factory import make_agent, make_base
 from tests.hub_stand_in import StandInHub
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def reload_hub_client() -> None:
-    """huggingface_hub reads HF_ENDPOINT, HF_HUB_CACHE and HF_HUB_OFFLINE when its constants module loads."""
-    import huggingface_hub.constants as c
-
-    importlib.reload(c)
 
 
 @pytest.fixture()
