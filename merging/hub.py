@@ -20,14 +20,18 @@ HUB_ALLOW_PATTERNS = [
 
 
 def download_snapshot(repo_id: str, revision: str | None, *, allow_download: bool = True) -> Path:
-    """Download (or find in the local cache) the safetensors/config/tokenizer files of a repo."""
+    """Find in the local cache, or download, the safetensors/config/tokenizer files of a repo. A download
+    goes through `download` (resumable, checked); callers that want progress call `plan_download` and
+    `download` themselves first (the CLI and the app do)."""
     import huggingface_hub as hf
 
     try:
         folder = hf.snapshot_download(repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS,
-                                      local_files_only=not allow_download)
+                                      local_files_only=True)
     except Exception as exc:  # the client raises many types; each becomes one readable message
-        raise hub_error(repo_id, revision, exc) from None
+        if not allow_download or offline_mode():
+            raise hub_error(repo_id, revision, exc) from None
+        folder = download(plan_download([(repo_id, revision)]))[repo_id]
     path = Path(folder)
     if not any(path.glob("*.safetensors")):
         raise RamStudioError(

@@ -204,3 +204,23 @@ def test_cli_download_shows_the_plan_and_progress_and_merge_downloads_first(hub,
     assert "download" in r.stderr and "org/tool" in r.stderr and (out / "config.json").exists()
     card = (out / "README.md").read_text()
     assert '- "org/base"' in card.split("---")[1]  # Hub ids are the card's base_model list
+
+
+def test_every_download_path_resumes(hub):
+    """A model opened by the library itself (open_checkpoint: what merge_to_folder and analyze call) also goes
+    through the resumable, checked download: a partial file left by a cancel is continued, not refetched."""
+    from merging.checkpoint import open_checkpoint
+    from merging.hub import download, plan_download
+
+    hub.rate = 1_000_000
+    size = len(hub.repos["org/big"].files["model.safetensors"].data)
+    cancel = threading.Event()
+    with pytest.raises(Cancelled):
+        download(plan_download(hub_repos(["org/big"])), cancel=cancel,
+                 progress=lambda p: cancel.set() if p.file == "model.safetensors" and p.file_done > 0 else None)
+    kept = [f for f in plan_download(hub_repos(["org/big"])).files if f.name == "model.safetensors"][0].partial
+    assert 0 < kept < size
+    hub.rate = None
+    with open_checkpoint("org/big") as ckpt:
+        assert sha256(ckpt.folder / "model.safetensors") == hub.repos["org/big"].files["model.safetensors"].sha256
+    assert hub.body_bytes("model.safetensors")[-1] == (f"bytes={kept}-", size - kept)
