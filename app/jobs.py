@@ -14,8 +14,9 @@ from pathlib import Path
 import streamlit as st
 
 from merging.engine import Progress
-from merging.errors import MergeCancelled, RamStudioError
+from merging.errors import Cancelled, MergeCancelled, RamStudioError
 from merging.recipe import MergeSpec
+from merging.units import format_seconds
 
 
 class Busy(RamStudioError):
@@ -64,6 +65,26 @@ class EvalJob(_Timed):
     folder: Path = Path()
     label: str = ""
     row: dict | None = None  # accuracy (%) per task, as in the demo's Table 1
+    done: int = 0  # examples scored so far (counted per finished task)
+    total: int = 0
+    text: str = ""
+
+
+@dataclass
+class Task(_Timed):
+    """Any other long job (a Hub download, the Fig. 3 experiment): the worker function reports a fraction
+    and a line of text, and stops when `cancel` is set (status: running | done | failed | cancelled)."""
+
+    id: str = ""
+    kind: str = ""
+    owner: str = ""
+    label: str = ""
+    cancel: threading.Event = field(default_factory=threading.Event)
+    fraction: float = 0.0
+    text: str = ""
+    detail: object | None = None  # the worker's latest structured progress (e.g. per-file download state)
+    result: object | None = None
+    merges: bool = False  # holds the server's one merge slot while it runs
 
 
 class JobManager:
@@ -74,10 +95,17 @@ class JobManager:
         self.jobs: dict[str, Job] = {}
         self.written_by: dict[Path, str] = {}  # output folder -> owner session
         self.evals: dict[str, EvalJob] = {}
+        self.tasks: dict[str, Task] = {}
+        self.last_download_end = 0.0  # when a download task last ended (download plans are cached until then)
 
-    def running(self) -> Job | None:
+    def running(self) -> Job | Task | None:
+        """The merge (or merging task) running in this server, if any."""
         with self._lock:
-            return next((j for j in self.jobs.values() if j.running), None)
+            return self._busy()
+
+    def _busy(self) -> Job | Task | None:
+        return next((j for j in [*self.jobs.values(), *(t for t in self.tasks.values() if t.merges)] if j.running),
+                    None)
 
     def get(self, job_id: str | None) -> Job | None:
         return self.jobs.get(job_id) if job_id else None
@@ -87,14 +115,7 @@ class JobManager:
         """Start `spec` in a worker thread; raises Busy (or a folder conflict) as a readable error."""
         out = Path(spec.out).expanduser().absolute()
         with self._lock:
-            busy = next((j for j in self.jobs.values() if j.running), None)
-            if busy is not None:
-                mine = busy.owner == owner
-                raise Busy(
-                    "a merge is already running " + ("in this session" if mine else "in another session")
-                    + f" (into {busy.out.name}, {busy.elapsed:.0f} s so far).",
-                    "One merge runs at a time per server: wait for it to finish"
-                    + (" or cancel it." if mine else ", then start yours."))
+            self._refuse_if_busy(owner)
             other = self.written_by.get(out)
             if other is not None and other != owner:
                 raise RamStudioError(f"output folder {out} was written by another session.",
@@ -106,6 +127,17 @@ class JobManager:
                                       name=f"ram-merge-{job.id}")
         job.thread.start()
         return job
+
+    def _refuse_if_busy(self, owner: str) -> None:
+        busy = self._busy()
+        if busy is None:
+            return
+        mine = busy.owner == owner
+        what = f"into {busy.out.name}" if isinstance(busy, Job) else busy.label
+        raise Busy("a merge is already running " + ("in this session" if mine else "in another session")
+                   + f" ({what}, {format_seconds(busy.elapsed)} so far).",
+                   "One merge runs at a time per server: wait for it to finish"
+                   + (" or cancel it." if mine else ", then start yours."))
 
     def _work(self, job: Job, overwrite: bool, counts: dict | None, runner) -> None:
         from merging.export import merge_to_folder
@@ -136,7 +168,8 @@ class JobManager:
                     self.written_by.pop(job.out, None)
 
     def submit_eval(self, folder: Path, label: str, runner) -> EvalJob:
-        """Evaluate `folder` with `runner(folder) -> row` in a thread (one per folder at a time)."""
+        """Evaluate `folder` with `runner(folder, ev) -> row` in a thread (one per folder at a time); the
+        runner counts its progress in `ev.done` / `ev.total` (examples) and `ev.text`."""
         with self._lock:
             for ev in self.evals.values():
                 if ev.running and ev.folder == folder:
@@ -146,7 +179,7 @@ class JobManager:
 
         def work() -> None:
             try:
-                ev.row = runner(folder)
+                ev.row = runner(folder, ev)
                 ev.status = "done"
             except RamStudioError as exc:
                 ev.status, ev.error = "failed", (exc.message, exc.hint)
@@ -161,8 +194,44 @@ class JobManager:
         threading.Thread(target=work, daemon=True, name=f"ram-eval-{ev.id}").start()
         return ev
 
+    def submit_task(self, kind: str, owner: str, label: str, fn, *, merges: bool = False) -> Task:
+        """Run `fn(task) -> result` in a thread. One task of a kind runs at a time per server (a second
+        submit of a running kind returns Busy); `merges` tasks also take the one merge slot."""
+        with self._lock:
+            if merges:
+                self._refuse_if_busy(owner)
+            other = next((t for t in self.tasks.values() if t.kind == kind and t.running), None)
+            if other is not None:
+                raise Busy(f"{other.label} is already running ({format_seconds(other.elapsed)} so far).",
+                           "Wait for it to finish" + (" or cancel it." if other.owner == owner else "."))
+            task = Task(id=uuid.uuid4().hex[:10], kind=kind, owner=owner, label=label, merges=merges)
+            self.tasks[task.id] = task
+
+        def work() -> None:
+            try:
+                task.result = fn(task)
+                task.status = "done"
+            except Cancelled as exc:
+                task.status, task.error = "cancelled", (exc.message, exc.hint)
+            except RamStudioError as exc:
+                task.status, task.error = "failed", (exc.message, exc.hint)
+            except Exception as exc:  # noqa: BLE001 — shown to the user as one readable line
+                text = str(exc).splitlines()[0] if str(exc) else ""
+                task.status, task.error = "failed", (f"unexpected {type(exc).__name__}: {text}",
+                                                     "Check the inputs, then try again.")
+            finally:
+                task.finished = time.time()
+                if kind == "download":
+                    self.last_download_end = task.finished
+
+        threading.Thread(target=work, daemon=True, name=f"ram-{kind}-{task.id}").start()
+        return task
+
+    def task(self, task_id: str | None) -> Task | None:
+        return self.tasks.get(task_id) if task_id else None
+
     def cancel(self, job_id: str) -> None:
-        job = self.jobs.get(job_id)
+        job = self.jobs.get(job_id) or self.tasks.get(job_id)
         if job is not None and job.running:
             job.cancel.set()
 

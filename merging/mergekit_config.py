@@ -244,9 +244,10 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
 
     paths = model_paths or {}
     p = spec.params
+    out_dtype = out_dtype or (None if spec.out_dtype else _stored_dtype(spec.base))
 
     def ref(r: str) -> str:
-        return paths.get(r, r)
+        return paths.get(r) or _folder_of_demo(r)
 
     def config(method: str, globals_: dict[str, Any], per_model: dict[str, Any] | None = None) -> str:
         doc: dict[str, Any] = {"merge_method": method, "base_model": ref(spec.base)}
@@ -270,7 +271,7 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
         rule = "the soft rule λ_t = 1 + r·ρ_t/(1+ρ_t) and " if m == "ram_plus_soft" else ""
         scope = "ρ_t counted over the whole model (global scope)" if p.get("rho_scope") == "global" else "this rule"
         return None, (f"mergekit cannot express {rule}{scope}: its ramplus_tl counts ρ_t per tensor with the clip "
-                      f"rule. The nearest mergekit config is:\n{nearest}")
+                      f"rule. The nearest mergekit config follows.\n{nearest}")
     if m == "task_arithmetic":
         return config("task_arithmetic", {"lambda": p["lambda"]}, {"weight": 1.0}), ""
     if m == "average":
@@ -285,3 +286,22 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
             "DARE drops are random: mergekit draws its own masks (RAM Studio's come from a seeded hash) and "
             "rescales to the L1 norm instead of by 1/(1−p), so the same config gives a different draw")
     return None, f"mergekit has no equivalent of {m}."
+
+
+def _folder_of_demo(ref: str) -> str:
+    """mergekit cannot read `demo:NAME`: give it the demo model's folder (other references pass through)."""
+    from .refs import DEMO_PREFIX, demo_root
+
+    return str(demo_root() / ref[len(DEMO_PREFIX):]) if ref.startswith(DEMO_PREFIX) else ref
+
+
+def _stored_dtype(ref: str) -> str | None:
+    """The base's float dtype from its headers when it is on disk (no download), else None."""
+    from .checkpoint import open_checkpoint
+    from .side_files import base_float_dtype
+
+    try:
+        with open_checkpoint(ref, download=False) as ckpt:
+            return base_float_dtype(ckpt)
+    except (RamStudioError, OSError):
+        return None

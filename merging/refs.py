@@ -54,6 +54,20 @@ def parse_ref(text: str) -> ModelRef:
                          "Check the path, or use a Hub id (org/name[@revision]) or demo:base.")
 
 
+def hub_repos(refs: list[str]) -> list[tuple[str, str | None]]:
+    """(repo id, revision) of every Hub reference among `refs`, once each; other references are skipped
+    (a reference that cannot be parsed too: the command that reads it reports it)."""
+    out: list[tuple[str, str | None]] = []
+    for ref in refs:
+        try:
+            r = parse_ref(ref)
+        except RamStudioError:
+            continue
+        if r.kind == "hub" and r.repo_id and (r.repo_id, r.revision) not in out:
+            out.append((r.repo_id, r.revision))
+    return out
+
+
 def demo_root() -> Path:
     """Folder of the demo models: $RAM_STUDIO_DEMO_ROOT (e.g. a quick build in tests) or the bundled one."""
     override = os.environ.get("RAM_STUDIO_DEMO_ROOT")

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from merging.errors import MergeCancelled, RamStudioError, printable
+from merging.errors import Cancelled, MergeCancelled, RamStudioError, printable
 
 PROG = "ram-studio"
 
@@ -38,6 +38,91 @@ def _progress_printer(label: str):
         sys.stderr.flush()
 
     return show
+
+
+def _download_printer():
+    """Download progress on stderr: overall percent, bytes, rate and ETA, and the current file. On a terminal
+    one line is rewritten in place; otherwise a line is printed per finished file and every 5 seconds."""
+    import time
+
+    from merging.units import format_bytes, format_seconds
+
+    tty = sys.stderr.isatty()
+    state = {"file": None, "files_done": -1, "printed": 0.0}
+
+    def show(p) -> None:
+        eta = f"  ETA {format_seconds(p.eta)}" if p.eta is not None and p.done < p.total else ""
+        file_pct = f"{100 * p.file_done / p.file_total:.0f}%" if p.file_total else "–"
+        line = (f"download: {100 * p.fraction:5.1f}%  {format_bytes(p.done)} of {format_bytes(p.total)}  "
+                f"{format_bytes(p.rate)}/s{eta}  [{p.files_done}/{p.files_total} files] "
+                f"{printable(p.repo_id)} {printable(p.file)} {file_pct}")
+        now = time.monotonic()
+        if tty:
+            sys.stderr.write("\r\033[K" + line)
+            if p.done >= p.total:
+                sys.stderr.write("\n")
+        elif p.files_done != state["files_done"] or now - state["printed"] >= 5 or p.done >= p.total:
+            sys.stderr.write(line + "\n")
+            state["printed"] = now
+        state["files_done"] = p.files_done
+        sys.stderr.flush()
+
+    return show
+
+
+def _describe_plan(plan) -> list[str]:
+    """What a download needs, in lines: per repo its files and size, then the total, where and the free space."""
+    from merging.units import format_bytes
+
+    lines = [f"{printable(r.repo_id)} @ {r.commit[:12]}: {len(r.files)} files, "
+             f"{format_bytes(sum(f.size for f in r.files))}" for r in plan.repos]
+    if plan.remaining == 0:
+        lines.append(f"everything is already in the cache ({plan.cache_dir}).")
+    else:
+        kept = plan.cached + plan.partial
+        lines.append(f"to download: {format_bytes(plan.remaining)}"
+                     + (f" ({format_bytes(kept)} already in the cache, partial files resume)" if kept else "")
+                     + f" into {plan.cache_dir} (the Hugging Face cache; {format_bytes(plan.free())} free)")
+    return lines
+
+
+def _prefetch(refs, quiet: bool, stop=None) -> None:
+    """Download the Hub models among `refs` that are not in the cache yet, with progress, before a command
+    reads them (the command itself then opens them from the cache)."""
+    from merging.refs import hub_repos
+
+    hub = hub_repos(list(refs))
+    if not hub:
+        return
+    from merging.hub import download, offline_mode, plan_download
+
+    if offline_mode():
+        return  # the command says what is missing from the cache
+    plan = plan_download(hub)
+    if plan.remaining == 0:
+        return
+    if not quiet:
+        for line in _describe_plan(plan):
+            print(f"download: {line}", file=sys.stderr)
+    download(plan, progress=None if quiet else _download_printer(), cancel=stop)
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from merging.hub import download, plan_download
+    from merging.refs import hub_repos
+
+    plan = plan_download(hub_repos(list(args.models)))
+    if not plan.repos:
+        raise RamStudioError("no Hugging Face repo ids given.", "Give ids like org/name or org/name@revision.")
+    for line in _describe_plan(plan):
+        print(line)
+    if plan.remaining == 0:
+        return 0
+    with _stop_on_signal() as stop:
+        folders = download(plan, progress=None if args.quiet else _download_printer(), cancel=stop)
+    for repo_id, folder in folders.items():
+        print(f"{printable(repo_id)}: {folder}")
+    return 0
 
 
 def _ladder(text: str) -> list[float]:
@@ -66,6 +151,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from merging.compat import ModelHeaders, check_compatibility
     from merging.placement import write_file_atomically
 
+    with _stop_on_signal() as stop:
+        _prefetch([args.base, *args.agents], False, stop)
     base = open_checkpoint(args.base)
     agents = [open_checkpoint(a) for a in args.agents]
     out = _file_output(args.json, [base, *agents], args.overwrite)
@@ -99,6 +186,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from merging.checkpoint import open_checkpoint
     from merging.placement import write_file_atomically
 
+    with _stop_on_signal() as stop:
+        _prefetch([args.base, *args.agents], args.quiet, stop)
     base = open_checkpoint(args.base)
     agents = [open_checkpoint(a) for a in args.agents]
     json_out = _file_output(args.json, [base, *agents], args.overwrite)
@@ -170,6 +259,7 @@ def _run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=N
     from merging.units import format_bytes
 
     with _stop_on_signal() as stop:
+        _prefetch([spec.base, *spec.agents], args.quiet, stop)
         result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop,
                                  expected_inputs=expected_inputs, counts=_cached_counts(spec), provenance=provenance,
                                  progress=None if args.quiet else _progress_printer("merge"),
@@ -322,6 +412,12 @@ def build_parser() -> argparse.ArgumentParser:
     writing(sp)
     sp.set_defaults(func=cmd_run)
 
+    sp = sub.add_parser("download", help="download Hub models into the Hugging Face cache, with progress "
+                                         "(resumes an interrupted download)")
+    sp.add_argument("models", nargs="+", help="Hub ids: org/name or org/name@revision")
+    sp.add_argument("--quiet", action="store_true")
+    sp.set_defaults(func=cmd_download)
+
     sp = sub.add_parser("methods", help="list merge methods and their parameters")
     sp.set_defaults(func=cmd_methods)
 
@@ -374,6 +470,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except (MergeCancelled, KeyboardInterrupt):
         print("error: interrupted; nothing was written.", file=sys.stderr)
+        return 130
+    except Cancelled as exc:  # e.g. a download: what was kept, and that the next run resumes
+        print(f"error: {exc}", file=sys.stderr)
         return 130
     except RamStudioError as exc:
         print(f"error: {exc}", file=sys.stderr)
