@@ -14,7 +14,7 @@ from pathlib import Path
 import streamlit as st
 
 from merging.engine import Progress
-from merging.errors import Cancelled, MergeCancelled, RamStudioError
+from merging.errors import Cancelled, RamStudioError
 from merging.recipe import MergeSpec
 from merging.units import format_seconds
 
@@ -87,6 +87,25 @@ class Task(_Timed):
     merges: bool = False  # holds the server's one merge slot while it runs
 
 
+def record_outcome(record: _Timed, fn, hint: str):
+    """Run a worker's body and record how it ended on `record` (done | cancelled | failed, with a readable
+    error, never a traceback); returns its result, or None."""
+    try:
+        result = fn()
+        record.status = "done"
+        return result
+    except Cancelled as exc:
+        record.status, record.error = "cancelled", (exc.message, exc.hint)
+    except RamStudioError as exc:
+        record.status, record.error = "failed", (exc.message, exc.hint)
+    except Exception as exc:  # noqa: BLE001 — shown to the user as one readable line
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        record.status, record.error = "failed", (f"unexpected {type(exc).__name__}: {text}", hint)
+    finally:
+        record.finished = time.time()
+    return None
+
+
 class JobManager:
     """Process-wide registry; `submit` refuses a second merge while one is running."""
 
@@ -148,24 +167,13 @@ class JobManager:
         def on_count(p: Progress) -> None:
             job.phase, job.progress = "count", p
 
-        try:
-            run = runner or merge_to_folder
-            job.result = run(job.spec, overwrite=overwrite, counts=counts, progress=on_merge, cancel=job.cancel,
-                             count_progress=on_count)
-            job.status = "done"
-        except MergeCancelled:
-            job.status, job.error = "cancelled", ("merge cancelled; no output was written.", "")
-        except RamStudioError as exc:
-            job.status, job.error = "failed", (exc.message, exc.hint)
-        except Exception as exc:  # noqa: BLE001 — shown to the user as one readable line
-            text = str(exc).splitlines()[0] if str(exc) else ""
-            job.status, job.error = "failed", (f"unexpected {type(exc).__name__}: {text}",
-                                               "Check the output folder and the inputs, then try again.")
-        finally:
-            job.finished = time.time()
-            with self._lock:
-                if job.status != "done":
-                    self.written_by.pop(job.out, None)
+        run = runner or merge_to_folder
+        job.result = record_outcome(job, lambda: run(job.spec, overwrite=overwrite, counts=counts, progress=on_merge,
+                                                     cancel=job.cancel, count_progress=on_count),
+                                    "Check the output folder and the inputs, then try again.")
+        with self._lock:
+            if job.status != "done":
+                self.written_by.pop(job.out, None)
 
     def submit_eval(self, folder: Path, label: str, runner) -> EvalJob:
         """Evaluate `folder` with `runner(folder, ev) -> row` in a thread (one per folder at a time); the
@@ -178,18 +186,9 @@ class JobManager:
             self.evals[ev.id] = ev
 
         def work() -> None:
-            try:
-                ev.row = runner(folder, ev)
-                ev.status = "done"
-            except RamStudioError as exc:
-                ev.status, ev.error = "failed", (exc.message, exc.hint)
-            except Exception as exc:  # noqa: BLE001
-                text = str(exc).splitlines()[0] if str(exc) else ""
-                ev.status, ev.error = "failed", (f"unexpected {type(exc).__name__}: {text}",
-                                                 "Is this a model built from the demo base? Only those can be "
-                                                 "scored on the demo tasks.")
-            finally:
-                ev.finished = time.time()
+            ev.row = record_outcome(ev, lambda: runner(folder, ev),
+                                    "Is this a model built from the demo base? Only those can be scored on the demo "
+                                    "tasks.")
 
         threading.Thread(target=work, daemon=True, name=f"ram-eval-{ev.id}").start()
         return ev
@@ -208,21 +207,9 @@ class JobManager:
             self.tasks[task.id] = task
 
         def work() -> None:
-            try:
-                task.result = fn(task)
-                task.status = "done"
-            except Cancelled as exc:
-                task.status, task.error = "cancelled", (exc.message, exc.hint)
-            except RamStudioError as exc:
-                task.status, task.error = "failed", (exc.message, exc.hint)
-            except Exception as exc:  # noqa: BLE001 — shown to the user as one readable line
-                text = str(exc).splitlines()[0] if str(exc) else ""
-                task.status, task.error = "failed", (f"unexpected {type(exc).__name__}: {text}",
-                                                     "Check the inputs, then try again.")
-            finally:
-                task.finished = time.time()
-                if kind == "download":
-                    self.last_download_end = task.finished
+            task.result = record_outcome(task, lambda: fn(task), "Check the inputs, then try again.")
+            if kind == "download":
+                self.last_download_end = task.finished
 
         threading.Thread(target=work, daemon=True, name=f"ram-{kind}-{task.id}").start()
         return task
