@@ -60,13 +60,10 @@ def progress_panel(task_id: str) -> None:
                          f"{eta} · {p.files_done} of {p.files_total} files")
         st.progress(min(1.0, p.file_done / p.file_total) if p.file_total else 0.0,
                     text=f"{p.repo_id} · {p.file}: {format_bytes(p.file_done)} of {format_bytes(p.file_total)}")
-    c = st.columns([1, 4], vertical_alignment="center")
-    if c[0].button("Cancel download", icon=":material/stop_circle:", key="download_cancel",
-                   disabled=task.owner != jobs.session_id()):
-        jobs.manager().cancel(task.id)
-        st.toast("Cancelling… the part already downloaded is kept.")
-    c[1].caption(f"Running for {format_seconds(task.elapsed)}. You can switch pages; the download keeps going, and "
-                 "an interrupted one resumes where it stopped.")
+    jobs.cancel_row(task.id, task.owner, button="Cancel download", key="download_cancel",
+                    toast="Cancelling… the part already downloaded is kept.",
+                    caption=f"Running for {format_seconds(task.elapsed)}. You can switch pages; the download keeps "
+                            "going, and an interrupted one resumes where it stopped.")
 
 
 def panel(refs: list[str], *, what: str = "the analysis") -> bool:

@@ -235,3 +235,12 @@ def session_id() -> str:
 
     ctx = get_script_run_ctx()
     return ctx.session_id if ctx is not None else "local"
+
+
+def cancel_row(record_id: str, owner: str, *, button: str, key: str, toast: str, caption: str) -> None:
+    """Under a running job's progress bar: Cancel (for the session that started it) and what happens meanwhile."""
+    c = st.columns([1, 4], vertical_alignment="center")
+    if c[0].button(button, icon=":material/stop_circle:", key=key, disabled=owner != session_id()):
+        manager().cancel(record_id)
+        st.toast(toast)
+    c[1].caption(caption)

@@ -125,9 +125,8 @@ def fig3_panel(task_id: str) -> None:
     if task is None or not task.running:
         st.rerun()
     st.progress(task.fraction, text=f"Fig. 3 experiment: {task.text or 'starting'} · {format_seconds(task.elapsed)}")
-    if st.button("Cancel", icon=":material/stop_circle:", key="fig3_cancel", disabled=task.owner != jobs.session_id()):
-        jobs.manager().cancel(task.id)
-        st.toast("Cancelling…")
+    jobs.cancel_row(task.id, task.owner, button="Cancel", key="fig3_cancel", toast="Cancelling…",
+                    caption="You can switch pages; the experiment keeps going in the background.")
 
 
 def fig3_chart(tidy: pd.DataFrame, agents: list[str], source: str, name: str) -> None:

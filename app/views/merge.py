@@ -115,13 +115,9 @@ def progress_panel(job: jobs.Job) -> None:
         st.progress(min(1.0, p.fraction),
                     text=f"{what}: {format_bytes(p.done)} of {format_bytes(p.total)} · tensors "
                          f"{p.tensors_done}/{p.tensors_total}{eta}")
-    c = st.columns([1, 4])
-    if c[0].button("Cancel merge", icon=":material/stop_circle:", key="cancel_merge",
-                   disabled=job.owner != jobs.session_id()):
-        jobs.manager().cancel(job.id)
-        st.toast("Cancelling…")
-    c[1].caption(f"Running for {format_seconds(job.elapsed)} into `{job.out}`. You can switch pages; "
-                 "the merge keeps going.")
+    jobs.cancel_row(job.id, job.owner, button="Cancel merge", key="cancel_merge", toast="Cancelling…",
+                    caption=f"Running for {format_seconds(job.elapsed)} into `{job.out}`. You can switch pages; "
+                            "the merge keeps going.")
 
 
 def results(job: jobs.Job, sel: state.Selection) -> None:
