@@ -57,12 +57,99 @@ def density_by_layer_module(result: AnalysisResult, eps: float) -> pd.DataFrame:
     return g.sort_values(["agent", "layer", "module"]).reset_index(drop=True)
 
 
+def _with_chance(g: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Add density (changed / numel) and, within each group of `keys`, the unique share independent random
+    masks of the agents' densities would give (Π_{j≠i}(1 − d_j))."""
+    g["density"] = (g["changed"] / g["numel"].where(g["numel"] > 0)).fillna(0.0)
+    g["chance_unique_share"] = 0.0
+    for _, idx in (g.groupby(keys, sort=False).groups.items() if keys else [(None, g.index)]):
+        g.loc[idx, "chance_unique_share"] = chance_unique_share(list(g.loc[idx, "density"]))
+    return g
+
+
 def unique_shared_by_layer(result: AnalysisResult, eps: float) -> pd.DataFrame:
-    """Unique vs shared changed elements per agent and layer, with the unique share."""
-    g = _at(result, eps).groupby(["agent", "layer"], sort=False)[["unique", "shared"]].sum().reset_index()
+    """Unique vs shared changed elements per agent and layer, with the unique share and its chance level."""
+    g = _at(result, eps).groupby(["agent", "layer"], sort=False)[["unique", "shared", "changed", "numel"]].sum()
+    g = g.reset_index()
     total = g["unique"] + g["shared"]
     g["unique_share"] = (g["unique"] / total.where(total > 0)).fillna(0.0)
+    g = _with_chance(g, ["layer"])
     return g.sort_values(["agent", "layer"]).reset_index(drop=True)
+
+
+GROUPINGS = {"layer": ["layer"], "module": ["module"], "layer × module": ["layer", "module"], "tensor": ["tensor"]}
+
+
+def rho_lambda_by(result: AnalysisResult, eps: float, by: str, r: float, alpha: float, rule: str = "clip",
+                  scope: str = "global") -> pd.DataFrame:
+    """ρ and λ per agent and group (`by`: layer, module, layer × module or tensor), at ε.
+
+    ρ of a group is shared/unique over its elements (Eq. 2 restricted to the group). λ is what a RAM+
+    merge with these settings applies to the group's unique elements: the agent's global λ_t (global
+    scope) or the unique-weighted mean of the per-tensor λ (tensor scope; per tensor it is exact). Also the
+    group's unique share of the agent's changed elements, its chance level, and the unique update's
+    L2 norm there."""
+    if by not in GROUPINGS:
+        raise KeyError(f"unknown grouping {by!r}; use one of {list(GROUPINGS)}")
+    keys = GROUPINGS[by]
+    rows = _at(result, eps).copy()
+    rows["sq_unique"] = rows["norm_unique"] ** 2
+    if scope == "global":
+        lam = lambda_table(result, eps, r, alpha, rule, "global").set_index("agent")["lambda"]
+        rows["lam_u"] = rows["agent"].map(lam) * rows["unique"]
+    else:
+        rows["lam_u"] = [lambda_for(int(s), int(u), r, alpha, rule) * int(u)
+                         for s, u in zip(rows["shared"], rows["unique"])]
+    cols = ["shared", "unique", "changed", "numel", "sq_unique", "lam_u", "sign_conflicts"]
+    g = rows.groupby(["agent", *keys], sort=False, observed=True)[cols].sum().reset_index()
+    g["rho"] = [rho(int(s), int(u)) for s, u in zip(g["shared"], g["unique"])]
+    if scope == "global":
+        g["lambda"] = g["agent"].map(lam)
+    else:
+        g["lambda"] = (g["lam_u"] / g["unique"].where(g["unique"] > 0)).fillna(1.0)
+    g["unique_share"] = (g["unique"] / g["changed"].where(g["changed"] > 0)).fillna(0.0)
+    g = _with_chance(g, keys)
+    g["norm_unique"] = g["sq_unique"] ** 0.5
+    order = {a: i for i, a in enumerate(result.agents)}
+    g = g.drop(columns=["sq_unique", "lam_u"]).sort_values(
+        ["agent", *keys], key=lambda c: c.map(order) if c.name == "agent" else c)
+    return g.reset_index(drop=True)
+
+
+def norms_and_conflicts(result: AnalysisResult, eps: float) -> pd.DataFrame:
+    """Per agent at ε: L2 norms of the unique and shared parts of τ_t, the unique part's share of the squared
+    norm (its 'energy'), and sign conflicts (shared elements where another active agent has the opposite sign)
+    as a count and as a share of the shared elements."""
+    rows = _at(result, eps)
+    g = rows.assign(sq_u=rows["norm_unique"] ** 2, sq_s=rows["norm_shared"] ** 2).groupby("agent", sort=False)[
+        ["sq_u", "sq_s", "shared", "unique", "sign_conflicts"]].sum().reindex(result.agents)
+    out = pd.DataFrame({"agent": result.agents, "norm_unique": (g["sq_u"] ** 0.5).values,
+                        "norm_shared": (g["sq_s"] ** 0.5).values, "shared": g["shared"].values,
+                        "unique": g["unique"].values, "sign_conflicts": g["sign_conflicts"].values})
+    energy = g["sq_u"] + g["sq_s"]
+    out["unique_energy_share"] = (g["sq_u"] / energy.where(energy > 0)).fillna(0.0).values
+    out["conflict_share"] = (out["sign_conflicts"] / out["shared"].where(out["shared"] > 0)).fillna(0.0)
+    return out
+
+
+def compare_settings(result: AnalysisResult, a: dict, b: dict) -> pd.DataFrame:
+    """Two RAM+ settings side by side (each a dict of eps, r, alpha, rule, rho_scope): per agent, ρ_t, λ_t,
+    the unique elements at that ε, and the unique update a RAM+ merge keeps (λ_t × ‖τ_unique‖, in weight
+    units, and relative to the agent's own unique update), with B − A."""
+    frames = []
+    for tag, p in (("A", a), ("B", b)):
+        lam = lambda_table(result, p["eps"], p["r"], p["alpha"], p["rule"], p["rho_scope"]).set_index("agent")
+        nc = norms_and_conflicts(result, p["eps"]).set_index("agent")
+        f = pd.DataFrame(index=pd.Index(result.agents, name="agent"))
+        f[f"rho_{tag}"] = lam["rho"]
+        f[f"lambda_{tag}"] = lam["lambda"]
+        f[f"unique_{tag}"] = lam["unique"].astype("int64")
+        f[f"kept_{tag}"] = lam["lambda"] * nc["norm_unique"]
+        frames.append(f)
+    out = pd.concat(frames, axis=1)
+    out["lambda_change"] = out["lambda_B"] - out["lambda_A"]
+    out["kept_change"] = out["kept_B"] - out["kept_A"]
+    return out.reset_index()
 
 
 def eps_sensitivity(result: AnalysisResult) -> pd.DataFrame:
@@ -93,8 +180,25 @@ def lambda_table(result: AnalysisResult, eps: float, r: float, alpha: float, rul
                                            weighted=("weighted", "sum"), lambda_min=("lambda", "min"),
                                            lambda_max=("lambda", "max"))
     s["lambda"] = (s["weighted"] / s["unique"].where(s["unique"] > 0)).fillna(1.0)
-    s["rho"] = [rho(int(a), int(b)) for a, b in zip(s["shared"], s["unique"])]
+    s["rho"] = [rho(int(a), int(b)) for a, b in zip(s["shared"], s["unique"])]  # whole model, for reference
+    # What tensor scope actually uses: the per-tensor ρ, summarised over the tensors that hold unique
+    # elements (the only ones λ scales), weighted by those elements.
+    spread = {agent: _weighted_quantiles(part["rho"], part["unique"]) for agent, part in g.groupby("agent", sort=False)}
+    for i, name in enumerate(("rho_tensor_min", "rho_tensor_median", "rho_tensor_max")):
+        s[name] = [spread.get(agent, (math.nan,) * 3)[i] for agent in s.index]
     return s.drop(columns="weighted").reset_index()
+
+
+def _weighted_quantiles(values: pd.Series, weights: pd.Series) -> tuple[float, float, float]:
+    """(min, weighted median, max) of `values` over entries with positive weight; NaNs when there are none."""
+    keep = weights > 0
+    v, w = values[keep].to_numpy(dtype=float), weights[keep].to_numpy(dtype=float)
+    if not len(v):
+        return (math.nan, math.nan, math.nan)
+    order = v.argsort()
+    v, w = v[order], w[order]
+    median = float(v[(w.cumsum() >= w.sum() / 2).argmax()])
+    return float(v[0]), median, float(v[-1])
 
 
 def signal_retention(result: AnalysisResult, eps: float, r: float, alpha: float, rule: str = "clip",

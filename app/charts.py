@@ -1,29 +1,66 @@
-"""Plotly figure builders (pure: frames in, figures out) and the one palette used by every chart."""
+"""Plotly figure builders (pure: frames in, figures out), the palettes, and `show` (theme, title, downloads)."""
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 import streamlit as st
 from plotly.subplots import make_subplots
 
 from merging import regions
 
-# Okabe-Ito: colour-blind safe; agent i always gets AGENT_PALETTE[i] in every chart.
-AGENT_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
-# Overlap count k: purple = unique to one agent, greys = shared (darker = more agents); no agent colour reused.
-OVERLAP_COLORS = ["#7B3294", "#C8C8C8", "#9A9A9A", "#6E6E6E", "#474747", "#2A2A2A"]
+# Okabe-Ito (colour-blind safe) without its yellow and black, which vanish on white and on dark backgrounds.
+AGENT_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#8C564B", "#7F7F7F"]
+# The toy's made-up agents A1…A5 (Paul Tol's muted colours): never mistaken for the real agents above.
+TOY_PALETTE = ["#CC6677", "#999933", "#882255", "#44AA99", "#DDCC77"]
+# Overlap count k: purple = unique to one agent, greys = shared (darker = more agents); readable on both themes.
+OVERLAP_COLORS = ["#7B3294", "#D0D0D0", "#A8A8A8", "#808080", "#5E5E5E", "#404040"]
+UNIQUE_COLOR, SHARED_COLOR = OVERLAP_COLORS[0], "#9A9A9A"
+UNIQUE_TEXT = "#9B59C5"  # the unique purple, light enough to read on the dark theme too
+NEUTRAL = "#8A8A8A"  # curves and reference lines: mid grey, legible on white and on the dark theme
 FONT = dict(family="Source Sans Pro, Arial, sans-serif", size=13)
+THEMES = {"light": dict(paper="#FFFFFF", ink="#31333F", grid="#E5E5E5", minor="#F2F2F2"),
+          "dark": dict(paper="rgba(0,0,0,0)", ink="#FAFAFA", grid="#3A3B40", minor="#26272B")}  # dark: page's own
+
+
+def _template(kind: str) -> go.layout.Template:
+    """A small plotly template per theme (plotly's own are large: applying one costs ~10 ms a figure, and the
+    Tune fragment draws several figures per slider move)."""
+    t = THEMES[kind]
+    axis = dict(gridcolor=t["grid"], zerolinecolor=t["grid"], linecolor=t["grid"], showgrid=True, zeroline=False,
+                automargin=True, ticks="", title=dict(standoff=12), minor=dict(gridcolor=t["minor"]))
+    return go.layout.Template(layout=dict(
+        paper_bgcolor=t["paper"], plot_bgcolor=t["paper"], font=dict(color=t["ink"], **FONT), colorway=AGENT_PALETTE,
+        xaxis=axis, yaxis=axis, hoverlabel=dict(font=dict(family=FONT["family"])), hovermode="closest",
+        coloraxis=dict(colorbar=dict(outlinewidth=0, ticks="")), legend=dict(bgcolor="rgba(0,0,0,0)")))
+
+
+TEMPLATES = {kind: _template(kind) for kind in THEMES}
+pio.templates["ram_light"], pio.templates["ram_dark"] = TEMPLATES["light"], TEMPLATES["dark"]
+pio.templates.default = "ram_light"  # every figure starts small and light; `styled` switches to dark when needed
+FIG_FORMAT_KEY = "fig_format"  # sidebar choice: what the chart's camera button downloads
+FIG_FORMATS = {"PNG (print, 3×)": "png", "SVG": "svg"}
+EXPORT_WIDTH, EXPORT_SCALE = 1000, 3  # a downloaded PNG is 3000 px wide: 10 in at 300 dpi
 
 
 def agent_colors(agents: list[str]) -> dict[str, str]:
-    """Colour of each agent, by its position in the selection (the same on every page)."""
-    return {a: AGENT_PALETTE[i % len(AGENT_PALETTE)] for i, a in enumerate(agents)}
+    """Colour of each agent, fixed by its name: agents are coloured in alphabetical order of their labels,
+    so the same agents listed in any order keep their colours on every page."""
+    order = sorted(dict.fromkeys(agents), key=lambda a: (a.lower(), a))
+    return {a: AGENT_PALETTE[order.index(a) % len(AGENT_PALETTE)] for a in agents}
+
+
+def toy_colors(names: list[str]) -> dict[str, str]:
+    """The toy's agents A1…An, by position (they are numbered), from a palette the real agents never use."""
+    return {n: TOY_PALETTE[i % len(TOY_PALETTE)] for i, n in enumerate(names)}
 
 
 def _layout(fig: go.Figure, height: int = 360, legend: bool = True, **kw) -> go.Figure:
-    fig.update_layout(template="plotly_white", height=height, font=FONT, margin=dict(l=10, r=10, t=40, b=10),
+    margin = kw.pop("margin", dict(l=10, r=10, t=40, b=10))
+    fig.update_layout(height=height, font=FONT, margin=margin,
                       showlegend=legend, legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0,
                                                      title_text=""), **kw)
     return fig
@@ -31,6 +68,27 @@ def _layout(fig: go.Figure, height: int = 360, legend: bool = True, **kw) -> go.
 
 def eps_label(eps: float) -> str:
     return "0" if eps == 0 else f"{eps:.0e}".replace("e-0", "e-")
+
+
+def pct(v: float) -> str:
+    """A share as a percentage that stays readable when small: 43 %, 4.3 %, 0.43 %, 0.043 %."""
+    p = 100 * v
+    if p == 0:
+        return "0%"
+    return f"{p:.0f}%" if p >= 10 else (f"{p:.1f}%" if p >= 1 else f"{p:.2g}%")
+
+
+def _log_or_linear(fig: go.Figure, log: bool, values: list[float], title: str, pct_axis: bool = True) -> None:
+    """Zoom the y axis to the data (linear from 0) or use a log axis, for small quantities."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if log:
+        positive = [v for v in finite if v > 0] or [1.0]
+        lo, hi = math.log10(min(positive)) - 0.3, math.log10(max(positive)) + 0.3
+        fig.update_yaxes(type="log", title=title + " — log scale", range=[lo, hi],
+                         **({"dtick": 1, "minor": dict(showgrid=True, dtick="D1")} if hi - lo >= 1.8 else {}))
+    else:
+        top = max(finite or [1.0])
+        fig.update_yaxes(title=title, range=[0, top * 1.18 if top > 0 else 1])
 
 
 # ---------------------------------------------------------------- Heterogeneity
@@ -46,55 +104,95 @@ def density_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     return _layout(fig, legend=False)
 
 
-def overlap_stacked(df: pd.DataFrame, agents: list[str]) -> go.Figure:
-    """Paper Fig. 2 right: of each agent's changed elements, how many agents changed them too."""
+def overlap_stacked(df: pd.DataFrame, agents: list[str], chance: dict[str, float] | None = None) -> go.Figure:
+    """Paper Fig. 2 right: of each agent's changed elements, how many agents changed them too. The unique
+    share (and its chance level) is written above each bar: a thin segment stays readable."""
     n = int(df["k"].max())
-    shades = OVERLAP_COLORS
     fig = go.Figure()
     for k in range(1, n + 1):
         part = df[df["k"] == k].set_index("agent").reindex(agents)
         name = "unique (only this agent)" if k == 1 else f"shared by {k} agents"
-        fig.add_bar(x=agents, y=100 * part["fraction"], name=name, marker_color=shades[(k - 1) % len(shades)],
+        fig.add_bar(x=agents, y=100 * part["fraction"], name=name, marker_color=OVERLAP_COLORS[(k - 1) % 6],
                     text=[f"{100 * v:.0f}%" if v >= 0.06 else "" for v in part["fraction"]], textposition="inside",
-                    hovertemplate=f"%{{x}}: %{{y:.1f}}% {name}<extra></extra>")
+                    customdata=part["count"], hovertemplate=f"%{{x}}: %{{y:.3g}}% {name} (%{{customdata:,}} "
+                                                            "elements)<extra></extra>")
+    uniq = df[df["k"] == 1].set_index("agent")["fraction"].reindex(agents).fillna(0.0)
+    for a in agents:
+        label = f"unique {pct(uniq[a])}" + (f"<br>chance {pct(chance[a])}" if chance and a in chance else "")
+        fig.add_annotation(x=a, y=100, text=label, showarrow=False, yanchor="bottom", font=dict(size=11,
+                                                                                             color=UNIQUE_TEXT))
     fig.update_layout(barmode="stack")
-    fig.update_yaxes(title="share of the agent's changed elements (%)", range=[0, 100])
+    fig.update_yaxes(title="share of the agent's changed elements (%)", range=[0, 118], tickvals=[0, 25, 50, 75, 100])
+    fig.update_xaxes(title="agent")
+    return _layout(fig, margin=dict(l=10, r=10, t=60, b=10))
+
+
+def unique_vs_chance_bars(df: pd.DataFrame, agents: list[str], log: bool = False) -> go.Figure:
+    """Measured unique share of each agent's changed elements, with the share independent random masks of
+    the same densities would give (◆): above chance means the agents' updates avoid each other."""
+    colors = agent_colors(agents)
+    d = df.set_index("agent").reindex(agents)
+    fig = go.Figure(go.Bar(x=agents, y=100 * d["unique_share"], name="measured", marker_color=[colors[a] for a in agents],
+                           text=[pct(v) for v in d["unique_share"]], textposition="outside", cliponaxis=False,
+                           hovertemplate="%{x}: %{y:.3g}% of its changed elements are unique<extra></extra>"))
+    fig.add_scatter(x=agents, y=100 * d["chance_unique_share"], mode="markers", name="chance (independent masks)",
+                    marker=dict(symbol="diamond", size=13, color=NEUTRAL, line=dict(color="white", width=1)),
+                    hovertemplate="%{x}: %{y:.3g}% by chance<extra></extra>")
+    _log_or_linear(fig, log, list(100 * d["unique_share"]) + list(100 * d["chance_unique_share"]),
+                   "unique share of changed elements (%)")
     fig.update_xaxes(title="agent")
     return _layout(fig)
 
 
-def layer_module_heatmaps(df: pd.DataFrame, agents: list[str]) -> go.Figure:
-    """Density per layer × module kind, one panel per agent, one shared colour scale."""
+def layer_module_heatmaps(df: pd.DataFrame, agents: list[str], value: str = "density", log: bool = False,
+                          colorbar: str = "changed<br>(%)", scale: float = 100.0) -> go.Figure:
+    """One value per layer × module kind (density by default), one panel per agent, one shared colour scale."""
     colors = agent_colors(agents)
     fig = make_subplots(rows=1, cols=len(agents), shared_yaxes=True, horizontal_spacing=0.03,
                         subplot_titles=[f"<b style='color:{colors[a]}'>{a}</b>" for a in agents])
-    zmax = max(1e-9, float(df["density"].max()) * 100)
+    vals = scale * df[value].astype(float)
+    if log:
+        vals = vals.where(vals > 0).map(lambda v: math.log10(v) if pd.notna(v) and math.isfinite(v) else None)
+    data = df.assign(_v=vals)
+    finite = [v for v in data["_v"] if v is not None and pd.notna(v) and math.isfinite(v)]
+    zmin, zmax = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    if not log:
+        zmin, zmax = 0.0, max(zmax, 1e-9)
     modules = [str(m) for m in df["module"].cat.categories] if hasattr(df["module"], "cat") else sorted(df["module"].unique())
     for i, agent in enumerate(agents, start=1):
-        part = df[df["agent"] == agent]
-        grid = part.assign(module=part["module"].astype(str)).pivot(index="module", columns="layer", values="density")
+        part = data[data["agent"] == agent]
+        grid = part.assign(module=part["module"].astype(str)).pivot(index="module", columns="layer", values="_v")
         grid = grid.reindex(modules)  # modules absent from a layer stay blank (NaN), not 0
         xs = ["emb/head" if c == -1 else str(c) for c in grid.columns]
-        fig.add_trace(go.Heatmap(z=100 * grid.values, x=xs, y=modules, coloraxis="coloraxis",
-                                 hovertemplate=f"{agent} · layer %{{x}} · %{{y}}: %{{z:.2f}}% changed<extra></extra>"),
+        raw = part.assign(module=part["module"].astype(str)).pivot(index="module", columns="layer", values=value)
+        raw = raw.reindex(modules)
+        fig.add_trace(go.Heatmap(z=grid.values, x=xs, y=modules, coloraxis="coloraxis", customdata=raw.values,
+                                 hovertemplate=f"{agent} · layer %{{x}} · %{{y}}: %{{customdata:.4g}}<extra></extra>"),
                       row=1, col=i)
         fig.update_xaxes(title_text="layer", row=1, col=i, type="category")
     fig.update_yaxes(title_text="module", row=1, col=1, autorange="reversed")
-    fig.update_layout(coloraxis=dict(colorscale="Viridis", cmin=0, cmax=zmax,
-                                     colorbar=dict(title=dict(text="changed<br>(%)", side="top"), thickness=12)))
+    bar = dict(title=dict(text=colorbar + ("<br>(log10)" if log else ""), side="top"), thickness=12)
+    fig.update_layout(coloraxis=dict(colorscale="Viridis", cmin=zmin, cmax=zmax, colorbar=bar))
     return _layout(fig, height=360, legend=False)
 
 
-def unique_share_lines(df: pd.DataFrame, agents: list[str]) -> go.Figure:
-    """Unique share of each agent's changed elements per layer (−1 = embeddings / head)."""
+def unique_share_lines(df: pd.DataFrame, agents: list[str], log: bool = False) -> go.Figure:
+    """Unique share of each agent's changed elements per layer (−1 = embeddings / head), with the chance level
+    of independent masks of that layer's densities (dotted, same colour)."""
     colors = agent_colors(agents)
     fig = go.Figure()
     for agent in agents:
         part = df[df["agent"] == agent].sort_values("layer")
-        fig.add_scatter(x=["emb/head" if v == -1 else str(v) for v in part["layer"]], y=100 * part["unique_share"],
-                        mode="lines+markers", name=agent, line=dict(color=colors[agent], width=2.5),
-                        hovertemplate=f"{agent} · layer %{{x}}: %{{y:.1f}}% unique<extra></extra>")
-    fig.update_yaxes(title="unique share of changed elements (%)", range=[0, 105])
+        xs = ["emb/head" if v == -1 else str(v) for v in part["layer"]]
+        fig.add_scatter(x=xs, y=100 * part["unique_share"], mode="lines+markers", name=agent,
+                        line=dict(color=colors[agent], width=2.5), legendgroup=agent,
+                        hovertemplate=f"{agent} · layer %{{x}}: %{{y:.3g}}% unique<extra></extra>")
+        if "chance_unique_share" in part:
+            fig.add_scatter(x=xs, y=100 * part["chance_unique_share"], mode="lines", name=f"{agent}: chance",
+                            line=dict(color=colors[agent], width=1.5, dash="dot"), legendgroup=agent,
+                            hovertemplate=f"{agent} · layer %{{x}}: %{{y:.3g}}% by chance<extra></extra>")
+    values = list(100 * df["unique_share"]) + (list(100 * df["chance_unique_share"]) if "chance_unique_share" in df else [])
+    _log_or_linear(fig, log, values, "unique share of changed elements (%)")
     fig.update_xaxes(title="layer", type="category")
     return _layout(fig)
 
@@ -111,40 +209,107 @@ def eps_curve(df: pd.DataFrame, agents: list[str], chosen: float | None = None) 
     labels = [eps_label(e) for e in sorted(df["eps"].unique())]
     if chosen is not None and eps_label(chosen) in labels:  # category axis: position = index of the label
         fig.add_shape(type="line", xref="x", yref="paper", x0=labels.index(eps_label(chosen)),
-                      x1=labels.index(eps_label(chosen)), y0=0, y1=1, line=dict(dash="dot", color="#555"))
+                      x1=labels.index(eps_label(chosen)), y0=0, y1=1, line=dict(dash="dot", color=NEUTRAL))
     fig.update_yaxes(title="changed parameters (% of all)", rangemode="tozero")
     fig.update_xaxes(title="ε (|τ| threshold, weight units)", type="category")
     return _layout(fig)
 
 
+def group_lines(df: pd.DataFrame, agents: list[str], by: str, value: str, title: str, log: bool,
+                hover: str) -> go.Figure:
+    """One value (ρ, λ, …) per layer (lines) or per module kind (grouped bars), one colour per agent."""
+    colors = agent_colors(agents)
+    fig = go.Figure()
+    clean = df.assign(_v=df[value].astype(float).where(lambda s: s.map(math.isfinite)))
+    for agent in agents:
+        part = clean[clean["agent"] == agent]
+        if by == "layer":
+            part = part.sort_values("layer")
+            xs = ["emb/head" if v == -1 else str(v) for v in part["layer"]]
+            fig.add_scatter(x=xs, y=part["_v"], mode="lines+markers", name=agent, connectgaps=False,
+                            line=dict(color=colors[agent], width=2.5),
+                            hovertemplate=f"{agent} · layer %{{x}}: {hover}=%{{y:.4g}}<extra></extra>")
+        else:
+            fig.add_bar(x=part["module"].astype(str), y=part["_v"], name=agent, marker_color=colors[agent],
+                        hovertemplate=f"{agent} · %{{x}}: {hover}=%{{y:.4g}}<extra></extra>")
+    fig.update_layout(barmode="group")
+    _log_or_linear(fig, log, list(clean["_v"].dropna()), title, pct_axis=False)
+    fig.update_xaxes(title=by if by == "layer" else "module kind", type="category")
+    return _layout(fig)
+
+
+def norms_conflicts(df: pd.DataFrame, agents: list[str]) -> go.Figure:
+    """Left: L2 norm of each agent's unique and shared updates. Right: sign conflicts, as a share of the
+    agent's shared elements (another active agent moved the weight the other way)."""
+    colors = agent_colors(agents)
+    d = df.set_index("agent").reindex(agents)
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.14,
+                        subplot_titles=["L2 norm of τ, unique vs shared part", "sign conflicts"])
+    fig.add_bar(x=agents, y=d["norm_unique"], name="unique part ‖τ_unique‖", marker_color=UNIQUE_COLOR, row=1, col=1,
+                customdata=100 * d["unique_energy_share"],
+                hovertemplate="%{x}: ‖τ_unique‖ = %{y:.4g} (%{customdata:.2g}% of ‖τ‖²)<extra></extra>")
+    fig.add_bar(x=agents, y=d["norm_shared"], name="shared part ‖τ_shared‖", marker_color=SHARED_COLOR, row=1, col=1,
+                hovertemplate="%{x}: ‖τ_shared‖ = %{y:.4g}<extra></extra>")
+    fig.add_bar(x=agents, y=100 * d["conflict_share"], marker_color=[colors[a] for a in agents], row=1, col=2,
+                showlegend=False, text=[pct(v) for v in d["conflict_share"]], textposition="outside", cliponaxis=False,
+                customdata=d["sign_conflicts"],
+                hovertemplate="%{x}: %{y:.3g}% of shared elements (%{customdata:,}) have a sign conflict<extra></extra>")
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text="L2 norm (weight units)", row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title_text="% of shared elements", row=1, col=2, rangemode="tozero")
+    fig.update_xaxes(title_text="agent", row=1, col=1)
+    fig.update_xaxes(title_text="agent", row=1, col=2)
+    _layout(fig, height=380)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0),
+                      margin=dict(l=10, r=10, t=30, b=10))
+    return fig
+
+
 # ---------------------------------------------------------------- Tune
 
-def lambda_curve(lam: pd.DataFrame, agents: list[str], r: float, alpha: float, rule: str) -> go.Figure:
-    """λ as a function of ρ for the chosen rule, with each agent's (ρ_t, λ_t) marked."""
+def lambda_curve(lam: pd.DataFrame, agents: list[str], r: float, alpha: float, rule: str,
+                 log: bool | None = None) -> go.Figure:
+    """λ as a function of ρ for the chosen rule, with each agent's (ρ_t, λ_t) marked. On a log ρ axis
+    (the default when the agents' ρ_t span more than the curve's bend) every agent is on the axis."""
     colors = agent_colors(agents)
-    # The interesting part of the curve is ρ ≲ 2α; agents beyond the range sit on the right edge (▶).
-    finite = [v for v in lam["rho"] if math.isfinite(v)]
-    top = min(max([3.0, alpha * 1.5] + [v * 1.15 for v in finite]), max(3.0, 2.5 * alpha))
-    xs = [top * i / 200 for i in range(201)]
+    finite = [v for v in lam["rho"] if math.isfinite(v) and v > 0]
+    if log is None:
+        log = bool(finite) and (max(finite) > 3 * max(alpha, 1.0) or min(finite) < 0.05)
+    if log:
+        lo = min(finite + [alpha if alpha > 0 else 1.0, 1.0]) / 4
+        hi = max(finite + [alpha if alpha > 0 else 1.0, 1.0]) * 4
+        xs = [lo * (hi / lo) ** (i / 300) for i in range(301)]
+    else:
+        hi = max([3.0, alpha * 1.5] + [v * 1.15 for v in finite])
+        xs = [hi * i / 300 for i in range(301)]
     ys = [regions.lambda_from_rho(x, r, alpha, rule) for x in xs]
     fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines", name=f"λ(ρ), {rule} rule",
-                               line=dict(color="#555", width=2), hoverinfo="skip"))
+                               line=dict(color=NEUTRAL, width=2), hoverinfo="skip"))
+    if rule == "clip" and alpha > 0:
+        fig.add_vline(x=alpha, line=dict(dash="dot", color=NEUTRAL), annotation_text=f"α = {alpha:g}",
+                      annotation_position="bottom right")
     for _, row in lam.iterrows():
-        beyond = not math.isfinite(row["rho"]) or row["rho"] > top
-        rho_text = "∞" if not math.isfinite(row["rho"]) else f"{row['rho']:.3g}"
-        fig.add_scatter(x=[top if beyond else row["rho"]], y=[row["lambda"]], mode="markers", name=row["agent"],
-                        marker=dict(color=colors.get(row["agent"], "#333"), size=13, line=dict(color="white", width=1.5),
-                                    symbol="triangle-right" if beyond else "circle"),
+        inf = not math.isfinite(row["rho"])
+        zero = row["rho"] <= 0
+        x = hi if inf else (xs[0] if (zero and log) else row["rho"])
+        rho_text = "∞" if inf else f"{row['rho']:.3g}"
+        fig.add_scatter(x=[x], y=[row["lambda"]], mode="markers", name=row["agent"],
+                        marker=dict(color=colors.get(row["agent"], NEUTRAL), size=13, line=dict(color="white", width=1.5),
+                                    symbol="triangle-right" if inf else "circle"),
                         hovertemplate=f"{row['agent']}: ρ={rho_text}, λ={row['lambda']:.4f}<extra></extra>",
                         cliponaxis=False)
-    fig.update_xaxes(title="ρ = shared / unique changed elements (ratio)", range=[0, top])
+    if log:
+        fig.update_xaxes(type="log", title="ρ = shared / unique changed elements (ratio, log scale)",
+                         range=[math.log10(xs[0]), math.log10(xs[-1])])
+    else:
+        fig.update_xaxes(title="ρ = shared / unique changed elements (ratio)", range=[0, hi])
     fig.update_yaxes(title="λ (unique-update scale, ×)", range=[0.98, max(ys) + 0.02 + 0.05 * r])
     return _layout(fig, height=340)
 
 
-def retention_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
+def retention_bars(df: pd.DataFrame, agents: list[str], colors: dict[str, str] | None = None) -> go.Figure:
     """Share of each agent's unique update that survives each method (agents keep their colours)."""
-    colors = agent_colors(agents)
+    colors = colors or agent_colors(agents)
     methods = list(dict.fromkeys(df["method"]))
     fig = go.Figure()
     for agent in agents:
@@ -152,11 +317,36 @@ def retention_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
         fig.add_bar(x=methods, y=100 * part["retention"], name=agent, marker_color=colors[agent],
                     text=[f"{100 * v:.0f}%" for v in part["retention"]], textposition="outside", cliponaxis=False,
                     hovertemplate=f"{agent} · %{{x}}: %{{y:.1f}}% of its unique update kept<extra></extra>")
-    fig.add_hline(y=100, line_dash="dot", line_color="#555", annotation_text="fine-tuned agent", annotation_position="top left")
+    fig.add_hline(y=100, line_dash="dot", line_color=NEUTRAL, annotation_text="fine-tuned agent",
+                  annotation_position="top left")
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="unique update kept (% of the agent's)", range=[0, max(140, 100 * df["retention"].max() + 20)])
     fig.update_xaxes(title="merge method")
     return _layout(fig, height=340)
+
+
+def compare_bars(cmp: pd.DataFrame, agents: list[str]) -> go.Figure:
+    """A | B: λ_t and the unique update RAM+ keeps (λ_t·‖τ_unique‖), per agent; B hatched."""
+    colors = agent_colors(agents)
+    d = cmp.set_index("agent").reindex(agents)
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+                        subplot_titles=["λ_t (unique-update scale)", "unique update kept, λ_t·‖τ_unique‖"])
+    for tag, pattern in (("A", ""), ("B", "/")):
+        for col, value, fmt in ((1, f"lambda_{tag}", ".4f"), (2, f"kept_{tag}", ".4g")):
+            fig.add_bar(x=[f"{a}" for a in agents], y=d[value], name=f"setting {tag}", legendgroup=tag,
+                        showlegend=col == 1, offsetgroup=tag, row=1, col=col,
+                        marker=dict(color=[colors[a] for a in agents], pattern_shape=pattern,
+                                    pattern_fillmode="overlay", line=dict(color=NEUTRAL, width=1)),
+                        text=[f"{v:{fmt}}" for v in d[value]], textposition="outside", cliponaxis=False,
+                        hovertemplate=f"%{{x}} · {tag}: %{{y:{fmt}}}<extra></extra>")
+    lam_hi = max(1.0, float(d[["lambda_A", "lambda_B"]].max().max()))
+    fig.update_yaxes(title_text="λ_t (×)", range=[0.9, lam_hi + 0.08 * (lam_hi - 0.9) + 0.02], row=1, col=1)
+    fig.update_yaxes(title_text="L2 norm (weight units)", rangemode="tozero", row=1, col=2)
+    fig.update_layout(barmode="group")
+    _layout(fig, height=380)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0),
+                      margin=dict(l=10, r=10, t=30, b=10))
+    return fig
 
 
 # ---------------------------------------------------------------- Signal dilution toy
@@ -178,8 +368,8 @@ def toy_heatmaps(panels: list[tuple[str, object]], zmax: float, colors: list[str
         fig.add_trace(go.Heatmap(z=grid, coloraxis="coloraxis", xgap=1, ygap=1,
                                  hovertemplate=f"{title} · row %{{y}}, col %{{x}}: τ=%{{z:.2f}}<extra></extra>"),
                       row=r, col=c)
-        fig.update_xaxes(showticklabels=False, row=r, col=c)
-        fig.update_yaxes(showticklabels=False, autorange="reversed", row=r, col=c)
+        fig.update_xaxes(showticklabels=False, showgrid=False, row=r, col=c)
+        fig.update_yaxes(showticklabels=False, showgrid=False, autorange="reversed", row=r, col=c)
     fig.update_layout(coloraxis=dict(colorscale="RdBu", cmid=0, cmin=-zmax, cmax=zmax,
                                      colorbar=dict(title=dict(text="τ (weight Δ)", side="top"), thickness=12)))
     return _layout(fig, height=190 * rows + 40, legend=False)
@@ -193,13 +383,37 @@ def table1_bars(df: pd.DataFrame, model_col: str, metrics: list[str], agents: li
     spare = [c for c in ["#555555", "#999999", *AGENT_PALETTE] if c not in colors.values()]
     fig = go.Figure()
     for i, m in enumerate(metrics):
-        color = colors.get(m) or ("#555555" if m == "avg" else spare[i % len(spare)])
+        color = colors.get(m) or (NEUTRAL if m == "avg" else spare[i % len(spare)])
         fig.add_bar(x=df[model_col].astype(str), y=df[m], name="average" if m == "avg" else f"{m} task",
                     marker_color=color,
                     hovertemplate=f"%{{x}} · {m}: %{{y:.1f}}<extra></extra>")
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="accuracy (%)", rangemode="tozero")
     fig.update_xaxes(title="model")
+    return _layout(fig, height=360)
+
+
+def fig3_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
+    """Paper Fig. 3 on the demo: for each agent, its own task's accuracy with only its unique region kept,
+    whole (unique) and divided by N (unique ÷ N), between the base and the full agent."""
+    colors = agent_colors(agents)
+    fig = go.Figure()
+    variants = [("base", "base", NEUTRAL, ""), ("unique", "unique region only", None, ""),
+                ("unique_div_N", "unique region ÷ N", None, "/"), ("agent", "full agent", None, "x")]
+    for variant, name, fixed, pattern in variants:
+        part = df[df["variant"] == variant].set_index("agent").reindex(agents)
+        if part["accuracy"].isna().all():
+            continue
+        fig.add_bar(x=agents, y=part["accuracy"], name=name,
+                    marker=dict(color=[fixed or colors[a] for a in agents], pattern_shape=pattern,
+                                pattern_fillmode="overlay", line=dict(color=NEUTRAL, width=1),
+                                opacity=0.55 if variant == "agent" else 1.0),
+                    text=[f"{v:.1f}" if pd.notna(v) else "" for v in part["accuracy"]], textposition="outside",
+                    cliponaxis=False, customdata=part["task"],
+                    hovertemplate=f"%{{x}} ({name}) on its task %{{customdata}}: %{{y:.1f}}%<extra></extra>")
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title="accuracy on the agent's own task (%)", rangemode="tozero")
+    fig.update_xaxes(title="agent whose unique region is kept")
     return _layout(fig, height=360)
 
 
@@ -221,14 +435,72 @@ def reward_curves(df: pd.DataFrame, agents: list[str], x: str, y: str, group: st
     return _layout(fig, height=340)
 
 
-# ---------------------------------------------------------------- rendering helper
+# ---------------------------------------------------------------- rendering
 
-def show(fig: go.Figure, data: pd.DataFrame, caption: str, name: str) -> None:
-    """A chart with its one-line caption and a CSV download of exactly the data it draws."""
+def theme() -> str:
+    """The theme the browser shows ('light' or 'dark'; Streamlit follows the system preference)."""
+    try:
+        kind = st.context.theme.type
+    except Exception:  # noqa: BLE001 — no browser context (bare script): light
+        kind = None
+    return "dark" if kind == "dark" else "light"
+
+
+def export_name(name: str, params: dict[str, object] | None) -> str:
+    """File name of a downloaded figure: the chart's name and its parameters, e.g.
+    'density_per_agent__eps-1e-5__agents-code+memory+tool'."""
+    parts = [name]
+    for key, value in (params or {}).items():
+        if isinstance(value, (list, tuple)):
+            value = "+".join(str(v) for v in value)
+        elif isinstance(value, float):
+            value = eps_label(value) if key in ("eps", "ε") else f"{value:g}"
+        parts.append(f"{key}-{value}")
+    text = "__".join(re.sub(r"[^A-Za-z0-9.+=-]+", "_", p).strip("_") for p in parts)
+    return text[:180]
+
+
+def styled(fig: go.Figure, title: str, subtitle: str = "", kind: str | None = None) -> go.Figure:
+    """The figure with its title (and a subtitle naming its parameters) and the page's theme. The title sits
+    in a band added above the plot (and above a legend or labels the figure already reserves room for)."""
+    band = 58 if subtitle else 36
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else 40
+    fig.update_layout(template=f"ram_{kind or theme()}",
+                      title=dict(text=f"<b>{title}</b>" + (f"<br><span style='font-size:12px;color:{NEUTRAL}'>"
+                                                          f"{subtitle}</span>" if subtitle else ""),
+                                 x=0, xanchor="left", xref="container", yref="container", y=1, yanchor="top",
+                                 pad=dict(t=24, l=12), font=dict(size=16)),  # pad: the first line's baseline
+                      margin=dict(t=top + band - (30 if fig.layout.showlegend is False else 0)),
+                      height=(fig.layout.height or 360) + band)
+    return fig
+
+
+def subtitle_of(params: dict[str, object] | None) -> str:
+    bits = []
+    for key, value in (params or {}).items():
+        if isinstance(value, (list, tuple)):
+            value = ", ".join(str(v) for v in value)
+        elif isinstance(value, float):
+            value = eps_label(value) if key in ("eps", "ε") else f"{value:g}"
+        bits.append(f"{'ε' if key == 'eps' else key} = {value}" if key != "agents" else f"agents: {value}")
+    return " · ".join(bits)
+
+
+def show(fig: go.Figure, data: pd.DataFrame, caption: str, name: str, *, title: str,
+         params: dict[str, object] | None = None) -> None:
+    """A titled chart with its one-line caption, a CSV download of exactly the data it draws, and a camera
+    button that downloads the figure (PNG at print scale or SVG, chosen in the sidebar) named after the chart
+    and its parameters."""
+    fmt = FIG_FORMATS.get(st.session_state.get(FIG_FORMAT_KEY, ""), "png")
+    styled(fig, title, subtitle_of(params))
+    filename = export_name(name, params)
     st.plotly_chart(fig, width="stretch", theme=None, key=f"chart_{name}",
-                    config={"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]})
+                    config={"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+                            "toImageButtonOptions": {"format": fmt, "filename": filename, "width": EXPORT_WIDTH,
+                                                     "height": int(fig.layout.height),
+                                                     "scale": EXPORT_SCALE if fmt == "png" else 1}})
     c1, c2 = st.columns([4, 1], vertical_alignment="top")
     c1.caption(caption)
-    c2.download_button("CSV", data.to_csv(index=False).encode(), file_name=f"{name}.csv", mime="text/csv",
+    c2.download_button("CSV", data.to_csv(index=False).encode(), file_name=f"{filename}.csv", mime="text/csv",
                        key=f"csv_{name}", icon=":material/download:", type="tertiary",
                        help="Download the data behind this chart")

@@ -14,8 +14,9 @@ from pathlib import Path
 import streamlit as st
 
 from merging.engine import Progress
-from merging.errors import MergeCancelled, RamStudioError
+from merging.errors import Cancelled, RamStudioError
 from merging.recipe import MergeSpec
+from merging.units import format_seconds
 
 
 class Busy(RamStudioError):
@@ -64,6 +65,45 @@ class EvalJob(_Timed):
     folder: Path = Path()
     label: str = ""
     row: dict | None = None  # accuracy (%) per task, as in the demo's Table 1
+    done: int = 0  # examples scored so far (counted per finished task)
+    total: int = 0
+    text: str = ""
+
+
+@dataclass
+class Task(_Timed):
+    """Any other long job (a Hub download, the Fig. 3 experiment): the worker function reports a fraction
+    and a line of text, and stops when `cancel` is set (status: running | done | failed | cancelled)."""
+
+    id: str = ""
+    kind: str = ""
+    owner: str = ""
+    label: str = ""
+    cancel: threading.Event = field(default_factory=threading.Event)
+    fraction: float = 0.0
+    text: str = ""
+    detail: object | None = None  # the worker's latest structured progress (e.g. per-file download state)
+    result: object | None = None
+    merges: bool = False  # holds the server's one merge slot while it runs
+
+
+def record_outcome(record: _Timed, fn, hint: str):
+    """Run a worker's body and record how it ended on `record` (done | cancelled | failed, with a readable
+    error, never a traceback); returns its result, or None."""
+    try:
+        result = fn()
+        record.status = "done"
+        return result
+    except Cancelled as exc:
+        record.status, record.error = "cancelled", (exc.message, exc.hint)
+    except RamStudioError as exc:
+        record.status, record.error = "failed", (exc.message, exc.hint)
+    except Exception as exc:  # noqa: BLE001 — shown to the user as one readable line
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        record.status, record.error = "failed", (f"unexpected {type(exc).__name__}: {text}", hint)
+    finally:
+        record.finished = time.time()
+    return None
 
 
 class JobManager:
@@ -74,10 +114,17 @@ class JobManager:
         self.jobs: dict[str, Job] = {}
         self.written_by: dict[Path, str] = {}  # output folder -> owner session
         self.evals: dict[str, EvalJob] = {}
+        self.tasks: dict[str, Task] = {}
+        self.last_download_end = 0.0  # when a download task last ended (download plans are cached until then)
 
-    def running(self) -> Job | None:
+    def running(self) -> Job | Task | None:
+        """The merge (or merging task) running in this server, if any."""
         with self._lock:
-            return next((j for j in self.jobs.values() if j.running), None)
+            return self._busy()
+
+    def _busy(self) -> Job | Task | None:
+        return next((j for j in [*self.jobs.values(), *(t for t in self.tasks.values() if t.merges)] if j.running),
+                    None)
 
     def get(self, job_id: str | None) -> Job | None:
         return self.jobs.get(job_id) if job_id else None
@@ -87,14 +134,7 @@ class JobManager:
         """Start `spec` in a worker thread; raises Busy (or a folder conflict) as a readable error."""
         out = Path(spec.out).expanduser().absolute()
         with self._lock:
-            busy = next((j for j in self.jobs.values() if j.running), None)
-            if busy is not None:
-                mine = busy.owner == owner
-                raise Busy(
-                    "a merge is already running " + ("in this session" if mine else "in another session")
-                    + f" (into {busy.out.name}, {busy.elapsed:.0f} s so far).",
-                    "One merge runs at a time per server: wait for it to finish"
-                    + (" or cancel it." if mine else ", then start yours."))
+            self._refuse_if_busy(owner)
             other = self.written_by.get(out)
             if other is not None and other != owner:
                 raise RamStudioError(f"output folder {out} was written by another session.",
@@ -107,6 +147,17 @@ class JobManager:
         job.thread.start()
         return job
 
+    def _refuse_if_busy(self, owner: str) -> None:
+        busy = self._busy()
+        if busy is None:
+            return
+        mine = busy.owner == owner
+        what = f"into {busy.out.name}" if isinstance(busy, Job) else busy.label
+        raise Busy("a merge is already running " + ("in this session" if mine else "in another session")
+                   + f" ({what}, {format_seconds(busy.elapsed)} so far).",
+                   "One merge runs at a time per server: wait for it to finish"
+                   + (" or cancel it." if mine else ", then start yours."))
+
     def _work(self, job: Job, overwrite: bool, counts: dict | None, runner) -> None:
         from merging.export import merge_to_folder
 
@@ -116,27 +167,17 @@ class JobManager:
         def on_count(p: Progress) -> None:
             job.phase, job.progress = "count", p
 
-        try:
-            run = runner or merge_to_folder
-            job.result = run(job.spec, overwrite=overwrite, counts=counts, progress=on_merge, cancel=job.cancel,
-                             count_progress=on_count)
-            job.status = "done"
-        except MergeCancelled:
-            job.status, job.error = "cancelled", ("merge cancelled; no output was written.", "")
-        except RamStudioError as exc:
-            job.status, job.error = "failed", (exc.message, exc.hint)
-        except Exception as exc:  # noqa: BLE001 — shown to the user as one readable line
-            text = str(exc).splitlines()[0] if str(exc) else ""
-            job.status, job.error = "failed", (f"unexpected {type(exc).__name__}: {text}",
-                                               "Check the output folder and the inputs, then try again.")
-        finally:
-            job.finished = time.time()
-            with self._lock:
-                if job.status != "done":
-                    self.written_by.pop(job.out, None)
+        run = runner or merge_to_folder
+        job.result = record_outcome(job, lambda: run(job.spec, overwrite=overwrite, counts=counts, progress=on_merge,
+                                                     cancel=job.cancel, count_progress=on_count),
+                                    "Check the output folder and the inputs, then try again.")
+        with self._lock:
+            if job.status != "done":
+                self.written_by.pop(job.out, None)
 
     def submit_eval(self, folder: Path, label: str, runner) -> EvalJob:
-        """Evaluate `folder` with `runner(folder) -> row` in a thread (one per folder at a time)."""
+        """Evaluate `folder` with `runner(folder, ev) -> row` in a thread (one per folder at a time); the
+        runner counts its progress in `ev.done` / `ev.total` (examples) and `ev.text`."""
         with self._lock:
             for ev in self.evals.values():
                 if ev.running and ev.folder == folder:
@@ -145,24 +186,39 @@ class JobManager:
             self.evals[ev.id] = ev
 
         def work() -> None:
-            try:
-                ev.row = runner(folder)
-                ev.status = "done"
-            except RamStudioError as exc:
-                ev.status, ev.error = "failed", (exc.message, exc.hint)
-            except Exception as exc:  # noqa: BLE001
-                text = str(exc).splitlines()[0] if str(exc) else ""
-                ev.status, ev.error = "failed", (f"unexpected {type(exc).__name__}: {text}",
-                                                 "Is this a model built from the demo base? Only those can be "
-                                                 "scored on the demo tasks.")
-            finally:
-                ev.finished = time.time()
+            ev.row = record_outcome(ev, lambda: runner(folder, ev),
+                                    "Is this a model built from the demo base? Only those can be scored on the demo "
+                                    "tasks.")
 
         threading.Thread(target=work, daemon=True, name=f"ram-eval-{ev.id}").start()
         return ev
 
+    def submit_task(self, kind: str, owner: str, label: str, fn, *, merges: bool = False) -> Task:
+        """Run `fn(task) -> result` in a thread. One task of a kind runs at a time per server (a second
+        submit of a running kind returns Busy); `merges` tasks also take the one merge slot."""
+        with self._lock:
+            if merges:
+                self._refuse_if_busy(owner)
+            other = next((t for t in self.tasks.values() if t.kind == kind and t.running), None)
+            if other is not None:
+                raise Busy(f"{other.label} is already running ({format_seconds(other.elapsed)} so far).",
+                           "Wait for it to finish" + (" or cancel it." if other.owner == owner else "."))
+            task = Task(id=uuid.uuid4().hex[:10], kind=kind, owner=owner, label=label, merges=merges)
+            self.tasks[task.id] = task
+
+        def work() -> None:
+            task.result = record_outcome(task, lambda: fn(task), "Check the inputs, then try again.")
+            if kind == "download":
+                self.last_download_end = task.finished
+
+        threading.Thread(target=work, daemon=True, name=f"ram-{kind}-{task.id}").start()
+        return task
+
+    def task(self, task_id: str | None) -> Task | None:
+        return self.tasks.get(task_id) if task_id else None
+
     def cancel(self, job_id: str) -> None:
-        job = self.jobs.get(job_id)
+        job = self.jobs.get(job_id) or self.tasks.get(job_id)
         if job is not None and job.running:
             job.cancel.set()
 
@@ -179,3 +235,12 @@ def session_id() -> str:
 
     ctx = get_script_run_ctx()
     return ctx.session_id if ctx is not None else "local"
+
+
+def cancel_row(record_id: str, owner: str, *, button: str, key: str, toast: str, caption: str) -> None:
+    """Under a running job's progress bar: Cancel (for the session that started it) and what happens meanwhile."""
+    c = st.columns([1, 4], vertical_alignment="center")
+    if c[0].button(button, icon=":material/stop_circle:", key=key, disabled=owner != session_id()):
+        manager().cancel(record_id)
+        st.toast(toast)
+    c[1].caption(caption)

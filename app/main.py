@@ -23,6 +23,24 @@ pages = [
 nav = st.navigation(pages)
 st.html("<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem;padding-bottom:3rem}</style>")
 
+def model_line(ref: str, label: str, color: str | None) -> str:
+    """One model in the sidebar: a colour dot, its label, and the end of its path or id (full text on hover)."""
+    from merging.refs import parse_ref
+
+    try:
+        r = parse_ref(ref)
+        where = (f"{r.repo_id}{'@' + r.revision if r.revision else ''}" if r.kind == "hub" else ref if r.kind == "demo"
+                 else "…/" + "/".join(Path(r.path).parts[-2:]))
+    except Exception:  # noqa: BLE001 — an unparsable reference is shown as typed
+        where = ref
+    dot = (f"<span style='display:inline-block;width:10px;height:10px;border-radius:50%;background:{color};"
+           "margin-right:6px'></span>") if color else ""
+    sub = "" if where == label else (f"<div style='font-size:0.72rem;opacity:0.65;margin-left:16px;overflow:hidden;"
+                                     f"text-overflow:ellipsis;white-space:nowrap'>{html.escape(where)}</div>")
+    return (f"<div title='{html.escape(ref, quote=True)}' style='font-size:0.85rem;margin:3px 0'>{dot}"
+            f"<code>{html.escape(label)}</code>{sub}</div>")
+
+
 with st.sidebar:
     st.markdown("### RAM Studio")
     st.caption("Reinforced Agent Merging: average what RL agents share, keep what is unique to each.")
@@ -30,14 +48,17 @@ with st.sidebar:
     if sel is None:
         st.caption("No models selected.")
     else:
-        st.markdown(f"**Base** `{sel.base}`")
+        labels = state.labels(sel)
+        colors = charts.agent_colors(labels[1:])  # by name: the same colour as in every chart
+        st.markdown("**Base**")
+        st.html(model_line(sel.base, labels[0], None))
         st.markdown("**Agents**")
-        colors = charts.agent_colors(list(sel.agents))  # the same colour as in every chart
-        st.html("".join(f"<div style='font-size:0.85rem;margin:2px 0'><span style='display:inline-block;width:10px;"
-                        f"height:10px;border-radius:50%;background:{c};margin-right:6px'></span>"
-                        f"<code>{html.escape(a)}</code></div>" for a, c in colors.items()))
+        st.html("".join(model_line(ref, label, colors[label]) for ref, label in zip(sel.agents, labels[1:])))
         if state.cached_analysis(sel) is not None:
             st.caption(":material/check_circle: analysis ready")
+    st.radio("Chart downloads (camera button)", list(charts.FIG_FORMATS), key=charts.FIG_FORMAT_KEY,
+             help="What a chart's camera button saves: a titled PNG at print scale (3000 px wide) or an SVG, "
+                  "named after the chart and its parameters.")
 
 try:
     nav.run()

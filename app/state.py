@@ -1,15 +1,15 @@
 """Session state, cached heavy objects and error display shared by every page (no maths here)."""
 from __future__ import annotations
 
-import contextlib
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
 from analysis.ladder import DEFAULT_LADDER
+from app import errors
 from merging.errors import RamStudioError
 from merging.refs import demo_names, demo_root
 from merging.units import format_bytes
@@ -53,6 +53,20 @@ class Selection:
         return self.base.startswith("demo:") and all(a.startswith("demo:") for a in self.agents)
 
 
+def labels(sel: Selection) -> list[str]:
+    """Short names of the base and the agents, as the analysis and the charts use them (agents made distinct)."""
+    from merging.checkpoint import unique_labels
+    from merging.refs import parse_ref
+
+    def label(ref: str) -> str:
+        try:
+            return parse_ref(ref).label
+        except RamStudioError:
+            return ref
+
+    return [label(sel.base), *unique_labels([label(a) for a in sel.agents])]
+
+
 def demo_selection() -> Selection | None:
     """demo:base plus every other demo model, when the demo is present."""
     names = demo_names()
@@ -88,6 +102,26 @@ def demo_accuracy() -> tuple["pd.DataFrame | None", str]:
     return None, ""
 
 
+def demo_fig3() -> tuple["pd.DataFrame | None", str]:
+    """The demo's Fig. 3 experiment (results/fig3.csv: unique-only merges with and without 1/N, scored, plus
+    base and full-agent rows) as tidy rows [agent, variant, task, split, accuracy %]; (None, why) when the
+    file is absent or unreadable. The one place that reads the file."""
+    import pandas as pd
+
+    from analysis.fig3 import Fig3FormatError, normalise
+
+    path = demo_results() / "fig3.csv"
+    if not path.exists():
+        return None, f"{path.name} is not in the demo's results yet"
+    try:
+        tidy = normalise(pd.read_csv(path))
+    except (OSError, ValueError, pd.errors.ParserError, Fig3FormatError) as exc:
+        return None, f"{path.name} could not be read ({str(exc).splitlines()[0][:160]})"
+    if tidy.empty:
+        return None, f"{path.name} has no rows"
+    return tidy, path.name
+
+
 def selection() -> Selection | None:
     """The current selection; the bundled demo by default (None if the demo is missing)."""
     if SEL_KEY not in st.session_state:
@@ -107,31 +141,9 @@ def tuned() -> dict:
     return st.session_state[TUNE_KEY]
 
 
-# ---------------------------------------------------------------- errors
+# ---------------------------------------------------------------- errors (app/errors.py; the pages call them here)
 
-def show_error(exc: BaseException, what: str = "") -> None:
-    """A readable error box: what went wrong and what to do; never a traceback."""
-    prefix = f"{what} failed: " if what else ""
-    if isinstance(exc, RamStudioError):
-        msg = f"**{prefix}{exc.message}**"
-        if exc.hint:
-            msg += f"\n\n{exc.hint}"
-    else:
-        text = str(exc).splitlines()[0] if str(exc) else ""
-        msg = (f"**{prefix}unexpected {type(exc).__name__}{': ' + text if text else ''}**\n\n"
-               "The rest of the app still works. Check the inputs; if it persists, run the same step "
-               "with the `ram-studio` command to see full details.")
-    st.error(msg, icon=":material/error:")
-
-
-@contextlib.contextmanager
-def guard(what: str = "") -> Iterator[None]:
-    """Run a block; any error becomes an `st.error` and the rest of the page keeps working."""
-    try:
-        yield
-    except Exception as exc:  # noqa: BLE001 — every failure is shown, none is raised to the user
-        show_error(exc, what)
-
+show_error, guard = errors.show_error, errors.guard
 
 def no_selection_note() -> None:
     st.info("No models selected yet: the bundled demo was not found. Choose models on the **Models** page "
@@ -221,11 +233,12 @@ def analysis_or_stop(sel: Selection | None, *, allow_download: bool = False):
         return res
     hub = [r for r in (sel.base, *sel.agents) if is_uncached_hub(r)]
     if hub and not allow_download:
+        from app import downloads
+
         st.warning(f"{len(hub)} of the selected models are on the Hugging Face Hub and not downloaded yet. "
                    "The analysis reads every weight once, so they must be downloaded first.",
                    icon=":material/cloud_download:")
-        if not st.button("Download and analyse", key="download_and_analyse"):
-            st.caption("See the **Models** page for the download size and time estimate.")
+        if not downloads.panel(hub, what="the analysis"):
             st.stop()
     res = run_analysis(sel)
     if res is None:

@@ -28,7 +28,14 @@ class RamStudioError(Exception):
         return f"{self.message} {self.hint}".strip() if self.hint else self.message
 
 
-class MergeCancelled(RamStudioError):
+class Cancelled(RamStudioError):
+    """A long operation (merge, analysis, download) stopped because the caller asked it to."""
+
+    def __init__(self, message: str = "cancelled.", hint: str = "") -> None:
+        super().__init__(message, hint)
+
+
+class MergeCancelled(Cancelled):
     """Raised inside the engine when the caller asked to stop; nothing is left on disk."""
 
     def __init__(self) -> None:

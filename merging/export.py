@@ -23,13 +23,14 @@ from .device import pick_device
 from .engine import ProgressFn, output_plan, stream_merge
 from .errors import RamStudioError
 from .fingerprint import Fingerprinter, refuse_identical_agents
+from .mergekit_config import to_mergekit_yaml
 from .methods import get_method
 from .model_card import render_card
 from .placement import (FolderTarget, TargetLock, check_output_folder, commit, create_parents, discard,
                         make_temp_folder, protected_paths)
 from .recipe import OUT_DTYPES, MergeSpec, fingerprint_mismatches, recipe_document, write_recipe
 from .regions import rho
-from .side_files import copy_side_files, is_side_file
+from .side_files import base_float_dtype, copy_side_files, is_side_file
 from .units import format_bytes, parse_size
 from .writer import ShardSetWriter, plan_shards
 
@@ -81,13 +82,14 @@ def open_inputs(spec: MergeSpec, min_agents: int) -> _Inputs:
 def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: bool = False,
                     expected_inputs: list[dict[str, Any]] | None = None,
                     counts: dict[str, list[int]] | None = None, progress: ProgressFn | None = None,
-                    count_progress: ProgressFn | None = None,
-                    cancel: threading.Event | None = None) -> MergeResult:
+                    count_progress: ProgressFn | None = None, cancel: threading.Event | None = None,
+                    provenance: dict[str, Any] | None = None) -> MergeResult:
     """Run `spec` end to end and write the merged model folder atomically.
 
     `counts` (whole-model shared/unique counts at the method's ε, e.g. from a cached analysis) saves the
     counting pass global ρ otherwise needs; `expected_inputs` (a recipe's recorded inputs) makes the
-    merge refuse inputs whose content changed; `allow_noop` writes a merge that changes nothing."""
+    merge refuse inputs whose content changed; `allow_noop` writes a merge that changes nothing;
+    `provenance` (e.g. the mergekit config it came from) is recorded in the recipe."""
     t0 = time.perf_counter()
     method = get_method(spec.method)
     params = method.resolve_params(spec.params)
@@ -96,6 +98,8 @@ def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: boo
     pick_device(spec.device)
     parse_size(spec.shard_size)
     ins = open_inputs(spec, method.min_agents)
+    if expected_inputs is not None:  # sizes and headers can be compared now; contents once they are read
+        _refuse_changed(expected_inputs, [_file_identity(c, None) for c in [ins.base, *ins.agents]], content=False)
     inputs = protected_paths([(c.ref.raw, c.folder) for c in [ins.base, *ins.agents]])
     target = check_output_folder(spec.out, inputs, overwrite=overwrite, side_file_ok=is_side_file)
     create_parents(target)
@@ -106,7 +110,7 @@ def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: boo
                                                   side_file_ok=is_side_file).replaces
             lambdas, notes = _merge_into(target, spec, params, ins, allow_noop=allow_noop, counts=counts,
                                          expected_inputs=expected_inputs, progress=progress,
-                                         count_progress=count_progress, cancel=cancel)
+                                         count_progress=count_progress, cancel=cancel, provenance=provenance)
     except BaseException:
         discard(None, target)  # the parent folders this merge created (the lock file is gone now)
         raise
@@ -117,8 +121,8 @@ def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: boo
 
 def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], ins: _Inputs, *, allow_noop: bool,
                 counts: dict[str, list[int]] | None, expected_inputs: list[dict[str, Any]] | None,
-                progress: ProgressFn | None, count_progress: ProgressFn | None,
-                cancel: threading.Event | None) -> tuple[list[dict[str, Any]] | None, list[str]]:
+                progress: ProgressFn | None, count_progress: ProgressFn | None, cancel: threading.Event | None,
+                provenance: dict[str, Any] | None) -> tuple[list[dict[str, Any]] | None, list[str]]:
     """The merge proper, with the target locked: counts (if needed), stream, check, write, commit."""
     method = get_method(spec.method)
     device = pick_device(spec.device)
@@ -155,15 +159,21 @@ def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], i
                 raise RamStudioError(
                     f"this merge changes nothing: every output value equals the base's ({_param_text(params)}).",
                     "Check the parameters (a drop rate near 1, a huge ε or a tiny density remove every update); "
-                    "pass --allow-noop to write it anyway.")
+                    "to write it anyway, use the CLI's --allow-noop.")
             notes.append("WARNING: this merge changes nothing; the weights equal the base's (written on request).")
         index = sink.finish()
         if len(sink.names) > 1:
             (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
         copy_side_files(ins.base, tmp, spec.out_dtype)
         recorded = spec_with(spec, params)
-        recipe_path = write_recipe(tmp, recipe_document(recorded, identities, {"lambdas": lambdas, "notes": notes}))
-        (tmp / "README.md").write_text(render_card(recorded, ins.labels, lambdas, recipe_path.read_text(), notes))
+        mergekit = to_mergekit_yaml(recorded, {c.ref.raw: str(c.folder) for c in models if c.ref.kind == "demo"},
+                                    spec.out_dtype or base_float_dtype(ins.base))
+        if mergekit[0] is not None:
+            (tmp / "mergekit.yaml").write_text(mergekit[0])
+        extra = {"lambdas": lambdas, "notes": notes, **(provenance or {})}
+        recipe_path = write_recipe(tmp, recipe_document(recorded, identities, extra))
+        (tmp / "README.md").write_text(render_card(recorded, ins.labels, lambdas, recipe_path.read_text(), notes,
+                                                   mergekit))
         commit(tmp, target)
     except BaseException:
         discard(tmp, target)
@@ -195,20 +205,29 @@ def _identities(models: list[Checkpoint], prints: list[dict[str, Any]], labels: 
     refuse_identical_agents(labels, prints[1:])
     out = []
     for c, label, fp in zip(models, ["base", *labels], prints):
-        files = [{"name": h.path.name, "size": h.file_size, "header_sha256": h.header_sha256,
-                  "xxh3_128": fp["files"][h.path.name]} for h in c.headers]
         # A Hub snapshot folder is named by its commit hash: record it, so a recipe pins what was merged.
         out.append({"ref": c.ref.raw, "label": label, "revision": c.ref.revision,
                     "commit": c.folder.name if c.ref.kind == "hub" else None,
-                    "weights_xxh3_128": fp["weights_xxh3_128"], "files": files})
+                    "weights_xxh3_128": fp["weights_xxh3_128"], **_file_identity(c, fp)})
     if expected is not None:
-        problems = fingerprint_mismatches(expected, out)
-        if problems:
-            raise RamStudioError(f"the inputs differ from those the recipe recorded: {'; '.join(problems[:3])}"
-                                 + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "") + ".",
-                                 "Point the recipe at the original models, or pass --allow-changed-inputs to "
-                                 "merge the models as they are now.")
+        _refuse_changed(expected, out, content=True)
     return out
+
+
+def _file_identity(c: Checkpoint, fp: dict[str, Any] | None) -> dict[str, Any]:
+    """Each weight file's name, size, header hash and (once read) content fingerprint."""
+    return {"label": c.label, "files": [{"name": h.path.name, "size": h.file_size, "header_sha256": h.header_sha256,
+                                         **({"xxh3_128": fp["files"][h.path.name]} if fp else {})}
+                                        for h in c.headers]}
+
+
+def _refuse_changed(expected: list[dict[str, Any]], found: list[dict[str, Any]], content: bool) -> None:
+    problems = fingerprint_mismatches(expected, found, content)
+    if problems:
+        raise RamStudioError(f"the inputs differ from those the recipe recorded: {'; '.join(problems[:3])}"
+                             + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "") + ".",
+                             "Point the recipe at the original models, or pass --allow-changed-inputs to "
+                             "merge the models as they are now.")
 
 
 def _lambda_rows(labels: list[str], counts: dict[str, list[int]] | None, shared: dict[str, Any]):

@@ -125,6 +125,38 @@ def written_by_us(folder: Path, side_file_ok) -> str | None:
     return None
 
 
+def is_model_folder(folder: Path) -> bool:
+    """A folder that holds a model: config.json next to safetensors weights, or a RAM Studio recipe."""
+    try:
+        if (folder / RECIPE_NAME).is_file():
+            return True
+        return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
+    except OSError:
+        return False
+
+
+def enclosing_model_folder(real: Path) -> Path | None:
+    """The nearest existing ancestor of `real` that is a model folder (an output must never go inside one)."""
+    for ancestor in real.parents:
+        if ancestor.exists() and is_model_folder(ancestor):
+            return ancestor
+    return None
+
+
+def suggest_output_name(base_label: str, spec_fields: dict) -> str:
+    """A folder name for a merge: `<base label>-<method>-<8 hex digits of the settings>`.
+
+    Different settings never share a default folder, the same settings always get the same one; the label
+    keeps only letters, digits, '.', '_' and '-' (a path's separators never leak into the name)."""
+    import hashlib
+    import re
+
+    label = re.sub(r"[^A-Za-z0-9._-]+", "_", base_label).strip("._-")[:40] or "model"
+    digest = hashlib.sha256(json.dumps(spec_fields, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    method = re.sub(r"[^A-Za-z0-9_]+", "_", str(spec_fields.get("method", "merge")))
+    return f"{label}-{method}-{digest}"
+
+
 @dataclass
 class FolderTarget:
     """A checked output folder: where it goes, and the folder it may replace (its identity at check time)."""
@@ -146,6 +178,11 @@ def check_output_folder(out: str | Path, inputs: list[Protected], *, overwrite: 
     _clash(real, inputs, "output folder")
     if real.exists() and not real.is_dir():
         raise RamStudioError(f"the output path {path} is a file.", "Choose a folder path.")
+    holder = enclosing_model_folder(real)
+    if holder is not None:
+        raise RamStudioError(f"the output folder {path} would sit inside the model folder {holder}.",
+                             "Write each merged model into its own folder beside other models, never inside "
+                             "one (for example merged-models/NAME).")
     ancestor = real.parent
     while not ancestor.exists():
         ancestor = ancestor.parent

@@ -146,8 +146,10 @@ def read_recipe(path: Path) -> tuple[MergeSpec, dict[str, Any]]:
     return spec, doc
 
 
-def fingerprint_mismatches(recorded: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[str]:
-    """What differs between the inputs a recipe recorded and the inputs found now (files and contents)."""
+def fingerprint_mismatches(recorded: list[dict[str, Any]], current: list[dict[str, Any]],
+                           content: bool = True) -> list[str]:
+    """What differs between the inputs a recipe recorded and the inputs found now: file names, sizes and
+    header hashes, and (with `content`) the content fingerprints the streaming read computed."""
     problems = []
     for i, (old, new) in enumerate(zip(recorded, current)):
         label = printable(new.get("label") or old.get("label") or f"input {i}", 80)
@@ -158,9 +160,13 @@ def fingerprint_mismatches(recorded: list[dict[str, Any]], current: list[dict[st
             continue
         for name, f in new_files.items():
             o = old_files[name]
-            if "xxh3_128" not in o:
+            if o.get("size") != f["size"] or o.get("header_sha256") != f["header_sha256"]:
+                problems.append(f"{label}: {printable(name, 80)} has changed since the recipe was written")
+            elif not content:
+                continue
+            elif "xxh3_128" not in o:
                 problems.append(f"{label}: the recipe has no content fingerprint for {printable(name, 80)}")
-            elif o.get("size") != f["size"] or o.get("xxh3_128") != f["xxh3_128"]:
+            elif o.get("xxh3_128") != f["xxh3_128"]:
                 problems.append(f"{label}: {printable(name, 80)} has changed since the recipe was written")
     if len(recorded) != len(current):
         problems.append(f"the recipe records {len(recorded)} inputs, the spec has {len(current)}")

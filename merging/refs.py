@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import RamStudioError
+from .errors import RamStudioError, printable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUNDLED_DEMO_ROOT = REPO_ROOT / "assets" / "demo" / "models"
@@ -26,11 +26,14 @@ class ModelRef:
 
     @property
     def label(self) -> str:
+        """Demo name, repo name or folder name, with control characters escaped (it is shown everywhere)."""
         if self.kind == "demo":
-            return self.raw[len(DEMO_PREFIX):]
-        if self.kind == "hub":
-            return self.repo_id.split("/", 1)[1] if self.repo_id else self.raw
-        return self.path.name if self.path else self.raw
+            text = self.raw[len(DEMO_PREFIX):]
+        elif self.kind == "hub":
+            text = self.repo_id.split("/", 1)[1] if self.repo_id else self.raw
+        else:
+            text = self.path.name if self.path else self.raw
+        return printable(text, 120)
 
 
 def parse_ref(text: str) -> ModelRef:
@@ -49,6 +52,20 @@ def parse_ref(text: str) -> ModelRef:
         return ModelRef(text, "hub", repo_id=m["repo"], revision=m["rev"])
     raise RamStudioError(f"model path {text!r} does not exist.",
                          "Check the path, or use a Hub id (org/name[@revision]) or demo:base.")
+
+
+def hub_repos(refs: list[str]) -> list[tuple[str, str | None]]:
+    """(repo id, revision) of every Hub reference among `refs`, once each; other references are skipped
+    (a reference that cannot be parsed too: the command that reads it reports it)."""
+    out: list[tuple[str, str | None]] = []
+    for ref in refs:
+        try:
+            r = parse_ref(ref)
+        except RamStudioError:
+            continue
+        if r.kind == "hub" and r.repo_id and (r.repo_id, r.revision) not in out:
+            out.append((r.repo_id, r.revision))
+    return out
 
 
 def demo_root() -> Path:

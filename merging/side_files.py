@@ -33,7 +33,7 @@ def copy_side_files(base: Checkpoint, folder: Path, out_dtype: str | None) -> li
     written = []
     cfg = dict(base.config or {})
     if cfg:
-        dtype = CODE_TO_NAME.get(out_dtype or _float_dtype(base) or "", None)
+        dtype = CODE_TO_NAME.get(out_dtype or base_float_dtype(base) or "", None)
         if dtype:
             cfg["torch_dtype"] = dtype
             if "dtype" in cfg:
@@ -54,6 +54,7 @@ def copy_side_files(base: Checkpoint, folder: Path, out_dtype: str | None) -> li
     return written
 
 
-def _float_dtype(base: Checkpoint) -> str | None:
+def base_float_dtype(base: Checkpoint) -> str | None:
+    """The float dtype holding most of the base's parameters (what a merge writes by default)."""
     codes = {e.dtype for e in base.tensors.values() if e.dtype in FLOAT_CODES}
     return max(codes, key=lambda c: sum(e.numel for e in base.tensors.values() if e.dtype == c)) if codes else None

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from merging.errors import MergeCancelled, RamStudioError, printable
+from merging.errors import Cancelled, MergeCancelled, RamStudioError, printable
 
 PROG = "ram-studio"
 
@@ -38,6 +38,91 @@ def _progress_printer(label: str):
         sys.stderr.flush()
 
     return show
+
+
+def _download_printer():
+    """Download progress on stderr: overall percent, bytes, rate and ETA, and the current file. On a terminal
+    one line is rewritten in place; otherwise a line is printed per finished file and every 5 seconds."""
+    import time
+
+    from merging.units import format_bytes, format_seconds
+
+    tty = sys.stderr.isatty()
+    state = {"file": None, "files_done": -1, "printed": 0.0}
+
+    def show(p) -> None:
+        eta = f"  ETA {format_seconds(p.eta)}" if p.eta is not None and p.done < p.total else ""
+        file_pct = f"{100 * p.file_done / p.file_total:.0f}%" if p.file_total else "–"
+        line = (f"download: {100 * p.fraction:5.1f}%  {format_bytes(p.done)} of {format_bytes(p.total)}  "
+                f"{format_bytes(p.rate)}/s{eta}  [{p.files_done}/{p.files_total} files] "
+                f"{printable(p.repo_id)} {printable(p.file)} {file_pct}")
+        now = time.monotonic()
+        if tty:
+            sys.stderr.write("\r\033[K" + line)
+            if p.done >= p.total:
+                sys.stderr.write("\n")
+        elif p.files_done != state["files_done"] or now - state["printed"] >= 5 or p.done >= p.total:
+            sys.stderr.write(line + "\n")
+            state["printed"] = now
+        state["files_done"] = p.files_done
+        sys.stderr.flush()
+
+    return show
+
+
+def _describe_plan(plan) -> list[str]:
+    """What a download needs, in lines: per repo its files and size, then the total, where and the free space."""
+    from merging.units import format_bytes
+
+    lines = [f"{printable(r.repo_id)} @ {r.commit[:12]}: {len(r.files)} files, "
+             f"{format_bytes(sum(f.size for f in r.files))}" for r in plan.repos]
+    if plan.remaining == 0:
+        lines.append(f"everything is already in the cache ({plan.cache_dir}).")
+    else:
+        kept = plan.cached + plan.partial
+        lines.append(f"to download: {format_bytes(plan.remaining)}"
+                     + (f" ({format_bytes(kept)} already in the cache, partial files resume)" if kept else "")
+                     + f" into {plan.cache_dir} (the Hugging Face cache; {format_bytes(plan.free())} free)")
+    return lines
+
+
+def _prefetch(refs, quiet: bool, stop=None) -> None:
+    """Download the Hub models among `refs` that are not in the cache yet, with progress, before a command
+    reads them (the command itself then opens them from the cache)."""
+    from merging.refs import hub_repos
+
+    hub = hub_repos(list(refs))
+    if not hub:
+        return
+    from merging.hub import download, offline_mode, plan_download
+
+    if offline_mode():
+        return  # the command says what is missing from the cache
+    plan = plan_download(hub)
+    if plan.remaining == 0:
+        return
+    if not quiet:
+        for line in _describe_plan(plan):
+            print(f"download: {line}", file=sys.stderr)
+    download(plan, progress=None if quiet else _download_printer(), cancel=stop)
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from merging.hub import download, plan_download
+    from merging.refs import hub_repos
+
+    plan = plan_download(hub_repos(list(args.models)))
+    if not plan.repos:
+        raise RamStudioError("no Hugging Face repo ids given.", "Give ids like org/name or org/name@revision.")
+    for line in _describe_plan(plan):
+        print(line)
+    if plan.remaining == 0:
+        return 0
+    with _stop_on_signal() as stop:
+        folders = download(plan, progress=None if args.quiet else _download_printer(), cancel=stop)
+    for repo_id, folder in folders.items():
+        print(f"{printable(repo_id)}: {folder}")
+    return 0
 
 
 def _ladder(text: str) -> list[float]:
@@ -66,6 +151,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from merging.compat import ModelHeaders, check_compatibility
     from merging.placement import write_file_atomically
 
+    with _stop_on_signal() as stop:
+        _prefetch([args.base, *args.agents], False, stop)
     base = open_checkpoint(args.base)
     agents = [open_checkpoint(a) for a in args.agents]
     out = _file_output(args.json, [base, *agents], args.overwrite)
@@ -98,6 +185,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from merging.checkpoint import open_checkpoint
     from merging.placement import write_file_atomically
 
+    with _stop_on_signal() as stop:
+        _prefetch([args.base, *args.agents], args.quiet, stop)
     base = open_checkpoint(args.base)
     agents = [open_checkpoint(a) for a in args.agents]
     json_out = _file_output(args.json, [base, *agents], args.overwrite)
@@ -166,13 +255,14 @@ def _cached_counts(spec) -> dict | None:
     return None if eps is None else cached_counts(spec.base, spec.agents, eps, spec.on_mismatch)
 
 
-def _run_spec(spec, args: argparse.Namespace, expected_inputs=None) -> int:
+def _run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=None) -> int:
     from merging.export import merge_to_folder
     from merging.units import format_bytes
 
     with _stop_on_signal() as stop:
+        _prefetch([spec.base, *spec.agents], args.quiet, stop)
         result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop,
-                                 expected_inputs=expected_inputs, counts=_cached_counts(spec),
+                                 expected_inputs=expected_inputs, counts=_cached_counts(spec), provenance=provenance,
                                  progress=None if args.quiet else _progress_printer("merge"),
                                  count_progress=None if args.quiet else _progress_printer("count"), cancel=stop)
     print(f"wrote {result.out} ({format_bytes(result.bytes_written)} in {len(result.files)} files, "
@@ -194,13 +284,48 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Re-run a ram_recipe.json, or run a mergekit YAML config (for the methods both tools have)."""
     from merging.recipe import read_recipe
 
-    spec, doc = read_recipe(Path(args.recipe))
+    path = Path(args.recipe)
+    if _is_yaml(path):
+        from merging.mergekit_config import read_mergekit_yaml
+
+        if not args.out:
+            raise RamStudioError("a mergekit config names no output folder.", "Pass --out DIR.")
+        try:
+            text = path.read_bytes()[:(1 << 20) + 1].decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RamStudioError(f"cannot read {path} as UTF-8 text ({getattr(exc, 'strerror', None) or 'bad bytes'}).",
+                                 "Give a mergekit YAML file.") from None
+        config = read_mergekit_yaml(text)
+        config.spec.out = args.out
+        if args.device:
+            config.spec.device = args.device
+        for note in config.notes:
+            print(f"note: {note}.", file=sys.stderr)
+        return _run_spec(config.spec, args, provenance={"mergekit_config": text})
+    spec, doc = read_recipe(path)
     if args.out:
         spec.out = args.out
+    if args.device:
+        spec.device = args.device
     expected = None if args.allow_changed_inputs else doc.get("inputs", [])
     return _run_spec(spec, args, expected)
+
+
+def _is_yaml(path: Path) -> bool:
+    """A mergekit config (by its name, or by content that is not a JSON object) rather than our recipe."""
+    if path.suffix.lower() in (".yml", ".yaml"):
+        return True
+    if path.is_dir() or path.suffix.lower() == ".json":
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64).lstrip()
+    except OSError:
+        return False
+    return bool(head) and not head.startswith(b"{")
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
@@ -280,13 +405,22 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
     writing(sp)
     sp.set_defaults(func=cmd_merge)
 
-    sp = sub.add_parser("run", help="re-run a merge from its ram_recipe.json")
-    sp.add_argument("recipe")
-    sp.add_argument("--out", help="write here instead of ./NAME (the recipe's output folder name)")
+    sp = sub.add_parser("run", help="re-run a merge from its ram_recipe.json, or run a mergekit YAML config")
+    sp.add_argument("recipe", metavar="RECIPE_OR_CONFIG",
+                    help="a ram_recipe.json (or the folder holding one), or a mergekit config (*.yml / *.yaml)")
+    sp.add_argument("--out", help="output folder (required for a mergekit config; for a recipe the default is "
+                                  "./NAME, the recipe's output folder name)")
+    sp.add_argument("--device", help="override the device: auto, cpu or cuda")
     sp.add_argument("--allow-changed-inputs", action="store_true",
                     help="merge even if the inputs' content differs from what the recipe recorded")
     writing(sp)
     sp.set_defaults(func=cmd_run)
+
+    sp = sub.add_parser("download", help="download Hub models into the Hugging Face cache, with progress "
+                                         "(resumes an interrupted download)")
+    sp.add_argument("models", nargs="+", help="Hub ids: org/name or org/name@revision")
+    sp.add_argument("--quiet", action="store_true")
+    sp.set_defaults(func=cmd_download)
 
     sp = sub.add_parser("methods", help="list merge methods and their parameters")
     sp.set_defaults(func=cmd_methods)
@@ -346,6 +480,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except (MergeCancelled, KeyboardInterrupt):
         print("error: interrupted; nothing was written.", file=sys.stderr)
+        return 130
+    except Cancelled as exc:  # e.g. a download: what was kept, and that the next run resumes
+        print(f"error: {exc}", file=sys.stderr)
         return 130
     except RamStudioError as exc:
         print(f"error: {exc}", file=sys.stderr)

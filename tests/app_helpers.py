@@ -34,3 +34,13 @@ def app_env(tmp: Path, use_real_demo: bool | None = None) -> dict[str, str]:
     if not use_real_demo:
         env["RAM_STUDIO_DEMO_ROOT"] = str(build_demo(tmp / "demo"))
     return env
+
+
+def reload_hub_client() -> None:
+    """huggingface_hub reads HF_ENDPOINT, HF_HUB_CACHE and HF_HUB_OFFLINE when its constants module loads: after
+    changing them in a test process, reload it (else a test meant to be offline may still try the network)."""
+    import importlib
+
+    import huggingface_hub.constants as c
+
+    importlib.reload(c)

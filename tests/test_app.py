@@ -1,6 +1,8 @@
 """Streamlit AppTest tests of every page: demo loaded → analysis → tuning → merge → readable errors."""
 from __future__ import annotations
 
+import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -9,7 +11,9 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from tests.app_helpers import APP_MAIN, app_env
+from tests.app_helpers import APP_MAIN, app_env, reload_hub_client
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -20,15 +24,39 @@ def env(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         for k, v in app_env(tmp).items():
             mp.setenv(k, v)
+        reload_hub_client()  # offline for real: the client read HF_HUB_OFFLINE when it was first imported
         st.cache_resource.clear()
         st.cache_data.clear()
         yield tmp
+    reload_hub_client()
     st.cache_resource.clear()
     st.cache_data.clear()
 
 
 def new_app() -> AppTest:
     return AppTest.from_file(str(APP_MAIN), default_timeout=120)
+
+
+def figure(at: AppTest, key: str):
+    """The plotly figure a chart element drew, with plotly's typed arrays ({dtype, bdata}) decoded to lists."""
+    import base64
+
+    import numpy as np
+    import plotly.graph_objects as go
+
+    def decode(v):
+        if isinstance(v, dict) and {"dtype", "bdata"} <= set(v):
+            arr = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+            shape = [int(x) for x in str(v.get("shape", len(arr))).split(",")]
+            return arr.reshape(shape).tolist()
+        if isinstance(v, dict):
+            return {k: decode(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [decode(x) for x in v]
+        return v
+
+    spec = json.loads([c for c in at.get("plotly_chart") if c.key == key][0].proto.spec)
+    return go.Figure(decode(spec))
 
 
 def no_problems(at: AppTest) -> None:
@@ -120,8 +148,9 @@ def test_tune_changes_lambda_without_rereading(env):
     assert lambdas(at) != after
     at.radio(key="tune_scope").set_value("tensor").run()
     no_problems(at)
-    assert "λ range (tensors)" in at.table[0].value.columns
-    assert len(at.get("plotly_chart")) == 2
+    cols = at.table[0].value.columns
+    assert "λ range (tensors)" in cols and "ρ per tensor: median (range)" in cols and "ρ_t (whole model)" in cols
+    assert len(at.get("plotly_chart")) == 3  # λ(ρ), retention, A | B
 
 
 def test_tune_is_fast(env):
@@ -162,7 +191,7 @@ def test_merge_writes_folder_that_loads(env, tmp_path):
     no_problems(at)
     assert at.number_input(key="param_ram_plus_r").value == pytest.approx(0.3)  # pre-filled from Tune
     out = tmp_path / "out" / "merged"
-    at.text_input(key="merge_out_ram_plus").set_value(str(out)).run()
+    at.text_input(key="merge_out").set_value(str(out)).run()
     at.button(key="start_merge").click().run()
     wait_merge(at)
     no_problems(at)
@@ -188,7 +217,7 @@ def test_merge_bad_output_shows_error(env, tmp_path):
     blocker.write_text("x")
     at = new_app()
     at.switch_page("views/merge.py").run()
-    at.text_input(key="merge_out_ram_plus").set_value(str(blocker)).run()
+    at.text_input(key="merge_out").set_value(str(blocker)).run()
     at.button(key="start_merge").click().run()
     assert not at.exception
     assert any("is a file" in e.value for e in at.error)
@@ -205,7 +234,7 @@ def test_overwrite_box_never_replaces_an_input(env, tmp_path, where):
     before = checksums([root])
     at = new_app()
     at.switch_page("views/merge.py").run()
-    at.text_input(key="merge_out_ram_plus").set_value(str(out)).run()
+    at.text_input(key="merge_out").set_value(str(out)).run()
     at.checkbox(key="merge_overwrite").check().run()
     at.button(key="start_merge").click().run()
     assert not at.exception
@@ -241,7 +270,7 @@ def test_one_merge_at_a_time(env, tmp_path):
         at = new_app()
         at.switch_page("views/merge.py").run()
         assert any("Busy" in w.value for w in at.warning)
-        at.text_input(key="merge_out_ram_plus").set_value(str(tmp_path / "mine")).run()
+        at.text_input(key="merge_out").set_value(str(tmp_path / "mine")).run()
         at.button(key="start_merge").click().run()
         assert not at.exception
         assert any("already running" in e.value for e in at.error)
@@ -267,7 +296,7 @@ def test_cancel_from_the_ui(env, tmp_path):
 
     at = new_app()
     at.switch_page("views/merge.py").run()
-    at.text_input(key="merge_out_ram_plus").set_value(str(tmp_path / "c")).run()
+    at.text_input(key="merge_out").set_value(str(tmp_path / "c")).run()
     mgr = jobs.manager()
     original = mgr.submit
     mgr.submit = lambda spec, owner, **kw: original(spec, owner, **{**kw, "runner": gated})
@@ -306,8 +335,26 @@ def test_dilution_shows_demo_evidence(env, tmp_path, monkeypatch):
     at = new_app()
     at.switch_page("views/dilution.py").run()
     no_problems(at)
-    assert len(at.get("plotly_chart")) == 4
+    assert [i.value for i in at.info if "Fig. 3" in i.value]  # fig3.csv absent: said so, not an error
+    assert len(at.get("plotly_chart")) == 4  # toy heatmaps, toy retention, Table 1, reward curves
+
+    shutil.copy(FIXTURES / "fig3.csv", results / "fig3.csv")  # the shape the demo's build writes
+    at = new_app()
+    at.switch_page("views/dilution.py").run()
+    no_problems(at)
     assert not at.info  # no "results not here yet" note
+    charts = at.get("plotly_chart")
+    assert len(charts) == 5 and "chart_fig3" in [c.key for c in charts]
+    bars = {t.name: dict(zip(t.x, t.y)) for t in figure(at, "chart_fig3").data}
+    assert bars["unique region only"] == pytest.approx({"code": 31.0, "tool": 79.0, "memory": 93.0})
+    assert bars["unique region ÷ N"] == pytest.approx({"code": 25.0, "tool": 70.0, "memory": 55.0})
+    assert bars["base"] == pytest.approx({"code": 23.33, "tool": 67.0, "memory": 46.67})
+    assert bars["full agent"] == pytest.approx({"code": 38.67, "tool": 85.33, "memory": 100.0})
+    (results / "fig3.csv").write_text("no,columns,we,know\n1,2,3,4\n")
+    at = new_app()
+    at.switch_page("views/dilution.py").run()
+    assert not at.exception
+    assert any("could not be read" in i.value for i in at.info)
 
 
 def test_custom_local_folders_are_analysed(env, tmp_path):
@@ -328,6 +375,12 @@ def test_custom_local_folders_are_analysed(env, tmp_path):
     no_problems(at)
     assert len(at.get("plotly_chart")) >= 5
     assert set(at.session_state["ram_selection"].agents) == {str(root / "code"), str(root / "tool")}
+    sidebar = "".join(h.proto.body for h in at.sidebar.get("html"))
+    assert "<code>code</code>" in sidebar and "…/family/code" in sidebar  # the label, then the path's end
+    assert f"title='{root / 'code'}'" in sidebar  # the whole path on hover
+    at.switch_page("views/merge.py").run()
+    no_problems(at)
+    assert Path(at.text_input(key="merge_out").value).name.startswith("base-ram_plus-")  # the base's folder name
 
 
 def test_models_shows_what_the_base_policy_costs(env, tmp_path):
@@ -366,34 +419,56 @@ def test_models_shows_what_the_base_policy_costs(env, tmp_path):
 
 
 def test_evaluate_merged_model_adds_a_row(env, tmp_path, monkeypatch):
-    """The demo's evaluate button runs in the background and adds the merge to the comparison table."""
+    """The demo's evaluate button runs in the background, counts examples scored task by task (not time),
+    and puts the merge at the top of the comparison table."""
     import pandas as pd
 
     pytest.importorskip("assets.demo.evaluate")
     from assets.demo import evaluate
 
-    seen = []
+    seen, gates = [], {t: threading.Event() for t in ("code", "tool", "memory")}
 
     def fake_eval(folder, tasks, split="test", limit=None):
         seen.append((Path(folder), tuple(tasks), split))
+        assert all(gates[t].wait(30) for t in tasks)
         return pd.DataFrame({"task": list(tasks), "subset": ["all"] * len(tasks), "n": [10] * len(tasks),
                              "correct": [7] * len(tasks), "accuracy": [0.7] * len(tasks)})
+
+    def progress_text(at) -> str:
+        bars = at.get("progress")
+        return bars[0].proto.text if bars else ""
+
+    def until(at, pred, what):
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            at.run()
+            if pred(at):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}: progress {progress_text(at)!r}")
 
     monkeypatch.setattr(evaluate, "evaluate_model", fake_eval)
     at = new_app()
     at.switch_page("views/merge.py").run()
     out = tmp_path / "eval-me"
-    at.text_input(key="merge_out_ram_plus").set_value(str(out)).run()
+    at.text_input(key="merge_out").set_value(str(out)).run()
     at.button(key="start_merge").click().run()
     wait_merge(at)
     at.button(key="eval_merged").click().run()
-    deadline = time.time() + 30
-    while time.time() < deadline and not any("(this session)" in str(df.value.index.tolist()) for df in at.dataframe):
-        time.sleep(0.3)
-        at.run()
+    until(at, lambda a: "0 of 900 examples scored" in progress_text(a) and "code" in progress_text(a), "code")
+    assert at.get("progress")[0].proto.value == 0
+    gates["code"].set()
+    until(at, lambda a: "300 of 900 examples scored" in progress_text(a) and "tool" in progress_text(a), "tool")
+    assert at.get("progress")[0].proto.value == 33 and "left" in progress_text(at)
+    gates["tool"].set()
+    until(at, lambda a: "600 of 900" in progress_text(a), "memory")
+    gates["memory"].set()
+    until(at, lambda a: any("(this session)" in str(df.value.index.tolist()) for df in a.dataframe), "the row")
     no_problems(at)
-    assert seen and seen[0][0] == out and seen[0][2] == "test"
+    assert [s[1] for s in seen] == [("code",), ("tool",), ("memory",)] and seen[0][0] == out
+    assert all(s[2] == "test" for s in seen)
     table = [df.value for df in at.dataframe if "(this session)" in str(df.value.index.tolist())][0]
+    assert table.index[0] == "ram_plus (this session)"  # the new row is the first one, not below the fold
     assert table.loc["ram_plus (this session)", "avg"] == pytest.approx(70.0)
 
 
@@ -436,20 +511,28 @@ def test_dilution_falls_back_to_agent_accuracy(env, tmp_path, monkeypatch):
 
 
 def test_hub_selection_asks_before_downloading(env):
-    """Hub models are never downloaded implicitly; offline, the download attempt fails readably."""
+    """Hub models are never downloaded implicitly. Offline, "Use these models" refuses ids it cannot reach
+    (naming every one), and a Hub selection made earlier shows what is missing instead of failing."""
+    from app import state
+
     at = new_app()
     at.switch_page("views/models.py").run()
     preset = next(o for o in at.radio(key="model_source").options if "Llama" in o)
     at.radio(key="model_source").set_value(preset).run()
+    before = at.session_state["ram_selection"]
     at.button(key="use_models").click().run()
-    no_problems(at)
+    assert not at.exception
+    assert any("not selected" in e.value for e in at.error)
+    listed = next(e.value for e in at.error if "could not be read" in e.value)
+    base, agents = state.PRESETS[preset]
+    assert "4 of 4 models" in listed and all(r in listed for r in [base, *agents])
+    assert at.session_state["ram_selection"] == before  # unchanged
+    at.session_state["ram_selection"] = state.Selection(base, tuple(agents), "preset")  # chosen while online
     at.switch_page("views/heterogeneity.py").run()
     assert not at.exception
     assert any("not downloaded yet" in w.value for w in at.warning)
     assert not at.get("plotly_chart")
-    at.button(key="download_and_analyse").click().run()
-    assert not at.exception
-    assert at.error and "Hub" in at.error[0].value
+    assert at.error and "HF_HUB_OFFLINE" in at.error[0].value  # the tests run with it set: said so
     at.switch_page("views/dilution.py").run()  # the rest of the app still works
     no_problems(at)
     assert at.get("plotly_chart")
@@ -464,8 +547,352 @@ def test_every_method_has_a_form_and_average_merges(env, tmp_path):
         at.selectbox(key="merge_method").set_value(name).run()
         no_problems(at)
     at.selectbox(key="merge_method").set_value("average").run()
-    at.text_input(key="merge_out_average").set_value(str(tmp_path / "avg")).run()
+    at.text_input(key="merge_out").set_value(str(tmp_path / "avg")).run()
     at.button(key="start_merge").click().run()
     wait_merge(at)
     no_problems(at)
     assert (tmp_path / "avg" / "config.json").exists()
+
+
+def test_form_is_never_left_disabled_after_a_fast_failure(env, tmp_path):
+    """Issue 13: a merge that fails within milliseconds could leave the form (and the Overwrite box needed to
+    fix it) disabled until the page was switched. The page drew the form from one look at the job and the
+    panel below it from another; a job ending between the two left a disabled form with no progress fragment
+    to redraw it. Sweep the failure time across the page's run: after every run, a disabled form must come
+    with the progress panel, and the failure must end with an enabled form and one error."""
+    from app import jobs
+    from merging.errors import RamStudioError
+
+    mgr = jobs.manager()
+    original = mgr.submit
+    delay = {"s": 0.0}
+
+    def fails_fast(spec, *, overwrite, counts, progress, cancel, count_progress):
+        time.sleep(delay["s"])
+        raise RamStudioError(f"simulated failure into {Path(spec.out).name}.", "Tick 'Overwrite'.")
+
+    mgr.submit = lambda spec, owner, **kw: original(spec, owner, **{**kw, "runner": fails_fast})
+    at = new_app()
+    at.switch_page("views/merge.py").run()
+    try:
+        for i, d in enumerate([0.0, 0.001, 0.003, 0.006, 0.01, 0.015, 0.02, 0.03, 0.045, 0.06, 0.08, 0.11, 0.15,
+                               0.2, 0.3]):
+            delay["s"] = d
+            at.text_input(key="merge_out").set_value(str(tmp_path / f"fast-{i}")).run()
+            at.button(key="start_merge").click().run()
+            for _ in range(40):
+                assert not at.exception
+                panel = [b for b in at.button if b.key == "cancel_merge"]
+                if at.button(key="start_merge").disabled:
+                    assert panel, f"form disabled with no progress panel (failure after {d * 1000:.0f} ms)"
+                    assert at.checkbox(key="merge_overwrite").disabled
+                    time.sleep(0.05)
+                    at.run()
+                    continue
+                break
+            assert not at.button(key="start_merge").disabled and not at.checkbox(key="merge_overwrite").disabled
+            errors = [e.value for e in at.error]
+            assert len(errors) == 1 and f"fast-{i}" in errors[0], errors
+    finally:
+        del mgr.submit
+
+
+def test_merge_default_folder_follows_the_settings_and_is_checked_before_starting(env, tmp_path, monkeypatch):
+    """The suggested folder is ./merged-models/<base>-<method>-<hash of the settings> (never the README's
+    `merged`), a typed folder is kept, and an existing folder is refused before any job starts, with a hint
+    that names the app's Overwrite box."""
+    from app import jobs
+
+    monkeypatch.chdir(tmp_path)
+    at = new_app()
+    at.switch_page("views/merge.py").run()
+    no_problems(at)
+    first = Path(at.text_input(key="merge_out").value)
+    assert first.parent == tmp_path / "merged-models" and first.name.startswith("demo-ram_plus-")
+    at.number_input(key="param_ram_plus_r").set_value(0.25).run()
+    second = Path(at.text_input(key="merge_out").value)
+    assert second.parent == first.parent and second.name.startswith("demo-ram_plus-") and second != first
+    at.number_input(key="param_ram_plus_r").set_value(0.1).run()
+    assert Path(at.text_input(key="merge_out").value) == first  # the same settings, the same folder
+    at.selectbox(key="merge_method").set_value("average").run()
+    assert Path(at.text_input(key="merge_out").value).name.startswith("demo-average-")
+
+    mine = tmp_path / "my-folder"
+    at.text_input(key="merge_out").set_value(str(mine)).run()
+    at.selectbox(key="merge_method").set_value("ram").run()
+    assert at.text_input(key="merge_out").value == str(mine)  # a typed folder survives other changes
+    at.button(key="merge_out_reset").click().run()
+    suggested = Path(at.text_input(key="merge_out").value)
+    assert suggested.parent == tmp_path / "merged-models" and suggested.name.startswith("demo-ram-")
+
+    suggested.mkdir(parents=True)
+    (suggested / "notes.txt").write_text("someone's")
+    before = dict(jobs.manager().jobs)
+    at.button(key="start_merge").click().run()
+    assert not at.exception and dict(jobs.manager().jobs) == before  # refused before any job exists
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "exists and is not empty" in errors[0] and "'Overwrite' box" in errors[0]
+    assert not at.checkbox(key="merge_overwrite").disabled and not at.button(key="start_merge").disabled
+    at.checkbox(key="merge_overwrite").check().run()
+    at.button(key="start_merge").click().run()
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "refusing to overwrite" in errors[0]  # the new error replaces the old one
+    assert (suggested / "notes.txt").read_text() == "someone's"
+
+
+# ---------------------------------------------------------------- issue 13: exploration, colours, downloads
+
+def chart_colors(at: AppTest, key: str) -> dict[str, str]:
+    """Agent → bar colour of a one-trace bar chart (e.g. density per agent)."""
+    bar = figure(at, key).data[0]
+    return dict(zip(bar.x, bar.marker.color))
+
+
+def use_models(at: AppTest, base: str, agents: list[str]) -> None:
+    at.switch_page("views/models.py").run()
+    at.radio(key="model_source").set_value("Custom: local folders or Hub ids").run()
+    at.text_input(key="custom_base").set_value(base).run()
+    at.text_area(key="custom_agents").set_value("\n".join(agents)).run()
+    at.button(key="use_models").click().run()
+    no_problems(at)
+
+
+def test_agent_colours_follow_the_agent_not_its_position(env):
+    """Issue 13: the same models listed in another order keep their colours, in the charts and the sidebar;
+    the toy's A1…A5 never reuse a real agent's colour."""
+    from app import charts
+
+    at = new_app().run()
+    before = chart_colors(at, "chart_density_per_agent")
+    sidebar = "".join(h.proto.body for h in at.sidebar.get("html"))
+    for agent, color in before.items():
+        assert f"background:{color}" in sidebar.split(f"<code>{agent}</code>")[0].rsplit("<div", 1)[1]
+    demo = at.session_state["ram_selection"]
+    use_models(at, demo.base, list(reversed(demo.agents)))
+    at.switch_page("views/heterogeneity.py").run()
+    no_problems(at)
+    after = chart_colors(at, "chart_density_per_agent")
+    assert list(after) == list(reversed(list(before)))  # the bars follow the new order…
+    assert after == before  # …and every agent keeps its colour
+    assert set(charts.TOY_PALETTE).isdisjoint(charts.AGENT_PALETTE)
+    at.switch_page("views/dilution.py").run()
+    heat = figure(at, "chart_toy_heatmaps")
+    titles = [a.text for a in heat.layout.annotations if "τ of A" in a.text]
+    assert titles and all(c not in t for t in titles for c in charts.AGENT_PALETTE)
+    assert {b.marker.color for b in figure(at, "chart_toy_retention").data} <= set(charts.TOY_PALETTE)
+
+
+def test_rho_views_per_layer_module_and_tensor(env):
+    """Issue 13: ρ_t is on Heterogeneity, globally and per layer / module / layer × module / tensor, as ρ or λ."""
+    from analysis import tables
+    from app import state
+
+    at = new_app().run()
+    no_problems(at)
+    res = state.cached_analysis(state.demo_selection())
+    rho_table = next(df.value for df in at.dataframe if "ρ_t = shared / unique" in df.value.columns)
+    lam = tables.lambda_table(res, 1e-5, 0.1, 2.0).set_index("agent")
+    for _, row in rho_table.iterrows():
+        assert float(row["ρ_t = shared / unique"]) == pytest.approx(lam.loc[row["agent"], "rho"], rel=1e-3)
+        assert "%" in row["chance"] and "%" in row["unique share"]
+    fig = figure(at, "chart_rho_by_layer")
+    assert fig.layout.yaxis.type == "log" and {t.name for t in fig.data} == set(res.agents)
+    by_layer = tables.rho_lambda_by(res, 1e-5, "layer", 0.1, 2.0)
+    code = by_layer[by_layer["agent"] == "code"].sort_values("layer")
+    assert [y for y in fig.data[[t.name for t in fig.data].index("code")].y] == pytest.approx(list(code["rho"]))
+
+    at.segmented_control(key="het_rho_by").set_value("module").run()
+    no_problems(at)
+    assert figure(at, "chart_rho_by_module").data[0].type == "bar"
+    at.segmented_control(key="het_rho_what").set_value("λ").run()
+    at.segmented_control(key="het_rho_scope").set_value("tensor").run()
+    no_problems(at)
+    lam_mod = figure(at, "chart_lambda_by_module")
+    assert all(1.0 <= v <= 1.2 + 1e-9 for t in lam_mod.data for v in t.y if v is not None)
+    at.segmented_control(key="het_rho_by").set_value("layer × module").run()
+    no_problems(at)
+    assert figure(at, "chart_lambda_by_layer_module").data[0].type == "heatmap"
+    at.segmented_control(key="het_rho_by").set_value("tensor").run()
+    no_problems(at)
+    per_tensor = next(df.value for df in at.dataframe if "tensor" in df.value.columns and "rho" in df.value.columns)
+    assert len(per_tensor) == res.frame[res.frame["eps"] == 1e-5].shape[0]
+    # the norms / sign-conflict chart and the unique-vs-chance chart are drawn, with the chance marker
+    assert {t.name for t in figure(at, "chart_unique_vs_chance").data} == {"measured", "chance (independent masks)"}
+    nc = figure(at, "chart_norms_and_sign_conflicts")
+    assert {t.name for t in nc.data} >= {"unique part ‖τ_unique‖", "shared part ‖τ_shared‖"}
+    at.toggle(key="het_log").set_value(True).run()
+    assert figure(at, "chart_unique_vs_chance").layout.yaxis.type == "log"
+    assert figure(at, "chart_unique_shared_by_layer").layout.yaxis.type == "log"
+
+
+def test_overlap_bars_and_layer_shares_show_chance(env):
+    """Issue 11: every unique share the app draws comes with its chance level."""
+    from analysis import tables
+    from app import state
+
+    at = new_app().run()
+    res = state.cached_analysis(state.demo_selection())
+    uvc = tables.unique_vs_chance(res, 1e-5).set_index("agent")
+    notes = {a.x: a.text for a in figure(at, "chart_overlap_distribution").layout.annotations}
+    from app.charts import pct
+
+    for agent in res.agents:
+        assert f"unique {pct(uvc.loc[agent, 'unique_share'])}" in notes[agent]
+        assert f"chance {pct(uvc.loc[agent, 'chance_unique_share'])}" in notes[agent]
+    lines = {t.name for t in figure(at, "chart_unique_shared_by_layer").data}
+    assert {f"{a}: chance" for a in res.agents} <= lines
+    paper_table = next((df.value for df in at.dataframe if "paper chance" in df.value.columns), None)
+    if paper_table is not None:  # the real demo's agents are named like the paper's
+        assert "chance (independent masks)" in paper_table.columns
+
+
+def test_tune_a_b_comparison_and_lambda_axis(env):
+    """Issue 13: Tune compares two settings side by side, and the λ(ρ) axis shows every agent."""
+    import math
+
+    from analysis import tables
+    from app import state
+
+    at = new_app().run()
+    at.switch_page("views/tune.py").run()
+    no_problems(at)
+    res = state.cached_analysis(state.demo_selection())
+    curve = figure(at, "chart_lambda_curve")
+    lo, hi = curve.layout.xaxis.range
+    log = curve.layout.xaxis.type == "log"
+    for t in curve.data[1:]:
+        x = math.log10(t.x[0]) if log else t.x[0]
+        assert lo <= x <= hi, f"{t.name} off the ρ axis"
+
+    def ab():
+        return next(t.value for t in at.table if "λ_t B" in t.value.columns)
+
+    first = ab()
+    a = {"eps": 1e-5, "r": 0.1, "alpha": 2.0, "rule": "clip", "rho_scope": "global"}
+    expect = tables.compare_settings(res, a, {**a, "eps": 1e-3}).set_index("agent")
+    for agent, row in first.iterrows():
+        assert float(row["λ_t B"]) == pytest.approx(expect.loc[agent, "lambda_B"], abs=1e-4)
+        assert float(row["kept B"]) == pytest.approx(expect.loc[agent, "kept_B"], rel=1e-3)
+    at.radio(key="tune_b_rule").set_value("soft").run()
+    at.slider(key="tune_b_r").set_value(0.5).run()
+    no_problems(at)
+    soft = tables.compare_settings(res, a, {**a, "eps": 1e-3, "rule": "soft", "r": 0.5}).set_index("agent")
+    for agent, row in ab().iterrows():
+        assert float(row["λ_t B"]) == pytest.approx(soft.loc[agent, "lambda_B"], abs=1e-4)
+        assert float(row["λ_t A"]) == pytest.approx(soft.loc[agent, "lambda_A"], abs=1e-4)
+    names = {t.name for t in figure(at, "chart_compare_a_b").data}
+    assert names == {"setting A", "setting B"}
+
+
+def test_chart_downloads_are_named_after_chart_and_parameters(env):
+    """Issue 13: the camera button saves a titled figure named after the chart and its parameters, as a PNG at
+    print scale or an SVG (the sidebar's choice). The browser test downloads both and the CSV."""
+    at = new_app().run()
+    chart = next(c for c in at.get("plotly_chart") if c.key == "chart_density_per_agent")
+    opts = json.loads(chart.proto.config)["toImageButtonOptions"]
+    assert opts["format"] == "png" and opts["scale"] * opts["width"] >= 3000
+    assert opts["filename"] == "density_per_agent__eps-1e-5__agents-code+memory+tool"
+    assert "Density per agent" in figure(at, "chart_density_per_agent").layout.title.text
+    assert "ε = 1e-5" in figure(at, "chart_density_per_agent").layout.title.text
+    at.sidebar.radio(key="fig_format").set_value("SVG").run()
+    chart = next(c for c in at.get("plotly_chart") if c.key == "chart_density_per_agent")
+    assert json.loads(chart.proto.config)["toImageButtonOptions"]["format"] == "svg"
+
+
+# ---------------------------------------------------------------- issue 15: mergekit YAML on the Merge page
+
+def test_mergekit_yaml_fills_the_form_and_shows_the_settings(env):
+    """Issue 15: a pasted mergekit YAML fills method, parameters and models; the current settings are shown as
+    YAML, or the reason they cannot be."""
+    from merging.refs import demo_root
+
+    at = new_app()
+    at.switch_page("views/merge.py").run()
+    no_problems(at)
+    assert any("cannot express" in i.value and "global scope" in i.value for i in at.info)  # ram_plus, global ρ
+    assert any("merge_method: ramplus_tl" in c.value for c in at.code)  # the nearest config is shown
+    before = at.session_state["ram_selection"]
+    at.text_area(key="mk_text").set_value(
+        "merge_method: ties\nbase_model: demo:base\nmodels:\n  - model: demo:tool\n  - model: demo:code\n"
+        "parameters:\n  weight: 1.0\n  density: 0.3\n  lambda: 0.8\ndtype: float32\n").run()
+    at.button(key="mk_load").click().run()
+    no_problems(at)
+    assert at.selectbox(key="merge_method").value == "ties"
+    assert at.number_input(key="param_ties_density").value == pytest.approx(0.3)
+    assert at.number_input(key="param_ties_lambda").value == pytest.approx(0.8)
+    assert at.selectbox(key="merge_dtype").value == "F32"
+    sel = at.session_state["ram_selection"]
+    assert (sel.base, sel.agents) == ("demo:base", ("demo:tool", "demo:code")) and sel != before
+    msg = [s.value for s in at.success if "Loaded" in s.value][0]
+    assert "ties" in msg and "density=0.3" in msg and "2 agents" in msg
+    code = [c.value for c in at.code if "merge_method" in c.value][0]
+    assert "merge_method: ties" in code and "density: 0.3" in code and "out_dtype: float32" in code
+    assert "demo:" not in code and str(demo_root() / "tool") in code  # mergekit reads folders, not demo: refs
+    at.text_area(key="mk_text").set_value("base_model: demo:base\n").run()
+    at.button(key="mk_load").click().run()
+    assert not at.exception
+    assert any("merge_method" in e.value for e in at.error)
+    assert at.selectbox(key="merge_method").value == "ties"  # a bad YAML changes nothing
+
+
+def test_fig3_experiment_runs_on_the_selected_models(env, monkeypatch):
+    """Issue 11: the Signal dilution page runs Fig. 3 on the selected models in the background: real
+    unique_only merges (whole and ÷ N) into a temporary folder, each scored on the agent's own task (the
+    evaluator is replaced by one that reads the merge's recipe), with progress and cancel."""
+    import pandas as pd
+
+    pytest.importorskip("assets.demo.evaluate")
+    from assets.demo import evaluate
+    from merging.recipe import read_recipe
+
+    calls, gate = [], threading.Event()
+    gate.set()
+
+    def scored(folder, tasks, split="test", limit=None):
+        spec, _ = read_recipe(Path(folder))
+        assert spec.method == "unique_only" and len(tasks) == 1
+        calls.append((Path(folder), spec.params["agent"], spec.params["dilute"], tuple(tasks)))
+        assert gate.wait(30)
+        acc = 0.25 if spec.params["dilute"] else 0.5
+        return pd.DataFrame({"task": tasks, "subset": ["all"], "n": [10], "correct": [int(10 * acc)],
+                             "accuracy": [acc]})
+
+    monkeypatch.setattr(evaluate, "evaluate_model", scored)
+    at = new_app()
+    at.switch_page("views/dilution.py").run()
+    at.button(key="fig3_run").click().run()
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(c.key == "chart_fig3_run" for c in at.get("plotly_chart")):
+        assert not at.exception
+        bars = at.get("progress")
+        if bars:
+            assert "Fig. 3 experiment: step" in bars[0].proto.text
+        time.sleep(0.3)
+        at.run()
+    no_problems(at)
+    agents = list(at.session_state["ram_selection"].agents)
+    assert len(calls) == 2 * len(agents)
+    assert {(a, d) for _, a, d, _ in calls} == {(str(i), d) for i in range(len(agents)) for d in (False, True)}
+    labels = [ref.split(":")[-1] for ref in agents]  # demo:code → code, the task it was trained on
+    assert all(task == (labels[int(a)],) for _, a, _, task in calls)
+    assert not any(folder.exists() for folder, *_ in calls)  # the temporary merges are deleted
+    fig = figure(at, "chart_fig3_run")
+    bars = {t.name: list(t.y) for t in fig.data}
+    assert bars["unique region only"] == pytest.approx([50.0] * len(agents))
+    assert bars["unique region ÷ N"] == pytest.approx([25.0] * len(agents))
+
+    gate.clear()  # now cancel one mid-way
+    calls.clear()
+    at.button(key="fig3_run").click().run()
+    deadline = time.time() + 60
+    while time.time() < deadline and not calls:
+        time.sleep(0.2)
+    at.run()
+    at.button(key="fig3_cancel").click().run()
+    gate.set()
+    deadline = time.time() + 60
+    while time.time() < deadline and not any("cancelled" in i.value for i in at.info):
+        time.sleep(0.3)
+        at.run()
+    assert any("cancelled" in i.value for i in at.info)
+    assert len(calls) == 1 and not calls[0][0].exists()

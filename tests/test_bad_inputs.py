@@ -306,8 +306,8 @@ def test_hub_offline_is_a_clear_error_and_token_never_printed(capsys, family, tm
         base, agents = family
         code, err = run(capsys, "merge", str(base), str(agents[0]), "no-such-org/no-such-model", "--method", "ram",
                         "--out", str(tmp_path / "out"), "--quiet")
-        assert code == 2 and "no-such-org/no-such-model" in err and "cannot reach" in err
-        assert "SECRET" not in err
+        assert code == 2 and "no-such-org/no-such-model" in err and "not in the local Hugging Face cache" in err
+        assert "HF_HUB_OFFLINE" in err and "SECRET" not in err
     finally:
         monkeypatch.delenv("HF_HUB_OFFLINE")
         importlib.reload(c)
@@ -332,3 +332,36 @@ def test_hub_error_messages():
     for exc, fragment in cases:
         msg = str(hub_error("org/model", "v1", exc))
         assert fragment in msg and "org/model" in msg
+
+
+def test_hub_connection_errors_say_what_failed(monkeypatch):
+    """Issue 13: offline without HF_HUB_OFFLINE, the message names the failure (never the raw
+    '[Errno -2] Name or service not known') and does not ask to unset a variable that is not set."""
+    import socket
+
+    import huggingface_hub.constants as c
+    import huggingface_hub.errors as e
+
+    from merging.hub import hub_error
+
+    monkeypatch.setattr(c, "HF_HUB_OFFLINE", False)
+
+    def chained(outer: Exception, inner: BaseException) -> Exception:
+        outer.__cause__ = inner
+        return outer
+
+    gai = socket.gaierror(-2, "Name or service not known")
+    cases = [
+        (chained(OSError("[Errno -2] Name or service not known"), gai), "could not be resolved"),
+        (chained(e.LocalEntryNotFoundError("Got: ConnectError: [Errno -2] Name or service not known"),
+                 chained(ConnectionError("x"), gai)), "could not be resolved"),
+        (ConnectionRefusedError(111, "Connection refused"), "refused"),
+        (TimeoutError("timed out"), "timed out"),
+    ]
+    for exc, fragment in cases:
+        err = hub_error("org/model", None, exc)
+        assert fragment in err.message and "cannot reach the Hugging Face Hub" in err.message, err.message
+        assert "Errno" not in str(err) and "HF_HUB_OFFLINE" not in str(err)
+    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
+    err = hub_error("org/model", None, e.LocalEntryNotFoundError("outgoing traffic has been disabled"))
+    assert "HF_HUB_OFFLINE" in str(err) and "not in the local Hugging Face cache" in err.message

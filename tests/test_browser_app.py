@@ -1,11 +1,14 @@
 """End to end in a real browser: `streamlit run app/main.py` + headless system chromium (Playwright, sync API).
 
-Screenshots of every page (1280×800) go to test-artifacts/ (git-ignored).
+One server for the module, started with a local stand-in for the Hugging Face Hub (HF_ENDPOINT), so the
+download panel runs for real. Behaviours are grouped into few page visits (browser time is the expensive
+part of CI). Screenshots of every page (1280×800) go to test-artifacts/ (git-ignored).
 """
 from __future__ import annotations
 
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -37,8 +40,19 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    from tests.app_helpers import build_demo
+    from tests.hub_stand_in import StandInHub
+
     tmp = tmp_path_factory.mktemp("browser")
-    env = {**os.environ, **app_env(tmp)}
+    hub = StandInHub()
+    family = build_demo(tmp / "hub-family")
+    for name in ("base", "code", "tool"):
+        hub.add_repo(f"org/{name}", family / name)
+    hub.start()
+    env = {**os.environ, **app_env(tmp), "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp / "hf-cache"),
+           "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN"):
+        env.pop(k, None)
     port = free_port()
     log = open(tmp / "streamlit.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(APP_MAIN), "--server.port", str(port),
@@ -59,7 +73,8 @@ def server(tmp_path_factory):
         pytest.fail("streamlit did not start within 60 s: " + (tmp / "streamlit.log").read_text()[-2000:])
     if proc.poll() is not None:
         pytest.fail("streamlit exited: " + (tmp / "streamlit.log").read_text()[-2000:])
-    yield {"url": url, "tmp": tmp}
+    yield {"url": url, "tmp": tmp, "hub": hub}
+    hub.stop()
     proc.terminate()
     try:
         proc.wait(10)
@@ -127,10 +142,46 @@ def test_app_loads_with_charts(page, server):
     page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
     assert page.locator('[data-testid="stException"]').count() == 0
     shoot(page, "heterogeneity")
-    with page.expect_download() as download:  # every chart's data comes as CSV
+    name = "density_per_agent__eps-1e-5__agents-code+memory+tool"
+    with page.expect_download() as download:  # every chart's data comes as CSV, named like the figure
         page.locator('[data-testid="stDownloadButton"]').filter(has_text="CSV").first.click()
-    assert download.value.suggested_filename == "density_per_agent.csv"
+    assert download.value.suggested_filename == f"{name}.csv"
     assert "density" in Path(download.value.path()).read_text().splitlines()[0]
+
+    # The camera button: a titled PNG at print scale, named after the chart and its parameters …
+    png = figure_download(page, 0)
+    assert png.suggested_filename == f"{name}.png"
+    data = Path(png.path()).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">I", data[16:20])[0] == 3000  # 1000 px × 3
+    # … or an SVG, chosen in the sidebar, with the title and the parameters in it.
+    page.locator('[data-testid="stSidebar"]').get_by_text("SVG").click()
+    page.wait_for_timeout(1000)
+    settle(page)
+    svg = figure_download(page, 0)
+    assert svg.suggested_filename == f"{name}.svg"
+    text = Path(svg.path()).read_text()
+    assert text.lstrip().startswith("<svg") and "Density per agent" in text and "ε = 1e-5" in text
+    page.locator('[data-testid="stSidebar"]').get_by_text("PNG (print, 3×)").click()
+    settle(page)
+
+
+def figure_download(pg, index: int):
+    """Click the camera button of the index-th chart's toolbar and return the download (the chart may be
+    redrawn by a rerun meanwhile: then it is found again)."""
+    for attempt in range(4):
+        try:
+            chart = pg.locator('[data-testid="stPlotlyChart"]').nth(index)
+            chart.scroll_into_view_if_needed(timeout=10_000)
+            chart.hover()
+            button = chart.locator('.modebar-btn[data-title^="Download plot"]')
+            button.wait_for(state="visible", timeout=10_000)
+            with pg.expect_download(timeout=30_000) as download:
+                button.click()
+            return download.value
+        except sync_api.Error:
+            if attempt == 3:
+                raise
+            settle(pg)
 
 
 def test_models_page(page, server):
@@ -150,7 +201,7 @@ def test_r_slider_changes_lambda_table(page, server):
     page.locator('[data-testid="stPlotlyChart"]').nth(1).wait_for()
     settle(page)
     before = lambda_text(page)
-    slider = page.locator('[data-testid="stSlider"]').filter(has_text="r (rescale strength)")
+    slider = page.locator('[data-testid="stSlider"]').filter(has_text="r (rescale strength)").first  # A, not B
     thumb = slider.get_by_role("slider")
     thumb.focus()
     for _ in range(10):
@@ -162,6 +213,17 @@ def test_r_slider_changes_lambda_table(page, server):
     assert after != before, "moving r did not change the λ_t table"
     assert "0.20" in slider.inner_text()
     server["r_tuned"] = True
+    # A | B: B's own controls redraw only the comparison (its table has both settings' λ_t)
+    ab = page.locator('[data-testid="stTable"]').filter(has_text="λ_t B")
+    ab.wait_for()
+    settle(page)
+    before_ab, a_table = ab.inner_text(), lambda_text(page)
+    page.locator('[data-testid="stRadio"]').filter(has_text="λ rule").nth(1).get_by_text("soft").click()
+    deadline = time.time() + 30
+    while time.time() < deadline and ab.inner_text() == before_ab:
+        page.wait_for_timeout(200)
+    assert ab.inner_text() != before_ab, "changing B's rule did not change the A | B table"
+    assert lambda_text(page) == a_table  # A is untouched
     shoot(page, "tune")
 
 
@@ -189,3 +251,89 @@ def test_merge_from_ui(page, server):
     assert (out / "config.json").exists() and any(out.glob("*.safetensors"))
     assert page.locator('[data-testid="stException"]').count() == 0
     shoot(page, "merge")
+
+
+def test_fast_failures_never_leave_the_form_disabled(page, server):
+    """Issue 13 (2 of 7 tries before): a merge that fails at once — here unique_only naming no agent, which
+    fails inside the job — must give back an enabled form, Overwrite box included, every time."""
+    goto(page, server, "Merge & export")
+    method = page.locator('[data-testid="stSelectbox"]').filter(has_text="Method")
+    method.click()
+    page.get_by_role("option", name="unique_only", exact=False).first.click()
+    settle(page)
+    agent = page.get_by_role("textbox", name="agent", exact=True)
+    agent.fill("no-such-agent")
+    agent.press("Enter")
+    box = page.get_by_role("textbox", name="Output folder")
+    box.fill(str(server["tmp"] / "fast-failure"))
+    box.press("Enter")
+    settle(page)
+    start = page.get_by_role("button", name="Start merge")
+    overwrite = page.get_by_role("checkbox", name="Overwrite an existing folder")
+    for attempt in range(7):
+        start.click()
+        try:
+            page.locator('[data-testid="stAlert"]').filter(has_text="no-such-agent").wait_for(timeout=30_000)
+        except sync_api.Error:
+            page.screenshot(path=str(ARTIFACTS / "fast-failure.png"), full_page=True)
+            raise
+        deadline = time.time() + 10
+        while time.time() < deadline and (start.is_disabled() or overwrite.is_disabled()):
+            page.wait_for_timeout(100)
+        assert start.is_enabled() and overwrite.is_enabled(), f"form still disabled after try {attempt + 1}"
+        assert page.locator('[data-testid="stAlert"]').filter(has_text="no-such-agent").count() == 1  # not stacked
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_hub_download_in_the_browser(page, server):
+    """Models page against the stand-in Hub: the plan (size, where), a download with live progress, then the
+    models are in the cache."""
+    hub = server["hub"]
+    goto(page, server, "Models")
+    page.get_by_text("Custom: local folders or Hub ids").click()
+    base = page.get_by_role("textbox", name="Base model")
+    base.fill("org/base")
+    base.press("Enter")
+    agents = page.get_by_role("textbox", name="Agents (one per line)")
+    agents.fill("org/code\norg/tool")
+    agents.press("Control+Enter")
+    settle(page)
+    page.get_by_role("button", name="Check compatibility").click()
+    page.get_by_text("Compatible:").wait_for(timeout=60_000)
+    page.get_by_text("Hugging Face cache").first.wait_for()
+    hub.rate = 100_000
+    try:
+        page.locator(".st-key-download_start button").click()
+    except sync_api.Error:
+        page.screenshot(path=str(ARTIFACTS / "download-failure.png"), full_page=True)
+        raise
+    page.get_by_text("Overall:").first.wait_for(timeout=30_000)
+    shoot(page, "models-downloading")
+    hub.rate = None
+    page.get_by_text("Downloaded:").wait_for(timeout=120_000)
+    assert (server["tmp"] / "hf-cache" / "models--org--tool").is_dir()
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_dark_mode_follows_the_browser(page, server):
+    """Issue 13: with the browser set to dark, the app and its charts are dark (no light charts on a dark page)."""
+    if True:
+        ctx = page.context.browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="dark")
+        pg = ctx.new_page()
+        pg.set_default_timeout(60_000)
+        pg.goto(server["url"])
+        pg.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for(timeout=120_000)
+        settle(pg)
+
+        def luminance(css: str) -> float:
+            r, g, b = [int(x) for x in css[css.index("(") + 1:css.index(")")].split(",")[:3]]
+            return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+        bg = pg.evaluate("getComputedStyle(document.querySelector('[data-testid=stApp]')).backgroundColor")
+        assert luminance(bg) < 0.2, bg
+        title = pg.locator('[data-testid="stPlotlyChart"] .gtitle').first
+        assert luminance(title.evaluate("e => getComputedStyle(e).fill")) > 0.8  # light text on the dark page
+        paper = pg.locator('[data-testid="stPlotlyChart"] .main-svg .bg').first
+        assert paper.evaluate("e => getComputedStyle(e).fillOpacity") in ("0", "0.0")
+        pg.screenshot(path=str(ARTIFACTS / "heterogeneity-dark.png"))
+        ctx.close()

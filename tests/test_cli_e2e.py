@@ -58,8 +58,10 @@ def test_cli_subprocess_merge_loads_in_transformers(family, tmp_path):
 
     card = (out / "README.md").read_text()
     front = card.split("---")[1]
-    assert "base_model_relation: merge" in front and "library_name: transformers" in front
-    assert "- merge" in front and "- ram" in front and str(base) in front
+    assert "library_name: transformers" in front
+    assert "- merge" in front and "- ram" in front
+    assert "base_model" not in front and str(base) not in front  # local folders are not Hub ids
+    assert str(base) in card.split("---", 2)[2]  # the body still names every input
     assert "λ_t" in card and "ram_recipe.json" in card
     recipe = json.loads((out / "ram_recipe.json").read_text())
     assert recipe["spec"]["method"] == "ram_plus" and recipe["spec"]["params"]["r"] == 0.1

@@ -206,3 +206,40 @@ def test_fuzz_recipes(family, recipe, data):
     finally:
         shutil.rmtree(root, ignore_errors=True)
     assert checksums([base, *agents]) == before
+
+
+@SETTINGS
+@given(data=st.data())
+def test_fuzz_mergekit_configs(family, data):
+    """mergekit YAML configs given to `run`: random values in every field, or random YAML altogether."""
+    import yaml
+
+    base, agents = family
+    doc = {"merge_method": data.draw(st.sampled_from(["ram", "ramplus_tl", "ties", "task_arithmetic", "linear",
+                                                      "dare_linear", "dare_ties", "slerp"])),
+           "base_model": str(base),
+           "models": [{"model": str(a), "parameters": {"weight": 1.0, "density": 0.5}} for a in agents[:2]],
+           "parameters": {"lambda": 0.5}}
+    op = data.draw(st.sampled_from(["top", "param", "model", "model_param", "text"]))
+    if op == "top":
+        doc[data.draw(st.sampled_from(["merge_method", "base_model", "models", "parameters", "dtype", "out_dtype",
+                                       "tokenizer_source", "slices", "x"]))] = data.draw(json_values)
+    elif op == "param":
+        doc["parameters"][data.draw(st.sampled_from(["lambda", "normalize", "epsilon", "r", "alpha", "rescale"]))] = \
+            data.draw(json_values)
+    elif op == "model":
+        doc["models"][data.draw(st.integers(0, 1))] = data.draw(json_values)
+    elif op == "model_param":
+        doc["models"][0]["parameters"][data.draw(st.sampled_from(["weight", "density", "x"]))] = data.draw(json_values)
+    text = yaml.safe_dump(doc) if op != "text" else data.draw(st.text(max_size=200))
+    before = checksums([base, *agents])
+    root = Path(tempfile.mkdtemp(prefix="fuzz-yaml-"))
+    try:
+        path = root / "config.yml"
+        path.write_text(text)
+        out = root / "out"
+        code, _, err = run_cli("run", path, "--out", out, "--quiet")
+        check_outcome(code, err, out)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert checksums([base, *agents]) == before

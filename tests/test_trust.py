@@ -127,6 +127,37 @@ def test_overwrite_replaces_only_a_folder_ram_studio_wrote(capsys, models, tmp_p
     no_leftovers(tmp_path)
 
 
+def test_output_never_goes_inside_another_model_folder(capsys, models, tmp_path):
+    """Issue 13: the README's `--out merged` and an app default of ./merged/NAME nested one model in another,
+    in either order. A model folder (config.json + safetensors, or our recipe) never receives a merge inside."""
+    base, agents = models
+    cli_made = tmp_path / "merged"
+    assert run(capsys, *merge_argv(base, agents, cli_made))[0] == 0
+    before = checksums([cli_made])
+    for inside in (cli_made / "demo-ram_plus", cli_made / "a" / "b"):
+        code, _, err = run(capsys, *merge_argv(base, agents, inside))
+        assert code == 2 and "inside the model folder" in err and str(cli_made) in err
+    assert checksums([cli_made]) == before and not (cli_made / "a").exists()
+    plain = tmp_path / "weights-only"  # someone else's model: config.json next to safetensors
+    plain.mkdir()
+    (plain / "config.json").write_text("{}")
+    (plain / "model.safetensors").write_bytes(b"")
+    code, _, err = run(capsys, *merge_argv(base, agents, plain / "sub"))
+    assert code == 2 and "inside the model folder" in err
+
+
+def test_suggested_output_names_are_distinct_and_clean():
+    from merging.placement import suggest_output_name
+
+    a = {"base": "/tmp/x/base", "agents": ["a", "b"], "method": "ram_plus", "params": {"r": 0.1}}
+    name = suggest_output_name("/tmp/x/base", a)
+    assert name.startswith("tmp_x_base-ram_plus-") and "/" not in name and len(name.rsplit("-", 1)[1]) == 8
+    assert suggest_output_name("base", a) == suggest_output_name("base", dict(a))  # deterministic
+    assert suggest_output_name("base", {**a, "params": {"r": 0.2}}) != suggest_output_name("base", a)
+    assert suggest_output_name("base", {**a, "agents": ["b", "a"]}) != suggest_output_name("base", a)
+    assert suggest_output_name("../..", a).startswith("model-")
+
+
 def test_failed_merge_removes_the_parent_folders_it_created(capsys, models, tmp_path):
     base, agents = models
     out = tmp_path / "new" / "deeper" / "merged"
@@ -370,6 +401,22 @@ def test_run_refuses_inputs_whose_content_changed(capsys, models, tmp_path):
     code, _, err = run(capsys, "run", out / "ram_recipe.json", "--out", tmp_path / "again", "--quiet",
                        "--allow-changed-inputs")
     assert code == 0, err
+
+
+def test_run_refuses_a_changed_header_before_any_work(capsys, models, tmp_path, monkeypatch):
+    """Sizes and header hashes are compared before anything is read; contents once they are read."""
+    import merging.export as export
+
+    base, agents = models
+    out = tmp_path / "first"
+    assert run(capsys, *merge_argv(base, agents, out))[0] == 0
+    shard = sorted(agents[0].glob("*.safetensors"))[0]
+    header, data = split_safetensors(shard)
+    header["__metadata__"] = {"format": "pt", "note": "edited"}
+    join_safetensors(shard, header, data)
+    monkeypatch.setattr(export, "stream_merge", lambda *a, **k: pytest.fail("the merge started"))
+    code, _, err = run(capsys, "run", out / "ram_recipe.json", "--out", tmp_path / "again", "--quiet")
+    assert code == 2 and f"{shard.name} has changed" in err and not (tmp_path / "again").exists()
 
 
 @pytest.mark.parametrize("edit,fragment", [

@@ -1,56 +1,148 @@
-"""Signal dilution: a toy you can play with, then the demo's measured evidence."""
+"""Signal dilution: a toy you can play with (with its ρ_t and λ_t), then the demo's measured evidence: mini
+Table 1, the paper's Fig. 3 experiment (from the demo's results, or run now on the selected models), and the
+RL reward curves."""
 from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
-import torch
 
-from app import charts, state
-from merging import regions
+from analysis.fig3 import own_task
+from analysis.toy import COLS, ROWS, TOY_EPS, toy_rho_lambda, toy_taus, unique_retention
+from app import charts, jobs, state
+from merging.errors import Cancelled, RamStudioError
 from merging.tensor_merge import merge_in_memory
+from merging.units import format_seconds
 
-ROWS, COLS = 8, 16  # 128 toy parameters per agent
-TOY_EPS = 1e-6
-
-
-def toy_taus(densities: list[float], overlaps: list[float], seed: int) -> torch.Tensor:
-    """N sparse task vectors: a share `overlaps[t]` of agent t's changes sits in one common region."""
-    g = torch.Generator().manual_seed(seed)
-    n, e = len(densities), ROWS * COLS
-    perm = torch.randperm(e, generator=g)
-    counts = [max(1, round(d * e)) for d in densities]
-    shared_n = [round(o * c) for o, c in zip(overlaps, counts)]
-    pool = perm[: max(shared_n + [0])]
-    rest = perm[len(pool):]
-    private = torch.tensor_split(rest, n)  # always n (possibly empty) disjoint regions
-    taus = torch.zeros(n, e)
-    for t in range(n):
-        own = torch.cat([pool[: shared_n[t]], private[t][: counts[t] - shared_n[t]]])
-        mag = 0.5 + torch.rand(len(own), generator=g)
-        sign = torch.where(torch.rand(len(own), generator=g) < 0.8, 1.0, -1.0)  # mostly agreeing signs
-        taus[t, own] = mag * sign
-    return taus
-
-
-def unique_retention(taus: torch.Tensor, merged: dict[str, torch.Tensor], names: list[str]) -> pd.DataFrame:
-    """Per agent and method: mean |τ_m| / mean |τ_t| over the agent's unique elements."""
-    active, count = regions.masks(taus, TOY_EPS)  # m_t and c of Eq. 1, from the core
-    only = active & (count == 1)
-    rows = []
-    for t, name in enumerate(names):
-        mask = only[t]
-        own = float(taus[t, mask].abs().mean()) if mask.any() else 0.0
-        for method, tm in merged.items():
-            kept = float(tm[mask].abs().mean()) / own if own else 0.0
-            rows.append({"agent": name, "method": method, "retention": kept, "unique_elements": int(mask.sum())})
-    return pd.DataFrame(rows)
+FIG3_JOB = "fig3_task"
 
 
 def demo_agent_labels() -> list[str]:
-    """The demo agents' labels in the order that fixes their colours elsewhere in the app."""
+    """The demo agents' labels (their colours are fixed by name, the same as elsewhere in the app)."""
     demo = state.demo_selection()
     return [a.split(":", 1)[-1] for a in demo.agents] if demo else []
 
+
+# ---------------------------------------------------------------- Fig. 3 on the selected models
+
+def fig3_plan(sel: state.Selection) -> list[tuple[int, str, bool]]:
+    """(agent index, label, dilute) for every merge of the experiment."""
+    from merging.checkpoint import unique_labels
+    from merging.refs import parse_ref
+
+    labels = unique_labels([parse_ref(a).label for a in sel.agents])
+    return [(i, label, dilute) for i, label in enumerate(labels) for dilute in (False, True)]
+
+
+def run_fig3(sel: state.Selection, task: jobs.Task) -> pd.DataFrame:
+    """Worker: for each agent, merge the base + only its unique region (whole, then ÷ N) into a temporary
+    folder, score it with the demo evaluator on the agent's own task (all three when the agent is not named
+    after one), and delete it. Base and full-agent rows come from the demo's accuracy.csv when these are the
+    demo models, else they are scored too. Progress is counted in finished steps (a merge reports its own
+    fraction); cancel stops at the next merge chunk or between evaluations."""
+    from assets.demo import evaluate
+    from assets.demo.tasks import TASKS
+    from merging.export import merge_to_folder
+    from merging.recipe import MergeSpec
+
+    plan = fig3_plan(sel)
+    labels = list(dict.fromkeys(label for _, label, _ in plan))
+    own = {label: [label] if label in TASKS else list(TASKS) for label in labels}
+    reference = _reference_rows(sel, labels, own)
+    refs_to_score = [] if reference is not None else [("base", "base", sel.base)] + [
+        ("agent", label, ref) for label, ref in zip(labels, sel.agents)]
+    steps = 2 * len(plan) + len(refs_to_score)
+    rows: list[dict] = [] if reference is None else reference
+    done = 0
+
+    def say(what: str, frac: float = 0.0, check: bool = True) -> None:
+        if check and task.cancel.is_set():  # between steps; inside a merge the engine polls `cancel` itself
+            raise Cancelled("the Fig. 3 experiment was cancelled; its temporary models were deleted.")
+        task.fraction = min(1.0, (done + frac) / steps)
+        task.text = f"step {min(done + 1, steps)} of {steps}: {what}"
+
+    def score(folder: Path, variant: str, label: str, tasks: list[str]) -> None:
+        frame = evaluate.evaluate_model(folder, tasks, split="test")
+        for rec in frame.itertuples():
+            if rec.subset == "all":
+                rows.append({"agent": "" if variant == "base" else label, "variant": variant, "task": rec.task,
+                             "split": "test", "accuracy": 100.0 * rec.accuracy})
+
+    tmp = Path(tempfile.mkdtemp(prefix="ram-fig3-"))
+    try:
+        from merging.refs import resolve
+
+        for variant, label, ref in refs_to_score:
+            say(f"scoring the {'base' if variant == 'base' else label + ' agent'}")
+            score(resolve(ref), variant, label, list(TASKS) if variant == "base" else own[label])
+            done += 1
+        for index, label, dilute in plan:
+            what = f"{label}'s unique region" + (" ÷ N" if dilute else "")
+            say(f"merging {what}")
+            out = tmp / f"{label}-{'div' if dilute else 'whole'}"
+            spec = MergeSpec(sel.base, list(sel.agents), "unique_only", {"agent": str(index), "dilute": dilute},
+                             str(out))
+            merge_to_folder(spec, progress=lambda p, w=what: say(f"merging {w}", 0.99 * p.fraction, check=False),
+                            cancel=task.cancel)
+            done += 1
+            say(f"scoring {what} on {', '.join(own[label])}")
+            score(out, "unique_div_N" if dilute else "unique", label, own[label])
+            shutil.rmtree(out, ignore_errors=True)
+            done += 1
+        task.fraction, task.text = 1.0, f"{steps} steps done"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return pd.DataFrame(rows, columns=["agent", "variant", "task", "split", "accuracy"])
+
+
+def _reference_rows(sel: state.Selection, labels: list[str], own: dict[str, list[str]]) -> list[dict] | None:
+    """Base and full-agent accuracy from the demo's accuracy.csv (the same evaluator, test split), when the
+    selection is the demo and the file has them; None otherwise (then they are scored in the job)."""
+    if not sel.is_demo:
+        return None
+    path = state.demo_results() / "accuracy.csv"
+    try:
+        acc = pd.read_csv(path, dtype={"subset": str})
+    except (OSError, ValueError, pd.errors.ParserError):
+        return None
+    acc = acc[(acc["split"] == "test") & (acc["subset"] == "all")]
+    rows = [{"agent": "", "variant": "base", "task": r.task, "split": "test", "accuracy": 100.0 * r.accuracy}
+            for r in acc[acc["model"] == "base"].itertuples()]
+    for label in labels:
+        part = acc[(acc["model"] == label) & acc["task"].isin(own[label])]
+        rows += [{"agent": label, "variant": "agent", "task": r.task, "split": "test", "accuracy": 100.0 * r.accuracy}
+                 for r in part.itertuples()]
+    return rows if rows and all(any(r["agent"] == label for r in rows) for label in labels) else None
+
+
+def fig3_panel(task_id: str) -> None:
+    """Progress of the running experiment (a fragment); redraws the page once when it has ended."""
+    task = jobs.manager().task(task_id)
+    if task is None or not task.running:
+        st.rerun()
+    st.progress(task.fraction, text=f"Fig. 3 experiment: {task.text or 'starting'} · {format_seconds(task.elapsed)}")
+    jobs.cancel_row(task.id, task.owner, button="Cancel", key="fig3_cancel", toast="Cancelling…",
+                    caption="You can switch pages; the experiment keeps going in the background.")
+
+
+def fig3_chart(tidy: pd.DataFrame, agents: list[str], source: str, name: str) -> None:
+    view = own_task(tidy, agents)
+    if view.empty:
+        st.dataframe(tidy, hide_index=True, width="stretch")
+        st.caption(f"{source}: no agent is named after one of the tasks, so all rows are listed.")
+        return
+    charts.show(charts.fig3_bars(view, agents), tidy,
+                "Only the agent's unique region is added to the base. Whole (solid) it carries part of the skill; "
+                "divided by N (hatched), as averaging does, that part shrinks — the paper's signal dilution. Grey: "
+                "the base; faint: the full agent. " + source + ".", name,
+                title="Fig. 3 on the demo: unique region only, whole and ÷ N", params={"agents": agents, "split": "test"})
+
+
+# ---------------------------------------------------------------- page
 
 st.title("Signal dilution")
 st.markdown(
@@ -66,10 +158,13 @@ n = c[0].slider("Agents N", 2, 5, 3, key="toy_n")
 seed = c[0].number_input("Seed", 0, 999, 0, key="toy_seed")
 defaults = [(0.08, 0.6), (0.35, 0.4), (0.5, 0.3), (0.2, 0.5), (0.15, 0.2)]
 names = [f"A{i + 1}" for i in range(n)]
+toy_colors = charts.toy_colors(names)
 dcols = c[1].columns(max(n, 3))
 densities, overlaps = [], []
 for i, nm in enumerate(names):
     with dcols[i].container(border=True):
+        st.html(f"<span style='display:inline-block;width:10px;height:10px;border-radius:50%;"
+                f"background:{toy_colors[nm]};margin-right:6px'></span><b>{nm}</b> (toy agent)")
         densities.append(st.slider(f"{nm} density", 0.02, 0.6, defaults[i][0], 0.01, key=f"toy_d{i}",
                                    help="Share of the toy parameters this agent changed."))
         overlaps.append(st.slider(f"{nm} overlap", 0.0, 1.0, defaults[i][1], 0.05, key=f"toy_o{i}",
@@ -86,17 +181,28 @@ with state.guard("The toy example"):
     cols = max(n, len(merged))
     panels += [(None, None)] * (cols - n)  # merged results start on their own row
     panels += [(f"merged: {m}", tm.view(ROWS, COLS).numpy()) for m, tm in merged.items()]
-    colors = [charts.agent_colors(names)[nm] for nm in names] + [None] * (len(panels) - n)
+    colors = [toy_colors[nm] for nm in names] + [None] * (len(panels) - n)
     grid = pd.DataFrame([{"panel": t, "row": r, "col": cc, "value": float(g[r][cc])}
                          for t, g in panels if t for r in range(ROWS) for cc in range(COLS)])
+    toy_params = {"N": n, "seed": int(seed), "r": p["r"], "alpha": p["alpha"]}
     charts.show(charts.toy_heatmaps(panels, zmax, colors, cols), grid,
                 "Pale cells under 'average' are unique updates shrunk to 1/N; RAM keeps their full colour.",
-                "toy_heatmaps")
+                "toy_heatmaps", title="Toy task vectors and their merges", params=toy_params)
+    st.subheader("The toy's ρ_t and λ_t")
+    rl = toy_rho_lambda(taus, names, p["r"], p["alpha"])
+    st.table(pd.DataFrame({
+        "agent": rl["agent"], "changed": rl["changed"], "shared": rl["shared"], "unique": rl["unique"],
+        "unique share": rl["unique_share"].map(charts.pct), "chance": rl["chance_unique_share"].map(charts.pct),
+        "ρ_t": rl["rho"].map(lambda v: "∞" if not math.isfinite(v) else f"{v:.3g}"),
+        "λ_t": rl["lambda"].map("{:.3f}".format)}).set_index("agent"))
+    st.caption(f"Counted on the toy (|τ| > {TOY_EPS:g}): ρ_t = shared / unique, λ_t = 1 + r·clip(ρ_t, 0, α) with "
+               f"Tune's r = {p['r']:g}, α = {p['alpha']:g} — what RAM+ multiplies each toy agent's unique cells "
+               "by. Chance: the unique share independent masks of the same densities would give.")
     ret = unique_retention(taus, merged, names)
-    charts.show(charts.retention_bars(ret, names), ret,
-                f"On each agent's unique cells, averaging keeps 1/{n} of the update; RAM keeps 100%, RAM+ λ_t = "
-                f"1 + r·clip(ρ_t, 0, α) with r={p['r']:g}, α={p['alpha']:g} from Tune.",
-                "toy_retention")
+    charts.show(charts.retention_bars(ret, names, toy_colors), ret,
+                f"On each agent's unique cells, averaging keeps 1/{n} of the update; RAM keeps 100%, RAM+ λ_t "
+                "(the table's last column).", "toy_retention", title="What each merge keeps of the unique cells",
+                params=toy_params)
 
 st.divider()
 st.header("Measured on the demo")
@@ -110,35 +216,81 @@ if not table1.exists() and not log.exists():
             icon=":material/hourglass_empty:")
 if table1.exists():
     with state.guard("Reading table1.csv"):
-        st.subheader("Accuracy per model (mini Table 1)")
         t = pd.read_csv(table1)
         first = t.columns[0]
         metrics = [col for col in ("code", "tool", "memory", "avg") if col in t.columns] or [
             col for col in t.columns[1:] if pd.api.types.is_numeric_dtype(t[col]) and "@" not in str(col)][:6]
         charts.show(charts.table1_bars(t, first, metrics, demo_agent_labels()), t,
                     "Look at each task's bar for RAM/RAM+ vs averaging: the unique skills should survive the merge.",
-                    "table1")
+                    "table1", title="Accuracy per model (mini Table 1)", params={"split": "test"})
 elif acc.exists():
     with state.guard("Reading accuracy.csv"):
-        st.subheader("Accuracy of the base and the agents")
         wide = state.demo_accuracy()[0].reset_index(names="model")
         tasks = [t for t in ("code", "tool", "memory", "avg") if t in wide.columns]
         charts.show(charts.table1_bars(wide, "model", tasks, demo_agent_labels()), wide,
                     "Each agent should beat the base on its own task; the merges join this chart once "
-                    "table1.csv exists.", "accuracy")
+                    "table1.csv exists.", "accuracy", title="Accuracy of the base and the agents",
+                    params={"split": "test"})
+
+st.subheader("Is the skill in the unique region? (paper Fig. 3)")
+st.markdown("Keep **only** one agent's unique region — the elements no other agent changed — on top of the base, "
+            "once whole and once divided by N as averaging would. If the whole region lifts the agent's own task and "
+            "the divided one loses most of that, averaging's 1/N is what costs the skill.")
+with state.guard("Reading fig3.csv"):
+    tidy, source = state.demo_fig3()
+    if tidy is None:
+        st.info(f"The demo's measured Fig. 3 experiment is not available: {source}. It is produced with the demo "
+                "(`assets/demo/results/fig3.csv`); meanwhile you can run it on the selected models below.",
+                icon=":material/hourglass_empty:")
+    else:
+        fig3_chart(tidy, demo_agent_labels() or sorted(set(tidy["agent"]) - {""}), f"From the demo build ({source})",
+                   "fig3")
+
+sel = state.selection()
+mgr = jobs.manager()
+task = mgr.task(st.session_state.get(FIG3_JOB))
+running = task is not None and task.running
+with st.container(border=True):
+    if sel is None:
+        st.caption("Select models on **Models** to run the experiment on them.")
+    else:
+        n_merges = 2 * len(sel.agents)
+        st.markdown(f"**Run it on the selected models** ({len(sel.agents)} agents: {n_merges} `unique_only` merges "
+                    "into a temporary folder, each scored with the demo evaluator on the agent's own task, then "
+                    "deleted). Needs models built from the demo base (the evaluator uses its tokenizer and tasks); "
+                    "on the demo it takes a few minutes on a CPU.")
+        if st.button("Run the Fig. 3 experiment", icon=":material/science:", key="fig3_run", disabled=running):
+            try:
+                task = mgr.submit_task("fig3", jobs.session_id(), "the Fig. 3 experiment",
+                                       lambda t, s=sel: run_fig3(s, t), merges=True)
+            except RamStudioError as exc:
+                state.show_error(exc, "Starting the experiment")
+            else:
+                st.session_state[FIG3_JOB] = task.id
+                st.rerun()
+        if running:
+            st.fragment(run_every=1.0)(fig3_panel)(task.id)
+        elif task is not None and task.status == "cancelled":
+            st.info(task.error[0] if task.error else "Cancelled.", icon=":material/cancel:")
+        elif task is not None and task.status == "failed":
+            state.show_error(RamStudioError(*task.error), "The Fig. 3 experiment")
+        elif task is not None and task.status == "done" and task.result is not None:
+            labels = list(dict.fromkeys(label for _, label, _ in fig3_plan(sel)))
+            fig3_chart(task.result, labels, f"Run in this session in {format_seconds(task.elapsed)}", "fig3_run")
+
 if log.exists():
     with state.guard("Reading training_log.csv"):
-        st.subheader("RL reward during training")
         lg = pd.read_csv(log)
         if "stage" in lg.columns and (lg["stage"] == "rl").any():
             lg = lg[lg["stage"] == "rl"]
         ycol = next((col for col in lg.columns if "reward" in col), None)
         group = "agent" if "agent" in lg.columns else ("task" if "task" in lg.columns else None)
         if ycol is None or group is None or "step" not in lg.columns:
+            st.subheader("RL training log")
             st.dataframe(lg, width="stretch")
         else:
             agents = demo_agent_labels() or sorted(lg[group].astype(str).unique())
             charts.show(charts.reward_curves(lg, agents, "step", ycol, group), lg,
                         "Solid = moving average: each agent's reward should climb on its own task — the skill "
                         "its task vector carries.",
-                        "reward_curves")
+                        "reward_curves", title="RL reward during training", params={"agents": agents})

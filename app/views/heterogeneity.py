@@ -1,6 +1,11 @@
-"""Heterogeneity: how sparse and how disjoint the agents' task vectors are (paper Sec. 3, Fig. 2)."""
+"""Heterogeneity: how sparse and how disjoint the agents' task vectors are (paper Sec. 3, Fig. 2), ρ_t and λ_t
+where they come from (per layer, module and tensor), norms, sign conflicts, and every unique share next to
+what chance would give."""
 from __future__ import annotations
 
+import math
+
+import pandas as pd
 import streamlit as st
 
 from analysis import paper, tables
@@ -9,18 +14,24 @@ from app import charts, state
 st.title("Heterogeneity")
 st.markdown("RL fine-tuning changes few parameters, and different agents change different ones. "
             "One streaming pass over the weights counts, for every ε, which elements each agent changed "
-            "(|τ| > ε) and how many other agents changed them too.")
+            "(|τ| > ε) and how many other agents changed them too. Every unique share is shown next to its "
+            "**chance level**: the share independent random masks of the same densities would leave unique, "
+            "Π_{j≠i}(1 − d_j) — above it, the agents' updates avoid each other; at it, the overlap is what "
+            "density alone explains.")
 
 sel = state.selection()
 res = state.analysis_or_stop(sel)
 agents = res.agents
 
-top = st.columns([3, 1, 2], vertical_alignment="bottom")
+top = st.columns([3, 1.2, 1.8], vertical_alignment="bottom")
 eps = top[0].select_slider("ε: an element counts as changed when |τ| > ε", options=list(res.ladder),
                            value=state.DEFAULT_EPS if state.DEFAULT_EPS in res.ladder else res.ladder[0],
                            format_func=charts.eps_label, key="het_eps")
 top[0].caption(f"{len(agents)} agents · {state.fmt_count(res.total_params)} parameters · "
                + ("statistics from the cache" if res.from_cache else f"analysed in {res.seconds:.1f} s"))
+log_small = top[1].toggle("log scale for shares", key="het_log",
+                          help="Draw unique shares (against chance, per layer) on a log axis: a 0.5 % share next to "
+                               "a 40 % one stays readable. Off: a linear axis zoomed to the data.")
 buttons = top[2].container(horizontal=True, horizontal_alignment="right")
 buttons.download_button("All data", res.frame.to_csv(index=False).encode(), "analysis_statistics.csv", "text/csv",
                         key="csv_all_stats", icon=":material/download:",
@@ -30,50 +41,127 @@ if buttons.button("Re-run", icon=":material/refresh:", help="Forget the cached r
     state.forget_analysis(sel)
     st.rerun()
 
+base_params = {"eps": eps, "agents": agents}
+
+
+def fmt_rho(v: float) -> str:
+    return "∞" if not math.isfinite(v) else f"{v:.4g}"
+
+
 with state.guard("Drawing the charts"):
+    uvc = tables.unique_vs_chance(res, eps)
+    chance = dict(zip(uvc["agent"], uvc["chance_unique_share"]))
     left, right = st.columns(2)
     with left:
-        st.subheader("Density per agent")
         d = tables.global_density(res, eps)
         charts.show(charts.density_bars(d, agents), d,
                     "How sparse is each update? RL agents typically change a small, very different share of weights.",
-                    "density_per_agent")
+                    "density_per_agent", title="Density per agent", params=base_params)
     with right:
-        st.subheader("Overlap distribution")
         o = tables.overlap_distribution(res, eps)
-        charts.show(charts.overlap_stacked(o, agents), o,
-                    "Purple = unique to the agent: averaging divides exactly these updates by N (signal dilution).",
-                    "overlap_distribution")
+        charts.show(charts.overlap_stacked(o, agents, chance), o,
+                    "Purple = unique to the agent: averaging divides exactly these updates by N (signal dilution). "
+                    "Above each bar: its unique share and the chance level of independent masks.",
+                    "overlap_distribution", title="Overlap distribution", params=base_params)
+
+    left, right = st.columns(2)
+    with left:
+        charts.show(charts.unique_vs_chance_bars(uvc, agents, log_small), uvc,
+                    "Bars: the share of each agent's changed elements no other agent changed. ◆: the same share if "
+                    "every agent had changed an independent random set of the same size.",
+                    "unique_vs_chance", title="Unique share against chance", params=base_params)
+    with right:
+        nc = tables.norms_and_conflicts(res, eps)
+        charts.show(charts.norms_conflicts(nc, agents), nc,
+                    "Left: how large each agent's unique and shared updates are (L2 norm; the hover gives the unique "
+                    "part's share of ‖τ‖²). Right: shared elements where another agent moved the weight the other "
+                    "way — where averaging cancels updates.",
+                    "norms_and_sign_conflicts", title="Update size by region, and sign conflicts", params=base_params)
 
     if paper.PAPER_EPS in res.ladder and any(paper.paper_role(a) for a in agents):
         st.subheader("Next to the paper's agents (ε = 1e-5)")
         cmp = paper.paper_comparison(res)
-        shown = cmp.rename(columns={"agent": "agent", "paper_agent": "paper's agent",
-                                    "density": "density", "paper_density": "paper density",
-                                    "unique_share": "unique share of changed",
-                                    "paper_unique_share": "paper unique share"})
+        shown = cmp.rename(columns={"paper_agent": "paper's agent", "density": "density",
+                                    "paper_density": "paper density", "unique_share": "unique share of changed",
+                                    "chance_unique_share": "chance (independent masks)",
+                                    "paper_unique_share": "paper unique share",
+                                    "paper_chance_unique_share": "paper chance"})
         pct = {c: st.column_config.NumberColumn(c, format="percent") for c in shown.columns[2:]}
         st.dataframe(shown, hide_index=True, column_config=pct, width="stretch")
         st.caption("The paper's Qwen2.5-7B agents (Sec. 3.1) at ε = 1e-5, matched by name (code / tool / memory). "
                    "Density = share of all parameters changed; unique share = share of the agent's changed "
-                   "elements that no other *selected* agent changed (the paper's is among its three agents).")
+                   "elements that no other *selected* agent changed (the paper's is among its three agents); "
+                   "chance = the unique share independent masks of the same densities would give.")
 
-    st.subheader("Where the changes are: layer × module")
+    # ---------------------------------------------------------------- ρ_t and λ_t
+    st.subheader("Overlap-unique ratio ρ_t and the λ_t it gives")
+    p = state.tuned()
+    lam = tables.lambda_table(res, eps, p["r"], p["alpha"], p["rule"], "global")
+    rho_rows = lam.merge(uvc[["agent", "changed", "unique_share", "chance_unique_share"]], on="agent")
+    st.dataframe(pd.DataFrame({
+        "agent": rho_rows["agent"], "changed": rho_rows["changed"].map("{:,}".format),
+        "shared": rho_rows["shared"].map("{:,}".format), "unique": rho_rows["unique"].map("{:,}".format),
+        "unique share": rho_rows["unique_share"].map(charts.pct),
+        "chance": rho_rows["chance_unique_share"].map(charts.pct),
+        "ρ_t = shared / unique": rho_rows["rho"].map(fmt_rho), "λ_t (Tune's settings)": rho_rows["lambda"].map(
+            "{:.4f}".format)}), hide_index=True, width="stretch")
+    st.caption(f"ρ_t over the whole model at ε = {charts.eps_label(eps)} (the paper's global scope); λ_t with Tune's "
+               f"r = {p['r']:g}, α = {p['alpha']:g}, {p['rule']} rule. Below, the same counts per layer, module or "
+               "tensor: where an agent's overlap is high or low.")
+    c = st.columns([2.2, 1.2, 1.6, 1], vertical_alignment="bottom")
+    by = c[0].segmented_control("Group by", list(tables.GROUPINGS), default="layer", key="het_rho_by") or "layer"
+    what = c[1].segmented_control("Show", ["ρ", "λ"], default="ρ", key="het_rho_what") or "ρ"
+    scope = c[2].segmented_control("λ scope", ["global", "tensor"], default=p["rho_scope"], key="het_rho_scope",
+                                   help="global: one λ_t per agent (paper). tensor: λ from each tensor's own ρ "
+                                        "(mergekit ramplus_tl), averaged over the group's unique elements.") or "global"
+    log_r = c[3].toggle("log scale", value=True, key="het_rho_log")
+    grouped = tables.rho_lambda_by(res, eps, by, p["r"], p["alpha"], p["rule"], scope)
+    group_params = {**base_params, "by": by, "r": p["r"], "alpha": p["alpha"], "rule": p["rule"], "scope": scope}
+    value, label = ("rho", "ρ = shared / unique") if what == "ρ" else ("lambda", "λ (unique-update scale)")
+    name = f"{'rho' if what == 'ρ' else 'lambda'}_by_{by.replace(' × ', '_')}"
+    if by in ("layer", "module"):
+        charts.show(charts.group_lines(grouped, agents, by, value, label, log_r, what), grouped,
+                    ("ρ per group = shared / unique elements of the agent inside it (gaps: no unique element, ρ = ∞). "
+                     if what == "ρ" else
+                     "λ that a RAM+ merge with Tune's settings applies to the unique elements of each group. ")
+                    + "The CSV has every group's counts, unique share and chance level.",
+                    name, title=f"{what} per {by}", params=group_params)
+    elif by == "layer × module":
+        charts.show(charts.layer_module_heatmaps(grouped.assign(module=grouped["module"].astype(str)), agents, value,
+                                                 log=log_r, colorbar=what, scale=1.0), grouped,
+                    f"{what} per layer and module kind, one panel per agent (blank: no unique element there, "
+                    "or the module is absent).", name, title=f"{what} per layer × module", params=group_params)
+    else:
+        shown = grouped.assign(rho=grouped["rho"].map(lambda v: v if math.isfinite(v) else None))
+        shown = shown[["agent", "tensor", "numel", "changed", "shared", "unique", "unique_share",
+                       "chance_unique_share", "rho", "lambda", "norm_unique", "sign_conflicts"]]
+        st.dataframe(shown.sort_values(["agent", "unique"], ascending=[True, False]), hide_index=True,
+                     width="stretch", height=360,
+                     column_config={"unique_share": st.column_config.NumberColumn("unique share", format="percent"),
+                                    "chance_unique_share": st.column_config.NumberColumn("chance", format="percent"),
+                                    "rho": st.column_config.NumberColumn("ρ", format="%.4g", help="empty = ∞"),
+                                    "lambda": st.column_config.NumberColumn("λ", format="%.4f"),
+                                    "norm_unique": st.column_config.NumberColumn("‖τ_unique‖", format="%.4g")})
+        st.caption(f"{len(shown):,} rows (agent × tensor), largest unique count first; click a header to sort. "
+                   "ρ empty = ∞ (no unique element in the tensor).")
+        st.download_button("CSV", grouped.to_csv(index=False).encode(), f"{charts.export_name(name, group_params)}.csv",
+                           "text/csv", key="csv_rho_tensor", icon=":material/download:", type="tertiary")
+
+    # ---------------------------------------------------------------- where
     lm = tables.density_by_layer_module(res, eps)
     charts.show(charts.layer_module_heatmaps(lm, agents), lm,
                 "Brighter = denser updates; compare panels to see whether agents concentrate on different modules.",
-                "density_layer_module")
+                "density_layer_module", title="Where the changes are: density per layer × module", params=base_params)
 
     left, right = st.columns(2)
     with left:
-        st.subheader("Unique vs shared per layer")
         us = tables.unique_shared_by_layer(res, eps)
-        charts.show(charts.unique_share_lines(us, agents), us,
-                    "Higher = more of that layer's update belongs to this agent alone (kept whole by RAM).",
-                    "unique_shared_by_layer")
+        charts.show(charts.unique_share_lines(us, agents, log_small), us,
+                    "Higher = more of that layer's update belongs to this agent alone (kept whole by RAM). Dotted: "
+                    "the chance level of independent masks with that layer's densities.",
+                    "unique_shared_by_layer", title="Unique share per layer", params=base_params)
     with right:
-        st.subheader("ε sensitivity")
         es = tables.eps_sensitivity(res)
         charts.show(charts.eps_curve(es, agents, eps), es,
                     "A flat curve means the sparsity is real, not an artefact of the chosen ε (dotted line).",
-                    "eps_sensitivity")
+                    "eps_sensitivity", title="Density against ε", params={"agents": agents})

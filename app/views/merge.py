@@ -21,8 +21,10 @@ from merging.units import format_bytes, format_seconds
 JOB_KEY = "merge_job"
 START_ERROR_KEY = "merge_start_error"
 EVAL_KEY = "eval_rows"
+OUT_KEY = "merge_out"  # the output folder box
+OUT_CUSTOM = "merge_out_custom"  # the folder the user typed (None: follow the suggestion)
+DEFAULT_ROOT = "merged-models"  # never the README's `--out merged`, and never inside another model folder
 ZIP_LIMIT = 300e6  # offer a zip download only below this size
-STEPS = {"eps": 1e-6, "r": 0.01, "alpha": 0.1, "lambda": 0.05, "density": 0.05, "drop_rate": 0.05}
 SHARD_SIZES = ["100MB", "500MB", "1GB", "2GB", "5GB", "10GB"]
 DTYPES = {"as base": None, "BF16": "BF16", "F16": "F16", "F32": "F32"}
 
@@ -31,9 +33,24 @@ def default_method(p: dict) -> str:
     return "ram_plus_soft" if p.get("rule") == "soft" else "ram_plus"
 
 
-def default_out(sel: state.Selection, method: str) -> str:
-    label = "demo" if sel.is_demo else (sel.base.replace("/", "_").split(":")[-1] or "model")
-    return str(Path.cwd() / "merged" / f"{label}-{method}")
+def default_out(sel: state.Selection, method: str, params: dict, dtype: str | None, policy: str) -> str:
+    """./merged-models/<base>-<method>-<hash of the settings>: one folder per distinct merge."""
+    from merging.placement import suggest_output_name
+    from merging.refs import parse_ref
+
+    try:
+        label = "demo" if sel.is_demo else parse_ref(sel.base).label
+    except RamStudioError:
+        label = "model"
+    fields = {"base": sel.base, "agents": list(sel.agents), "method": method, "params": params,
+              "out_dtype": dtype, "on_mismatch": policy}
+    return str(Path.cwd() / DEFAULT_ROOT / suggest_output_name(label, fields))
+
+
+def init(key: str, value) -> None:
+    """Give a widget its starting value through session state (so a loaded YAML can set it too)."""
+    if key not in st.session_state:
+        st.session_state[key] = value
 
 
 def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
@@ -46,20 +63,22 @@ def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
         value = tuned.get(p.name, p.default)
         col = cols[i % len(cols)]
         if p.choices:
-            values[p.name] = col.selectbox(p.name, list(p.choices), index=list(p.choices).index(value), help=p.help,
-                                           key=key, disabled=disabled)
+            init(key, value if value in p.choices else p.choices[0])
+            values[p.name] = col.selectbox(p.name, list(p.choices), help=p.help, key=key, disabled=disabled)
         elif p.kind is bool:
-            values[p.name] = col.checkbox(p.name, bool(value), help=p.help, key=key, disabled=disabled)
+            init(key, bool(value))
+            values[p.name] = col.checkbox(p.name, help=p.help, key=key, disabled=disabled)
         elif p.kind in (int, float):
             lo = None if p.low is None else p.kind(p.low)
             hi = None if p.high is None or p.high_open else p.kind(p.high)
+            init(key, p.kind(value or 0))
             values[p.name] = col.number_input(
-                p.name, min_value=lo, max_value=hi, value=p.kind(value or 0), step=p.kind(p.step or 1),
+                p.name, min_value=lo, max_value=hi, step=p.kind(p.step or 1),
                 format="%g" if p.kind is float else "%d", help=f"{p.help} Allowed: {p.range_text()}.", key=key,
                 disabled=disabled)
         else:
-            text = col.text_input(p.name, "" if value is None else str(value), help=p.help, key=key,
-                                  disabled=disabled)
+            init(key, "" if value is None else str(value))
+            text = col.text_input(p.name, help=p.help, key=key, disabled=disabled)
             values[p.name] = text or None
     if not m.params:
         st.caption("This method has no parameters.")
@@ -80,27 +99,25 @@ def start(sel: state.Selection, method: str, params: dict, out: str, shard: str,
 
 
 def progress_panel(job: jobs.Job) -> None:
-    """Live progress of a job; reruns the whole page once when it ends."""
-    if job.running:
-        p = job.progress
-        if p is None:
-            st.progress(0.0, text="Opening the models…")
-        else:
-            what = "Counting overlaps (for λ_t)" if job.phase == "count" else "Merging"
-            eta = f" · ETA {format_seconds(p.eta)}" if p.eta is not None else ""
-            st.progress(min(1.0, p.fraction),
-                        text=f"{what}: {format_bytes(p.done)} of {format_bytes(p.total)} · tensors "
-                             f"{p.tensors_done}/{p.tensors_total}{eta}")
-        c = st.columns([1, 4])
-        if c[0].button("Cancel merge", icon=":material/stop_circle:", key="cancel_merge",
-                       disabled=job.owner != jobs.session_id()):
-            jobs.manager().cancel(job.id)
-            st.toast("Cancelling…")
-        c[1].caption(f"Running for {format_seconds(job.elapsed)} into `{job.out}`. You can switch pages; "
-                     "the merge keeps going.")
-    elif st.session_state.get("_job_seen_running") == job.id:
-        st.session_state["_job_seen_running"] = None
+    """Live progress of a running job (a fragment, redrawn every 0.5 s).
+
+    The page drew its form disabled because the job was running when the page ran; whenever the job is
+    no longer running here — even if it ended before this fragment's first draw — the whole page is
+    redrawn, so the form can never stay disabled after a merge ended."""
+    if not job.running:
         st.rerun()
+    p = job.progress
+    if p is None:
+        st.progress(0.0, text="Opening the models…")
+    else:
+        what = "Counting overlaps (for λ_t)" if job.phase == "count" else "Merging"
+        eta = f" · ETA {format_seconds(p.eta)}" if p.eta is not None else ""
+        st.progress(min(1.0, p.fraction),
+                    text=f"{what}: {format_bytes(p.done)} of {format_bytes(p.total)} · tensors "
+                         f"{p.tensors_done}/{p.tensors_total}{eta}")
+    jobs.cancel_row(job.id, job.owner, button="Cancel merge", key="cancel_merge", toast="Cancelling…",
+                    caption=f"Running for {format_seconds(job.elapsed)} into `{job.out}`. You can switch pages; "
+                            "the merge keeps going.")
 
 
 def results(job: jobs.Job, sel: state.Selection) -> None:
@@ -186,22 +203,32 @@ def push(folder: Path, repo: str, private: bool, token: str | None) -> None:
     st.success(f"Pushed to {getattr(info, 'commit_url', repo)}", icon=":material/cloud_done:")
 
 
-def run_demo_eval(folder: Path) -> dict:
-    """Worker-thread body: score a folder on the three demo tasks (test split)."""
+def run_demo_eval(folder: Path, ev: jobs.EvalJob) -> dict:
+    """Worker-thread body: score a folder on the three demo tasks (test split), one task at a time, so the
+    progress counts examples actually scored."""
     from assets.demo import evaluate
-    from assets.demo.tasks import TASKS
+    from assets.demo.tasks import TASKS, eval_set
 
-    return evaluate.summary_row(evaluate.evaluate_model(folder, list(TASKS), split="test"))
+    sizes = {t: len(eval_set(t, "test")) for t in TASKS}
+    ev.total, ev.done = sum(sizes.values()), 0
+    frames = []
+    for i, task in enumerate(TASKS):
+        ev.text = f"scoring {task} (task {i + 1} of {len(TASKS)}, {sizes[task]} examples)"
+        frames.append(evaluate.evaluate_model(folder, [task], split="test"))
+        ev.done += sizes[task]
+    return evaluate.summary_row(pd.concat(frames, ignore_index=True))
 
 
 def eval_panel(ev: jobs.EvalJob) -> None:
-    """Polls the evaluation; when it ends, records the row and reruns the page once."""
-    if ev.running:
-        st.progress(min(0.95, ev.elapsed / 120), text=f"Evaluating on code, tool and memory… {ev.elapsed:.0f} s")
-        return
-    if st.session_state.get("_eval_seen") == ev.id:
-        st.session_state["_eval_seen"] = None
+    """Polls the evaluation (a fragment); when it has ended, redraws the page once with its row."""
+    if not ev.running:
         st.rerun()
+    frac = ev.done / ev.total if ev.total else 0.0
+    eta = ""
+    if ev.done:
+        eta = f" · about {format_seconds(ev.elapsed / ev.done * (ev.total - ev.done))} left"
+    st.progress(frac, text=f"Evaluating: {ev.done} of {ev.total or '…'} examples scored"
+                           f"{' · ' + ev.text if ev.text else ''} · {format_seconds(ev.elapsed)}{eta}")
 
 
 def evaluate_section(folder: Path, method: str) -> None:
@@ -216,30 +243,108 @@ def evaluate_section(folder: Path, method: str) -> None:
         st.session_state["eval_job"] = ev.id
         busy = True
     if ev is not None and busy:
-        st.session_state["_eval_seen"] = ev.id
         st.fragment(run_every=1.0)(eval_panel)(ev)
     elif ev is not None and ev.status == "failed":
         state.show_error(RamStudioError(*ev.error), "The evaluation")
     elif ev is not None and ev.status == "done" and ev.row is not None:
-        rows[ev.label] = ev.row
+        rows.pop(ev.label, None)
+        rows[ev.label] = ev.row  # the newest evaluation goes last here, first in the table
     table = comparison_table(rows)
     if table is not None:
-        st.dataframe(table, width="stretch")
-        st.caption("Accuracy (%) on the demo's test split; rows marked 'this session' come from the button above, "
-                   "the others from the demo build.")
+        fresh = list(reversed(rows))
+        st.dataframe(table.style.apply(lambda r: ["background-color: rgba(0,114,178,0.15)" if r.name in fresh
+                                                  else "" for _ in r], axis=1).format(precision=2),
+                     width="stretch", height=38 + 35 * len(table))  # every row visible, no inner scrolling
+        st.caption("Accuracy (%) on the demo's test split. Highlighted rows at the top come from the button above "
+                   "(newest first); the others from the demo build.")
 
 
 def comparison_table(rows: dict) -> pd.DataFrame | None:
+    """This session's evaluations (newest first) above the demo build's measured rows."""
     frames = []
+    if rows:
+        frames.append(pd.DataFrame(rows).T.iloc[::-1])
     try:
         measured, _source = state.demo_accuracy()
     except (OSError, ValueError, KeyError, pd.errors.ParserError):
         measured = None  # an unreadable results file only hides those rows
     if measured is not None:
         frames.append(measured)
-    if rows:
-        frames.append(pd.DataFrame(rows).T)
     return pd.concat(frames) if frames else None
+
+
+# ---------------------------------------------------------------- mergekit YAML
+
+MK_MSG = "mk_message"
+
+
+def load_yaml_into_form() -> None:
+    """Button callback (runs before the page, so it may set the form's widgets): parse the pasted or
+    uploaded mergekit YAML and fill method, parameters, models and options from it."""
+    from merging.mergekit_config import parse_mergekit_yaml
+
+    upload = st.session_state.get("mk_file")
+    text = upload.getvalue().decode("utf-8", "replace") if upload is not None else st.session_state.get("mk_text", "")
+    where = f"{upload.name}" if upload is not None else "the pasted YAML"
+    if not text.strip():
+        st.session_state[MK_MSG] = ("error", "paste a mergekit YAML or upload a file first.", "")
+        return
+    try:
+        spec = parse_mergekit_yaml(text)
+    except RamStudioError as exc:
+        st.session_state[MK_MSG] = ("error", f"{where}: {exc.message}", exc.hint)
+        return
+    method = get_method(spec.method)
+    st.session_state["merge_method"] = spec.method
+    for p in method.params:
+        value = spec.params.get(p.name, p.default)
+        st.session_state[f"param_{spec.method}_{p.name}"] = "" if (p.kind is str and value is None) else value
+    st.session_state["merge_dtype"] = next((k for k, v in DTYPES.items() if v == spec.out_dtype), "as base")
+    if spec.shard_size in SHARD_SIZES:
+        st.session_state["merge_shard"] = spec.shard_size
+    st.session_state["merge_policy"] = spec.on_mismatch
+    st.session_state[OUT_CUSTOM] = spec.out.strip() or None
+    sel = state.selection()
+    moved = sel is None or (sel.base, sel.agents) != (spec.base, tuple(spec.agents))
+    if moved:
+        state.set_selection(state.Selection(spec.base, tuple(spec.agents), "custom"))
+    shown = ", ".join(f"{k}={v}" for k, v in spec.params.items()) or "no parameters"
+    st.session_state[MK_MSG] = ("ok", f"Loaded {where}: method **{spec.method}** ({shown}), base `{spec.base}` and "
+                                      f"{len(spec.agents)} agents" + (" (now the selected models)" if moved else "")
+                                      + (f", output `{spec.out}`" if spec.out.strip() else "") + ".", "")
+
+
+def mergekit_panel(spec: MergeSpec) -> None:
+    """Load a mergekit YAML into the form, and show the current settings as mergekit YAML."""
+    with st.expander("mergekit YAML", icon=":material/data_object:"):
+        from merging.mergekit_config import to_mergekit_yaml
+
+        left, right = st.columns(2)
+        with left:
+            st.text_area("Paste a mergekit YAML", key="mk_text", height=180,
+                         placeholder="merge_method: ram\nbase_model: org/base\nmodels:\n  - model: org/agent-a\n…")
+            st.file_uploader("…or upload one", type=["yaml", "yml"], key="mk_file")
+            st.button("Load into the form", icon=":material/upload:", key="mk_load", on_click=load_yaml_into_form)
+            msg = st.session_state.get(MK_MSG)
+            if msg and msg[0] == "ok":
+                st.success(msg[1], icon=":material/check_circle:")
+            elif msg:
+                state.show_error(RamStudioError(msg[1], msg[2]), "Loading the YAML")
+        with right:
+            st.markdown("**These settings as mergekit YAML**")
+            try:
+                text, note = to_mergekit_yaml(spec)
+            except RamStudioError as exc:
+                text, note = None, exc.message
+            if text is None:
+                head, _, nearest = note.partition("\n")
+                st.info(head, icon=":material/info:")
+                if nearest.strip():
+                    st.code(nearest.strip(), language="yaml")
+            else:
+                st.code(text, language="yaml")
+                if note:
+                    st.caption(note)
 
 
 # ---------------------------------------------------------------- page
@@ -252,6 +357,8 @@ if sel is None:
 
 mgr = jobs.manager()
 job = mgr.get(st.session_state.get(JOB_KEY))
+# One look at the job for the whole page: the form, the progress panel and the results all follow it, and
+# the progress fragment redraws the page as soon as the job is no longer running.
 mine_running = job is not None and job.running
 other = mgr.running()
 tuned = state.tuned()
@@ -259,46 +366,74 @@ tuned = state.tuned()
 st.markdown(f"Merge `{sel.base}` with {len(sel.agents)} agents. Parameters are pre-filled from **Tune**; the "
             "merge streams the weights in chunks and writes the folder atomically (no half model is ever left).")
 names = list(METHODS)
-method = st.selectbox("Method", names, index=names.index(default_method(tuned)), key="merge_method",
-                      format_func=lambda n: f"{n} — {METHODS[n].summary}", disabled=mine_running)
+init("merge_method", default_method(tuned))
+method = st.selectbox("Method", names, key="merge_method", format_func=lambda n: f"{n} — {METHODS[n].summary}",
+                      disabled=mine_running)
 params = param_widgets(method, tuned, mine_running)
+init("merge_shard", "5GB")
+init("merge_dtype", "as base")
+init("merge_policy", "error")
+suggested = default_out(sel, method, params, DTYPES[st.session_state["merge_dtype"]], st.session_state["merge_policy"])
+custom = st.session_state.get(OUT_CUSTOM)
+st.session_state[OUT_KEY] = custom or suggested
+
+
+def _typed_out() -> None:
+    typed = st.session_state[OUT_KEY].strip()
+    st.session_state[OUT_CUSTOM] = typed if typed and typed != suggested else None
+
+
 c = st.columns([4.2, 1.2, 1.2, 1.2], vertical_alignment="bottom")
-out = c[0].text_input("Output folder", value=default_out(sel, method), key=f"merge_out_{method}",
-                      disabled=mine_running, help="Created if missing; must be empty unless you allow overwriting.")
-shard = c[1].selectbox("Shard size", SHARD_SIZES, index=SHARD_SIZES.index("5GB"), key="merge_shard",
-                       disabled=mine_running)
+out = c[0].text_input("Output folder", key=OUT_KEY, on_change=_typed_out, disabled=mine_running,
+                      help="Created if missing; must be empty unless you allow overwriting. The suggestion is "
+                           f"./{DEFAULT_ROOT}/<base>-<method>-<hash of the settings>: one folder per distinct merge, "
+                           "never inside another model's folder.")
+shard = c[1].selectbox("Shard size", SHARD_SIZES, key="merge_shard", disabled=mine_running)
 dtype = c[2].selectbox("Output dtype", list(DTYPES), key="merge_dtype", disabled=mine_running)
 policy = c[3].selectbox("On mismatch", list(POLICIES), key="merge_policy", disabled=mine_running, help=POLICY_HELP)
+if custom:
+    note = st.container(horizontal=True, vertical_alignment="center")
+    note.caption(f"Your folder. Suggested for these settings: `{suggested}`")
+    if note.button("Use the suggestion", key="merge_out_reset", type="tertiary", disabled=mine_running):
+        st.session_state[OUT_CUSTOM] = None
+        st.rerun()
 row = st.container(horizontal=True, vertical_alignment="center")
 go = row.button("Start merge", type="primary", icon=":material/play_arrow:", key="start_merge", disabled=mine_running)
 overwrite = row.checkbox("Overwrite an existing folder", key="merge_overwrite", disabled=mine_running,
-                         help="Replace a non-empty folder (only once the new one is complete).")
+                         help="Replace a non-empty folder (only one RAM Studio wrote, and only once the new one is "
+                              "complete).")
 hub = [r for r in (sel.base, *sel.agents) if state.is_uncached_hub(r)]
 if hub:
-    st.info(f"{len(hub)} model(s) will be downloaded from the Hugging Face Hub before merging "
-            "(see the size estimate on **Models**).", icon=":material/cloud_download:")
+    from app import downloads
+
+    with st.container(border=True):
+        st.markdown(f"**{len(hub)} of the models are on the Hugging Face Hub and not downloaded yet.** Download them "
+                    "first; the merge then reads them from the local cache.")
+        downloads.panel(hub, what="the merge")
 if other is not None and not mine_running:
-    st.warning(f"Busy: another session is merging into `{other.out.name}` right now "
-               f"({format_seconds(other.elapsed)} so far). One merge runs at a time per server.",
-               icon=":material/hourglass_top:")
+    what = f"merging into `{other.out.name}`" if isinstance(other, jobs.Job) else f"running {other.label}"
+    st.warning(f"Busy: another session is {what} right now ({format_seconds(other.elapsed)} so far). "
+               "One merge runs at a time per server.", icon=":material/hourglass_top:")
+mergekit_panel(MergeSpec(sel.base, list(sel.agents), method, params, out.strip(), DTYPES[dtype], shard,
+                         on_mismatch=policy))
 if go:
     st.session_state.pop(START_ERROR_KEY, None)  # a new attempt replaces the last error, never stacks on it
     try:
+        if hub:
+            raise RamStudioError(f"{len(hub)} Hub model(s) are not downloaded yet.",
+                                 "Start the download above; the merge reads them from the local cache.")
         start(sel, method, params, out, shard, DTYPES[dtype], overwrite, policy)
     except RamStudioError as exc:
         st.session_state[START_ERROR_KEY] = (exc.message, exc.hint)
     else:
-        st.session_state["_job_seen_running"] = st.session_state[JOB_KEY]
         st.rerun()
 if START_ERROR_KEY in st.session_state:
     state.show_error(RamStudioError(*st.session_state[START_ERROR_KEY]), "Starting the merge")
     st.stop()  # the last job's results belong to an earlier attempt: do not show them under this error
 
-job = mgr.get(st.session_state.get(JOB_KEY))
 if job is not None:
     st.divider()
-    if job.running:
-        st.session_state["_job_seen_running"] = job.id
+    if mine_running:  # the same look at the job as the form's: never a disabled form without this panel
         st.fragment(run_every=0.5)(progress_panel)(job)
     else:
         results(job, sel)

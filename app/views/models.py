@@ -96,20 +96,47 @@ def mismatch_report(rep) -> None:
             st.info(hint, icon=":material/lightbulb:")
 
 
-def report(base: str, agents: list[str]) -> None:
-    """The compatibility report, sizes and estimate; errors become readable messages."""
+def unreadable(refs: list[str]) -> list[tuple[str, RamStudioError]]:
+    """Every model whose headers cannot be read, with why (all of them, not only the first)."""
+    out = []
+    with st.spinner("Reading safetensors headers (no weights are read)…"):
+        for ref in dict.fromkeys(refs):
+            try:
+                headers_for(ref)
+            except RamStudioError as exc:
+                out.append((ref, exc))
+    return out
+
+
+def show_problems(problems: list[tuple[str, RamStudioError]], n: int) -> None:
+    """One error box for all the models that could not be read: each named with its reason, each hint once."""
+    if len(problems) == 1:
+        ref, exc = problems[0]
+        text = f"**Reading {printable(ref)} failed: {exc.message}**"
+    else:
+        text = f"**{len(problems)} of {n} models could not be read:**\n" + "\n".join(
+            f"- `{printable(ref)}`: {exc.message}" for ref, exc in problems)
+    hints = list(dict.fromkeys(exc.hint for _, exc in problems if exc.hint))
+    if hints:
+        text += "\n\n" + " ".join(hints)
+    st.error(text, icon=":material/error:")
+
+
+def report(base: str, agents: list[str]) -> bool:
+    """The compatibility report, sizes and estimate; errors become readable messages. True when every model
+    could be read."""
     if not base or len(agents) < 2:
         st.info("Give a base model and at least two agents.", icon=":material/info:")
-        return
+        return False
     heads: list[ModelHeaders] = []
     download = 0
+    problems = unreadable([base, *agents])
+    if problems:
+        show_problems(problems, len(agents) + 1)
+        return False
     with st.spinner("Reading safetensors headers (no weights are read)…"):
         for ref in [base, *agents]:
-            try:
-                h, _kind, needs = headers_for(ref)
-            except RamStudioError as exc:
-                state.show_error(exc, f"Reading {ref}")
-                return
+            h, _kind, needs = headers_for(ref)
             heads.append(h)
             download += h.bytes_on_disk if needs else 0
     rep = check_compatibility(heads[0], heads[1:])
@@ -137,6 +164,7 @@ def report(base: str, agents: list[str]) -> None:
                 help="Read every model once and write the merged one.")
     st.caption(f"Estimates assume {DOWNLOAD_BPS / 1e6:.0f} MB/s download and {READ_BPS / 1e6:.0f} MB/s disk; "
                "memory stays bounded by the chunk size whatever the model size.")
+    return True
 
 
 st.title("Models")
@@ -174,21 +202,32 @@ if not auto and cols.button("Check compatibility", icon=":material/fact_check:",
 use = cols.button("Use these models", type="primary", icon=":material/check:", key="use_models")
 
 if auto or checked:
+    readable = False
     with state.guard("The compatibility check"):
-        report(base, agents)
+        readable = report(base, agents)
+    if readable and hub_refs:
+        from app import downloads
+
+        st.subheader("Download")
+        downloads.panel(hub_refs, what="every page")
 else:
     st.caption(f"{len(hub_refs)} model(s) are Hugging Face repos: **Check compatibility** reads their remote "
                "metadata (a few kilobytes each).")
 
 if use:
+    problems: list | None = None
     try:
         for ref in [base, *agents]:
             parse_ref(ref)
         if not base or len(agents) < 2:
             raise RamStudioError("a base and at least two agents are needed.", "Add another agent.")
+        problems = unreadable([base, *agents])  # a Hub id must be reachable (or cached), a folder readable
     except RamStudioError as exc:
         state.show_error(exc, "Selecting the models")
-    else:
+    if problems:
+        st.error("**These models were not selected**: every model must be readable first.", icon=":material/block:")
+        show_problems(problems, len(agents) + 1)
+    elif problems is not None:
         kind = "demo" if source == "Bundled demo" else ("preset" if source in state.PRESETS else "custom")
         state.set_selection(state.Selection(base, tuple(agents), kind))
         st.success("Selected. Open **Heterogeneity** to analyse them.", icon=":material/check_circle:")

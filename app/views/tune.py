@@ -1,4 +1,5 @@
-"""Tune: RAM+ parameters against the cached overlap statistics — no weights are re-read."""
+"""Tune: RAM+ parameters against the cached overlap statistics — no weights are re-read — and two settings
+side by side (A | B)."""
 from __future__ import annotations
 
 import math
@@ -14,24 +15,89 @@ from app import charts, state
 st.title("Tune")
 st.markdown("RAM+ scales each agent's **unique** update by λ_t = 1 + r·clip(ρ_t, 0, α) (Eq. 6), or "
             "1 + r·ρ_t/(1+ρ_t) with the soft rule (Eq. 8), where ρ_t = shared_t / unique_t (Eq. 2). "
-            "Everything below is recomputed from the cached counts, so it updates instantly.")
+            "Everything below is recomputed from the cached counts, so it updates instantly. ρ and λ per layer, "
+            "module and tensor are on **Heterogeneity**.")
 
 sel = state.selection()
 res = state.analysis_or_stop(sel)
+SCOPES = ["global", "tensor"]
+
+
+def fmt_rho(v: float) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else ("∞" if not math.isfinite(v) else f"{v:.4g}")
 
 
 def lambda_rows(lam: pd.DataFrame) -> pd.DataFrame:
     """The λ_t table as display strings (a static table: readable, copyable, stable in screenshots)."""
+    tensor = "lambda_min" in lam
     out = pd.DataFrame({
         "agent": lam["agent"],
         "shared": lam["shared"].map(lambda v: f"{int(v):,}"),
         "unique": lam["unique"].map(lambda v: f"{int(v):,}"),
-        "ρ_t": lam["rho"].map(lambda v: "∞" if not math.isfinite(v) else f"{v:.4f}"),
-        "λ_t": lam["lambda"].map(lambda v: f"{v:.4f}"),
+        ("ρ_t (whole model)" if tensor else "ρ_t"): lam["rho"].map(fmt_rho),
     })
-    if "lambda_min" in lam:
+    if tensor:  # what tensor scope uses: each tensor's own ρ
+        out["ρ per tensor: median (range)"] = [f"{fmt_rho(m)} ({fmt_rho(a)}–{fmt_rho(b)})" for m, a, b in
+                                               zip(lam["rho_tensor_median"], lam["rho_tensor_min"], lam["rho_tensor_max"])]
+        out["λ_t (mean)"] = lam["lambda"].map(lambda v: f"{v:.4f}")
         out["λ range (tensors)"] = [f"{a:.3f}–{b:.3f}" for a, b in zip(lam["lambda_min"], lam["lambda_max"])]
+    else:
+        out["λ_t"] = lam["lambda"].map(lambda v: f"{v:.4f}")
     return out.set_index("agent")
+
+
+def setting_widgets(prefix: str, p: dict, ladder: list[float], cols) -> dict:
+    """ε, r, α, rule and scope inputs (keys `<prefix>_eps` …), starting from `p`."""
+    eps = cols[0].select_slider("ε (changed when |τ| > ε)", options=ladder,
+                                value=p["eps"] if p["eps"] in ladder else ladder[0], format_func=charts.eps_label,
+                                key=f"{prefix}_eps")
+    r = cols[1].slider("r (rescale strength)", 0.0, 1.0, float(p["r"]), 0.01, key=f"{prefix}_r",
+                       help="Paper: r = 0.1. r = 0 is plain RAM.")
+    rule = cols[3].radio("λ rule", list(regions.RULES), index=list(regions.RULES).index(p["rule"]), horizontal=True,
+                         key=f"{prefix}_rule", help="clip: Eq. 6 (RAM+). soft: Eq. 8 (RAM+s), no α.")
+    alpha = cols[2].slider("α (clip bound on ρ)", 0.0, 5.0, float(p["alpha"]), 0.1, key=f"{prefix}_alpha",
+                           disabled=rule == "soft", help="Paper: α = 2.0. Only used by the clip rule.")
+    scope = cols[4].radio("ρ scope", SCOPES, index=SCOPES.index(p["rho_scope"]), horizontal=True,
+                          key=f"{prefix}_scope",
+                          help="global: ρ_t over the whole model (paper). tensor: per tensor (mergekit ramplus_tl).")
+    return {"eps": eps, "r": r, "alpha": alpha, "rule": rule, "rho_scope": scope}
+
+
+def describe(p: dict) -> str:
+    alpha = "" if p["rule"] == "soft" else f", α {p['alpha']:g}"
+    return f"ε {charts.eps_label(p['eps'])}, r {p['r']:g}{alpha}, {p['rule']}, {p['rho_scope']} ρ"
+
+
+@st.fragment
+def compare(a: dict) -> None:
+    """A | B (its own fragment inside the tuner: moving a B control redraws only this part)."""
+    t0 = time.perf_counter()
+    ladder = list(res.ladder)
+    agents = res.agents
+    st.subheader("Compare two settings: A | B")
+    st.caption(f"**A** is the setting above ({describe(a)}). Choose **B** to see what changes: λ_t, and the "
+               "unique update a RAM+ merge keeps, λ_t·‖τ_unique‖ (a different ε also changes which elements are "
+               "unique).")
+    b_start = {**a, "eps": 1e-3 if 1e-3 in ladder else ladder[-1]}
+    with st.container(border=True):
+        b = setting_widgets("tune_b", b_start, ladder, st.columns([2.4, 2, 2, 1.9, 2.1]))
+    with state.guard("Comparing A and B"):
+        cmp = tables.compare_settings(res, a, b)
+        table = pd.DataFrame({
+            "agent": cmp["agent"], "ρ_t A": cmp["rho_A"].map(fmt_rho), "ρ_t B": cmp["rho_B"].map(fmt_rho),
+            "λ_t A": cmp["lambda_A"].map("{:.4f}".format), "λ_t B": cmp["lambda_B"].map("{:.4f}".format),
+            "λ_t B − A": cmp["lambda_change"].map("{:+.4f}".format),
+            "unique elements A": cmp["unique_A"].map("{:,}".format),
+            "unique elements B": cmp["unique_B"].map("{:,}".format),
+            "kept A": cmp["kept_A"].map("{:.4g}".format), "kept B": cmp["kept_B"].map("{:.4g}".format),
+            "kept B / A": [f"{kb / ka:.3g}×" if ka else "–" for ka, kb in zip(cmp["kept_A"], cmp["kept_B"])],
+        }).set_index("agent")
+        st.table(table)
+        charts.show(charts.compare_bars(cmp, agents), cmp,
+                    f"A: {describe(a)}. B (hatched): {describe(b)}. 'kept' is the L2 norm of the unique update after "
+                    "scaling by λ_t, in weight units.", "compare_a_b", title="Setting A | setting B",
+                    params={"A": describe(a), "B": describe(b), "agents": agents})
+    st.caption(f"A | B recomputed in {1000 * (time.perf_counter() - t0):.0f} ms.")
 
 
 @st.fragment
@@ -39,21 +105,11 @@ def tuner() -> None:
     t0 = time.perf_counter()
     p = state.tuned()
     ladder = list(res.ladder)
-    c = st.columns([2.4, 2, 2, 1.9, 2.1])
-    eps = c[0].select_slider("ε (changed when |τ| > ε)", options=ladder,
-                             value=p["eps"] if p["eps"] in ladder else ladder[0], format_func=charts.eps_label,
-                             key="tune_eps")
-    r = c[1].slider("r (rescale strength)", 0.0, 1.0, float(p["r"]), 0.01, key="tune_r",
-                    help="Paper: r = 0.1. r = 0 is plain RAM.")
-    rule = c[3].radio("λ rule", list(regions.RULES), index=list(regions.RULES).index(p["rule"]), horizontal=True,
-                      key="tune_rule", help="clip: Eq. 6 (RAM+). soft: Eq. 8 (RAM+s), no α.")
-    alpha = c[2].slider("α (clip bound on ρ)", 0.0, 5.0, float(p["alpha"]), 0.1, key="tune_alpha",
-                        disabled=rule == "soft", help="Paper: α = 2.0. Only used by the clip rule.")
-    scope = c[4].radio("ρ scope", ["global", "tensor"], index=["global", "tensor"].index(p["rho_scope"]),
-                       horizontal=True, key="tune_scope",
-                       help="global: ρ_t over the whole model (paper). tensor: per tensor (mergekit ramplus_tl).")
-    p.update(eps=eps, r=r, alpha=alpha, rule=rule, rho_scope=scope)
+    a = setting_widgets("tune", p, ladder, st.columns([2.4, 2, 2, 1.9, 2.1]))
+    p.update(a)
+    eps, r, alpha, rule, scope = a["eps"], a["r"], a["alpha"], a["rule"], a["rho_scope"]
     agents = res.agents
+    params = {"eps": eps, "r": r, "alpha": alpha, "rule": rule, "scope": scope, "agents": agents}
     with state.guard("Computing λ_t"):
         lam = tables.lambda_table(res, eps, r, alpha, rule, scope)
         ret = tables.signal_retention(res, eps, r, alpha, rule, scope)
@@ -62,28 +118,37 @@ def tuner() -> None:
         with left:
             st.subheader("λ_t per agent")
             st.table(lambda_rows(lam))
-            st.download_button("CSV", lam.to_csv(index=False).encode(), "lambda_table.csv", "text/csv",
+            st.download_button("CSV", lam.to_csv(index=False).encode(),
+                               f"{charts.export_name('lambda_table', params)}.csv", "text/csv",
                                key="csv_lambda_table", icon=":material/download:")
             st.caption("λ_t > 1 boosts an agent's unique update to make up for what averaging its shared "
                        "part costs it; the more it overlaps (higher ρ_t), the larger λ_t."
-                       + (" Tensor scope: λ_t here is the mean over tensors, weighted by unique elements."
-                          if scope == "tensor" else ""))
+                       + (" Tensor scope: each tensor uses its own ρ; λ_t here is the mean over tensors, weighted "
+                          "by unique elements, and the ρ column gives the per-tensor median and range (tensors "
+                          "holding unique elements, weighted by them)." if scope == "tensor" else ""))
         with right:
-            st.subheader("λ(ρ) with each agent's ρ_t")
             curve_df = lam[["agent", "shared", "unique", "rho", "lambda"]]
-            charts.show(charts.lambda_curve(lam, agents, r, alpha, rule), curve_df,
-                        ("Each dot is an agent (▶ = ρ_t beyond the axis); past α the clip rule stops growing, so "
-                         "heavy overlap cannot explode λ."
+            finite = [v for v in lam["rho"] if math.isfinite(v) and v > 0]
+            wide = bool(finite) and (max(finite) > 3 * max(alpha, 1.0) or min(finite) < 0.05)
+            log = st.toggle("log ρ axis", value=wide, key=f"tune_log_rho_{wide}",
+                            help="On when the agents' ρ_t span more than the curve's bend, so every agent is on the "
+                                 "axis.")
+            charts.show(charts.lambda_curve(lam, agents, r, alpha, rule, log), curve_df,
+                        ("Each dot is an agent at its ρ_t (▶ = ∞, no unique element); past α the clip rule stops "
+                         "growing, so heavy overlap cannot explode λ."
                          if rule == "clip" else
-                         "Each dot is an agent; the soft rule saturates towards 1 + r, gentler than clipping."),
-                        "lambda_curve")
-        st.subheader("How much of each agent's unique update survives")
+                         "Each dot is an agent at its ρ_t; the soft rule saturates towards 1 + r, gentler than "
+                         "clipping."),
+                        "lambda_curve", title="λ(ρ) with each agent's ρ_t", params=params)
         charts.show(charts.retention_bars(ret, agents), ret,
                     "Averaging and task arithmetic (λ = 1/N) keep only 1/N of a unique update; RAM keeps all of it, "
-                    "RAM+ a bit more.", "signal_retention")
+                    "RAM+ a bit more.", "signal_retention", title="How much of each agent's unique update survives",
+                    params=params)
+
+        compare(a)
     st.caption(f"Recomputed in {1000 * (time.perf_counter() - t0):.0f} ms from cached statistics "
                f"(no weights read).")
 
 
 tuner()
-st.page_link("views/merge.py", label="Merge with these parameters", icon=":material/arrow_forward:")
+st.page_link("views/merge.py", label="Merge with setting A", icon=":material/arrow_forward:")
