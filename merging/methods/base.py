@@ -1,15 +1,13 @@
 """What a merge method is: a pure function over float32 task-vector chunks, its parameters and its passes."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from ..errors import RamStudioError
-from .params import Param
+from .params import Param, finite_in_float32
 
 
 @dataclass
@@ -99,7 +97,7 @@ class MergeMethod:
                                  f"Its parameters are: {', '.join(known) or 'none'}.")
         out = {p.name: p.resolve(given.get(p.name), strict=strict) for p in self.params}
         for what, value in self.factors(out).items():
-            if not math.isfinite(float(np.float32(value))):
+            if not finite_in_float32(value):
                 names = ", ".join(f"{p.name}={out[p.name]:g}" for p in self.params if p.float32)
                 raise RamStudioError(f"{what} = {value:g} overflows float32 with {names}.",
                                      "Use smaller values: the merge computes in float32.")

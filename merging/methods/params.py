@@ -87,7 +87,7 @@ class Param:
         if self.kind in (float, int):
             if isinstance(value, float) and not math.isfinite(value):
                 return "must be a finite number"
-            if self.float32 and not _finite_in_float32(value):
+            if self.float32 and not finite_in_float32(value):
                 return "overflows float32 (the merge computes in float32)"
             below = self.low is not None and (value <= self.low if self.low_open else value < self.low)
             above = self.high is not None and (value >= self.high if self.high_open else value > self.high)
@@ -139,7 +139,7 @@ LAMBDA = Param("lambda", float, 1.0, "Scaling λ of the merged task vector (pape
                low=0.0, float32=True, step=0.05)
 
 
-def _finite_in_float32(value: float) -> bool:
+def finite_in_float32(value: float) -> bool:
     """Whether `value` stays finite once rounded to float32 (numpy's overflow warning muted)."""
     with np.errstate(over="ignore"):
         return math.isfinite(float(np.float32(value)))
