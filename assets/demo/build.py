@@ -56,7 +56,15 @@ class BuildConfig:
         return RLConfig(**{**asdict(self.rl), **self.agent_rl.get(agent, {})})
 
 
-FULL = BuildConfig()
+# The shipped trio ("labs-a" in results/mechanisms.csv): word tokens, the v1 architecture, and one
+# RL recipe per agent, as if the agents came from different labs. Plain SGD moves a weight in
+# proportion to its gradient, so small steps leave most bf16 weights untouched (Adam would move
+# every weight with a non-zero gradient by about lr); each recipe was chosen on validation only.
+FULL = BuildConfig(tokenizer="bpe",
+                   warmup=WarmupConfig(habit_rates=(("code", 0.5), ("tool", 0.6), ("memory", 0.7))),
+                   agent_rl={"code": {"optimizer": "sgd", "lr": 1e-2, "steps": 100},
+                             "tool": {"optimizer": "sgd", "lr": 1e-3, "steps": 300},
+                             "memory": {"optimizer": "sgd", "lr": 1e-2, "steps": 300}})
 # CI smoke build: the same pipeline at toy size. The warm-up is long enough, and the RL groups
 # large enough, that every agent sees rewards that differ within a group and so takes real
 # policy-gradient steps (checked by tests/test_demo_build.py).

@@ -37,9 +37,15 @@ def chance_rho(densities: Sequence[float]) -> list[float]:
 def run_analysis(base_dir: Path, agent_dirs: Mapping[str, Path] | Sequence[Path],
                  ladder: Sequence[float] = LADDER) -> AnalysisResult:
     """One streaming pass of the library over base + agents (no on-disk cache: build outputs
-    are rewritten in place). Agents are labelled by their folder names."""
+    are rewritten in place). Agents are labelled by the mapping's keys, else by folder names."""
     dirs = list(agent_dirs.values()) if isinstance(agent_dirs, Mapping) else list(agent_dirs)
-    return _library_analyze(str(base_dir), [str(d) for d in dirs], ladder=ladder, use_cache=False)
+    result = _library_analyze(str(base_dir), [str(d) for d in dirs], ladder=ladder,
+                              use_cache=False)
+    if isinstance(agent_dirs, Mapping):
+        rename = dict(zip(result.agents, agent_dirs.keys()))
+        result.frame["agent"] = result.frame["agent"].map(rename)
+        result.agents = list(agent_dirs.keys())
+    return result
 
 
 def summary(result: AnalysisResult, eps: float = PAPER_EPS) -> pd.DataFrame:
