@@ -36,7 +36,8 @@ def test_quick_build_is_fast_and_complete(quick_build: tuple[Path, float]) -> No
                   "tokenizer_config.json"):
             assert (folder / f).is_file(), folder / f
     results = out / "results"
-    for f in ("training_log.csv", "accuracy.csv", "task_vectors.csv", "build_info.json"):
+    for f in ("training_log.csv", "accuracy.csv", "task_vectors.csv", "task_vectors_eps_ladder.csv",
+              "task_vectors_by_module.csv", "rl_update_precision.csv", "build_info.json"):
         assert (results / f).is_file(), f
     log = (results / "training_log.csv").read_text().splitlines()
     assert log[0].startswith("stage,agent,task,step,mean_reward")
@@ -53,10 +54,40 @@ def test_quick_models_load_with_transformers(quick_build: tuple[Path, float]) ->
     assert next(model.parameters()).dtype == torch.bfloat16
     text = "T:weather in oslo and call bob>"
     ids = tok(text)["input_ids"]
-    assert len(ids) == len(text) and tok.decode(ids) == text  # one token per character
+    assert tok.decode(ids) == text
+    words = [tok.convert_ids_to_tokens(i) for i in ids]
+    assert "weather" in words and "\u0120oslo" in words  # task words are single BPE tokens
+    assert len(ids) < len(text)
+    # transformers rebuilds Qwen2's pipeline on load; the raw tokenizers file must agree with it
+    from tokenizers import Tokenizer
+    raw = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    for sample in (text, "C:x=6;b=x-7;print(b*2)>", "M:vogbuj390rpz9S=15s494nzp5a92ckz6?S>"):
+        assert raw.encode(sample).ids == tok(sample)["input_ids"], sample
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids])).logits
     assert logits.shape[-1] >= len(tok)
+    config = model.config
+    assert config.hidden_act == "relu" and config.tie_word_embeddings is False
+
+
+def test_quick_build_takes_policy_gradient_steps(quick_build: tuple[Path, float]) -> None:
+    """Every quick agent sees groups whose rewards differ, takes real GRPO steps, and so ends
+    with weights that differ from the base."""
+    import pandas as pd
+    from safetensors.torch import load_file
+    out, _ = quick_build
+    log = pd.read_csv(out / "results" / "training_log.csv")
+    rl = log[log.stage == "rl"]
+    base = load_file(str(out / "models" / "base" / "model.safetensors"))
+    for agent in ("code", "tool", "memory"):
+        steps = rl[rl.agent == agent]
+        assert (steps.frac_groups_with_signal > 0).any(), agent
+        assert (steps.loss != 0).any(), agent
+        tuned = load_file(str(out / "models" / agent / "model.safetensors"))
+        changed = sum(int((tuned[k].float() != base[k].float()).sum()) for k in base)
+        assert changed > 0, agent
+    stats = pd.read_csv(out / "results" / "task_vectors.csv")
+    assert (stats.density > 0).all()
 
 
 def test_evaluation_is_deterministic(quick_build: tuple[Path, float], tmp_path: Path) -> None:

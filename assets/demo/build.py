@@ -26,7 +26,7 @@ import transformers
 
 from .evaluate import evaluate_loaded, summary_table, format_table
 from .modeling import build_tokenizer, load_checkpoint, new_model, save_checkpoint, write_json
-from .task_vectors import analyze, eps_ladder
+from .task_vectors import by_module, ladder_summary, run_analysis, summary
 from .tasks import TASKS
 from .train import RLConfig, WarmupConfig, rl_train, warmup
 
@@ -36,23 +36,43 @@ AGENTS: tuple[str, ...] = TASKS  # agent name == the task it is trained on
 
 @dataclass(frozen=True)
 class BuildConfig:
-    """All knobs of one build; the full and quick presets differ only in sizes and steps."""
+    """All knobs of one build. `tokenizer` is "char" or "bpe" (with `vocab_size`); `model` holds
+    the keyword arguments of `modeling.model_config`; `rl` is the default RL recipe and `agent_rl`
+    per-agent overrides of any RLConfig field (optimizer, lr, steps, ...)."""
 
     seed: int = 0
+    tokenizer: str = "char"
+    vocab_size: int = 300
     model: dict = field(default_factory=lambda: {"hidden": 96, "layers": 3, "heads": 4,
                                                  "intermediate": 256})
     warmup: WarmupConfig = WarmupConfig()
     rl: RLConfig = RLConfig()
-    rl_steps: dict = field(default_factory=lambda: {"code": 100, "tool": 50, "memory": 100})
-    rl_lr: dict = field(default_factory=dict)
+    agent_rl: dict = field(default_factory=lambda: {"code": {"steps": 100}, "tool": {"steps": 50},
+                                                    "memory": {"steps": 100}})
     eval_limit: int | None = None
 
+    def recipe(self, agent: str) -> RLConfig:
+        """The RL configuration of one agent (defaults plus its overrides)."""
+        return RLConfig(**{**asdict(self.rl), **self.agent_rl.get(agent, {})})
 
-FULL = BuildConfig()
-QUICK = BuildConfig(model={"hidden": 32, "layers": 2, "heads": 2, "intermediate": 64},
-                    warmup=WarmupConfig(steps=20, batch_size=8),
-                    rl=RLConfig(steps=2, prompts=2, group=4), rl_steps={}, rl_lr={},
-                    eval_limit=6)
+
+# The shipped trio ("labs-a" in results/mechanisms.csv): word tokens, the v1 architecture, and one
+# RL recipe per agent, as if the agents came from different labs. Plain SGD moves a weight in
+# proportion to its gradient, so small steps leave most bf16 weights untouched (Adam would move
+# every weight with a non-zero gradient by about lr); each recipe was chosen on validation only.
+FULL = BuildConfig(tokenizer="bpe",
+                   warmup=WarmupConfig(habit_rates=(("code", 0.5), ("tool", 0.6), ("memory", 0.7))),
+                   agent_rl={"code": {"optimizer": "sgd", "lr": 1e-2, "steps": 100},
+                             "tool": {"optimizer": "sgd", "lr": 1e-3, "steps": 300},
+                             "memory": {"optimizer": "sgd", "lr": 1e-2, "steps": 300}})
+# CI smoke build: the same pipeline at toy size. The warm-up is long enough, and the RL groups
+# large enough, that every agent sees rewards that differ within a group and so takes real
+# policy-gradient steps (checked by tests/test_demo_build.py).
+QUICK = BuildConfig(tokenizer="bpe",
+                    model={"hidden": 32, "layers": 2, "heads": 2, "intermediate": 128,
+                           "act": "relu", "tie": False},
+                    warmup=WarmupConfig(steps=150, batch_size=16, lr=3e-3),
+                    rl=RLConfig(steps=3, prompts=4, group=8, lr=1e-3), agent_rl={}, eval_limit=6)
 
 
 class CsvLog:
@@ -112,7 +132,7 @@ def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) ->
     t0 = time.time()
     if reuse_base is None:
         print(f"[build] warm-up of the base ({cfg.warmup.steps} steps)", flush=True)
-        tokenizer = build_tokenizer()
+        tokenizer = build_tokenizer(cfg.tokenizer, cfg.vocab_size, cfg.seed)
         model = new_model(tokenizer, cfg.seed, **cfg.model)
         warmup(model, tokenizer, cfg.warmup, log)
         save_checkpoint(model, tokenizer, models / "base")
@@ -128,13 +148,12 @@ def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) ->
 
     update_stats: list[dict] = []
     for agent in AGENTS:
-        steps = cfg.rl_steps.get(agent, cfg.rl.steps)
-        print(f"[build] RL agent {agent!r} ({steps} GRPO steps)", flush=True)
+        rl_cfg = cfg.recipe(agent)
+        print(f"[build] RL agent {agent!r} ({rl_cfg.steps} GRPO steps, {rl_cfg.optimizer} "
+              f"lr {rl_cfg.lr:g})", flush=True)
         t0 = time.time()
         # Start from the *stored* bf16 base so untouched weights round back bit-exactly.
         policy, tok = load_checkpoint(models / "base")
-        lr = cfg.rl_lr.get(agent, cfg.rl.lr)
-        rl_cfg = RLConfig(**{**asdict(cfg.rl), "steps": steps, "lr": lr})
         start = {k: v.detach().clone() for k, v in policy.named_parameters()}
         rl_train(policy, tok, agent, rl_cfg, agent, log)
         update_stats.append(_update_stats(agent, start, dict(policy.named_parameters())))
@@ -159,12 +178,13 @@ def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) ->
     timings["evaluation_s"] = round(time.time() - t0, 1)
 
     pd.DataFrame(update_stats).to_csv(results / "rl_update_precision.csv", index=False)
-    agent_dirs = {a: models / a for a in AGENTS}
-    tv = analyze(models / "base", agent_dirs, 1e-5)
+    analysis = run_analysis(models / "base", [models / a for a in AGENTS])  # the library's pass
+    tv = summary(analysis, 1e-5)
     tv.to_csv(results / "task_vectors.csv", index=False)
-    eps_ladder(models / "base", agent_dirs).to_csv(results / "task_vectors_eps_ladder.csv",
-                                                   index=False)
-    print(tv.to_string(index=False), flush=True)
+    ladder_summary(analysis).to_csv(results / "task_vectors_eps_ladder.csv", index=False)
+    by_module(analysis, 1e-5).to_csv(results / "task_vectors_by_module.csv", index=False)
+    print(tv[["agent", "density", "unique_share", "chance_unique_share", "rho"]].to_string(
+        index=False), flush=True)
 
     timings["total_s"] = round(time.time() - t_start, 1)
     info = {"timings": timings, "config": _jsonable(asdict(cfg)), "torch": torch.__version__,

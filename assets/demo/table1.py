@@ -32,17 +32,21 @@ RAM_DEFAULTS = {"eps": 1e-5, "r": 0.1, "alpha": 2.0}
 SEED = 0
 
 
-def merge(models: Path, method: str, out: Path, params: dict[str, float]) -> None:
-    """Run the core CLI merge of base + the three agents into `out`."""
+def merge(models: Path, method: str, out: Path, params: dict[str, object]) -> None:
+    """Run the core CLI merge of base + the three agents into `out` (`dilute: True` becomes the
+    bare `--dilute` flag)."""
     flag = {"lambda": "--lambda", "density": "--density", "drop_rate": "--drop-rate",
-            "eps": "--eps", "r": "--r", "alpha": "--alpha"}
+            "eps": "--eps", "r": "--r", "alpha": "--alpha", "agent": "--agent"}
     cmd = [sys.executable, "-m", "merging", "merge", str(models / "base"),
            *[str(models / a) for a in AGENTS], "--method", method, "--out", str(out),
            "--overwrite", "--quiet"]
     if method.startswith("dare"):
         cmd += ["--seed", str(SEED)]
     for key, value in params.items():
-        cmd += [flag[key], str(value)]
+        if key == "dilute":
+            cmd += ["--dilute"] if value else []
+        else:
+            cmd += [flag[key], str(value)]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:

@@ -1,63 +1,115 @@
-"""Measure the demo agents' task vectors: density at ε and the overlap structure across agents."""
+"""Task-vector statistics of the demo agents, computed with the library's streaming analysis.
+
+The shared / unique rule lives once, in `analysis` (`analysis.stats.analyze` with
+`analysis.views.global_density`, `overlap_distribution` and `rho_table`); this module only
+arranges its output into the demo's tables and adds the **chance yardstick**: if agents with
+densities d_1 … d_N changed independent random sets of elements, agent i's unique share of its
+changed elements would be Π_{j≠i} (1 − d_j) (`chance_unique_shares`; to move into `analysis/`).
+"""
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pandas as pd
-import torch
-from safetensors.torch import load_file
 
+from analysis import views
 from analysis.paper import PAPER_AGENTS
+from analysis.stats import AnalysisResult, analyze as _library_analyze
+
+LADDER: tuple[float, ...] = (0.0, 1e-6, 1e-5, 1e-4, 1e-3)
+PAPER_EPS = 1e-5
 
 
-def load_state(folder: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a checkpoint folder, upcast to float32 (bf16 values are exact in fp32)."""
-    return {k: v.float() for k, v in load_file(str(Path(folder) / "model.safetensors")).items()}
+def chance_unique_shares(densities: Sequence[float]) -> list[float]:
+    """Unique share of changed elements that independent random masks of these densities give:
+    for agent i, the probability that none of the other agents changed one of its elements."""
+    return [math.prod(1.0 - d for j, d in enumerate(densities) if j != i)
+            for i in range(len(densities))]
 
 
-def change_masks(base: dict[str, torch.Tensor], agent: dict[str, torch.Tensor], eps: float
-                 ) -> dict[str, torch.Tensor]:
-    """Per-tensor boolean masks |θ_agent − θ_base| > ε."""
-    return {k: (agent[k] - base[k]).abs() > eps for k in base}
+def chance_rho(densities: Sequence[float]) -> list[float]:
+    """ρ_t = shared/unique that independent random masks of these densities give."""
+    return [(1.0 - u) / u if u > 0 else math.inf for u in chance_unique_shares(densities)]
 
 
-def analyze(base_dir: Path, agent_dirs: dict[str, Path], eps: float = 1e-5) -> pd.DataFrame:
-    """Per agent: changed/total, density, and the fraction of its changed elements changed by
-    exactly 1, 2, 3 agents (1 = unique), with the paper's numbers alongside for comparison."""
-    base = load_state(base_dir)
-    masks = {name: change_masks(base, load_state(d), eps) for name, d in agent_dirs.items()}
-    total = sum(t.numel() for t in base.values())
-    counts = {k: sum(m[k].to(torch.int8) for m in masks.values()) for k in base}
+def run_analysis(base_dir: Path, agent_dirs: Mapping[str, Path] | Sequence[Path],
+                 ladder: Sequence[float] = LADDER) -> AnalysisResult:
+    """One streaming pass of the library over base + agents (no on-disk cache: build outputs
+    are rewritten in place). Agents are labelled by the mapping's keys, else by folder names."""
+    dirs = list(agent_dirs.values()) if isinstance(agent_dirs, Mapping) else list(agent_dirs)
+    result = _library_analyze(str(base_dir), [str(d) for d in dirs], ladder=ladder,
+                              use_cache=False)
+    if isinstance(agent_dirs, Mapping):
+        rename = dict(zip(result.agents, agent_dirs.keys()))
+        result.frame["agent"] = result.frame["agent"].map(rename)
+        result.agents = list(agent_dirs.keys())
+    return result
+
+
+def summary(result: AnalysisResult, eps: float = PAPER_EPS) -> pd.DataFrame:
+    """One row per agent at ε: density, changed / shared / unique counts, unique share of changed,
+    the chance unique share and ρ, the measured ρ_t, the overlap histogram (share of the agent's
+    changed elements changed by exactly k agents), and the paper's numbers for the same role."""
+    dens = views.global_density(result, eps).set_index("agent")
+    rho = views.rho_table(result, eps).set_index("agent")["rho"]
+    hist = views.overlap_distribution(result, eps).pivot(index="agent", columns="k",
+                                                         values="fraction")
+    densities = [float(dens.loc[a, "density"]) for a in result.agents]
+    chance = chance_unique_shares(densities)
     rows = []
-    for name, mask in masks.items():
-        changed = sum(int(mask[k].sum()) for k in base)
-        row = {"agent": name, "eps": eps, "params": total, "changed": changed,
-               "density": changed / total}
-        for c in range(1, len(agent_dirs) + 1):
-            n = sum(int((mask[k] & (counts[k] == c)).sum()) for k in base)
-            row[f"frac_overlap_{c}"] = n / changed if changed else 0.0
-        shared = changed - round(row["frac_overlap_1"] * changed)
-        unique = changed - shared
-        row["rho"] = shared / unique if unique else float("inf")
-        row["paper_density"] = PAPER_AGENTS.get(name, {}).get("density")
-        row["paper_unique_fraction"] = PAPER_AGENTS.get(name, {}).get("unique")
+    for i, agent in enumerate(result.agents):
+        changed = int(dens.loc[agent, "changed"])
+        row = {"agent": agent, "eps": eps, "params": int(result.total_params), "changed": changed,
+               "shared": int(dens.loc[agent, "shared"]), "unique": int(dens.loc[agent, "unique"]),
+               "density": densities[i],
+               "unique_share": int(dens.loc[agent, "unique"]) / changed if changed else 0.0,
+               "chance_unique_share": chance[i],
+               "rho": float(rho.loc[agent]),
+               "chance_rho": (1.0 - chance[i]) / chance[i] if chance[i] > 0 else math.inf}
+        for k in hist.columns:
+            row[f"frac_overlap_{k}"] = float(hist.loc[agent, k])
+        paper = PAPER_AGENTS.get(agent, {})
+        row["paper_density"] = paper.get("density")
+        row["paper_unique_share"] = paper.get("unique")
+        row["paper_chance_unique_share"] = _paper_chance().get(agent)
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def per_tensor_density(base_dir: Path, agent_dir: Path, eps: float = 1e-5) -> pd.DataFrame:
-    """Density per tensor for one agent (shows where RL moved weights)."""
-    base, agent = load_state(base_dir), load_state(agent_dir)
-    rows = []
-    for k in sorted(base):
-        diff = (agent[k] - base[k]).abs()
-        rows.append({"tensor": k, "numel": diff.numel(), "density": float((diff > eps).float().mean()),
-                     "max_abs": float(diff.max()), "mean_abs_base": float(base[k].abs().mean())})
-    return pd.DataFrame(rows)
+def _paper_chance() -> dict[str, float]:
+    """The chance unique share of the paper's three agents (from their densities)."""
+    names = list(PAPER_AGENTS)
+    chance = chance_unique_shares([PAPER_AGENTS[n]["density"] for n in names])
+    return dict(zip(names, chance))
 
 
-def eps_ladder(base_dir: Path, agent_dirs: dict[str, Path],
-               eps_values: Sequence[float] = (0.0, 1e-6, 1e-5, 1e-4, 1e-3)) -> pd.DataFrame:
-    """Densities over several thresholds (how sensitive the sparsity picture is to ε)."""
-    return pd.concat([analyze(base_dir, agent_dirs, e) for e in eps_values], ignore_index=True)
+def ladder_summary(result: AnalysisResult) -> pd.DataFrame:
+    """`summary` at every ε of the analysed ladder, stacked."""
+    return pd.concat([summary(result, e) for e in result.ladder], ignore_index=True)
+
+
+def by_module(result: AnalysisResult, eps: float = PAPER_EPS) -> pd.DataFrame:
+    """Density and unique share per agent and module kind (embedding, attention, MLP, ...), summed
+    over layers: where the changes are."""
+    rows = result.frame[result.frame["eps"] == eps]
+    g = rows.groupby(["agent", "module"], sort=False)[["numel", "changed", "unique"]].sum()
+    g = g.reset_index()
+    g["density"] = g["changed"] / g["numel"]
+    g["unique_share"] = (g["unique"] / g["changed"].where(g["changed"] > 0)).fillna(0.0)
+    g["eps"] = eps
+    return g
+
+
+def analyze(base_dir: Path, agent_dirs: Mapping[str, Path], eps: float = PAPER_EPS) -> pd.DataFrame:
+    """Compatibility wrapper (used by tests/test_analysis.py): `summary` at one ε, with the
+    v1 column names `frac_overlap_1` (= unique share) and `paper_unique_fraction`."""
+    out = summary(run_analysis(base_dir, agent_dirs, (eps,)), eps)
+    return out.assign(paper_unique_fraction=out["paper_unique_share"])
+
+
+def eps_ladder(base_dir: Path, agent_dirs: Mapping[str, Path],
+               eps_values: Sequence[float] = LADDER) -> pd.DataFrame:
+    """Compatibility wrapper: `summary` at every ε of `eps_values`."""
+    return ladder_summary(run_analysis(base_dir, agent_dirs, eps_values))

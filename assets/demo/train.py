@@ -43,7 +43,8 @@ class RLConfig:
     temperature: float = 1.0
     max_grad_norm: float = 1.0
     seed: int = 0
-    optimizer: str = "adam"  # "adam" (what real RL stacks use) or "sgd" (precision study only)
+    optimizer: str = "adam"  # "adam" (what real RL stacks use) or "sgd"
+    adam_eps: float = 1e-8
 
 
 def _pack(tokenizer: PreTrainedTokenizerFast, prompts: Sequence[str], completions: Sequence[list[int]]
@@ -113,12 +114,15 @@ def _strip_after_eos(completion: torch.Tensor, eos: int) -> list[list[int]]:
 
 
 def rl_train(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: str, cfg: RLConfig,
-             agent: str, log: LogFn) -> None:
+             agent: str, log: LogFn, on_grad: Callable[[PreTrainedModel], None] | None = None
+             ) -> None:
     """GRPO on one task: sample groups from the current policy, reward by the verifier, and take
-    one policy-gradient step with group-normalised advantages (no supervised targets, no KL)."""
+    one policy-gradient step with group-normalised advantages (no supervised targets, no KL).
+    `on_grad(model)` is called after each backward pass, before clipping and the step (used to
+    record which parameters receive any gradient at all)."""
     rng = random.Random(cfg.seed + 7919)
     torch.manual_seed(cfg.seed)
-    opt = (torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99))
+    opt = (torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), eps=cfg.adam_eps)
            if cfg.optimizer == "adam" else torch.optim.SGD(model.parameters(), lr=cfg.lr))
     eos = tokenizer.eos_token_id
     t0 = time.time()
@@ -148,6 +152,8 @@ def rl_train(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: s
             loss = -per_token.sum() / (target.sum() + len(examples) - len(keep))
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if on_grad is not None:
+                on_grad(model)
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             opt.step()
             loss_value = loss.item()
