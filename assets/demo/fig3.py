@@ -3,14 +3,14 @@
 For each agent a, two merges go through the core CLI: `--method unique_only --agent a` (the base
 plus τ_a where no other agent changed the element, ε = 1e-5) and the same with `--dilute` (that
 update divided by N = 3, which is what averaging does to a unique element). Both are scored
-greedily on every task, validation and test; the base's and the full agent's accuracies are
-carried on every row for reference. Whatever it shows is the direct measurement of signal
+greedily on every task, validation and test, next to the base and the full agents (rows of
+their own). Whatever it shows is the direct measurement of signal
 dilution on these agents.
 
     python -m assets.demo.fig3 [--models assets/demo/models] [--out assets/demo/results]
 
-Writes `fig3.csv` (tidy: agent, variant, task, subset, split, n, correct, accuracy,
-base_accuracy, agent_accuracy; variant is `unique` or `unique_div_N`) and `fig3.md`.
+Writes `fig3.csv` (tidy: agent, variant, task, subset, split, n, correct, accuracy; variant is
+`base`, `unique`, `unique_div_N` or `agent`) and `fig3.md`.
 """
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ from .tasks import TASKS
 
 SPLITS = ("validation", "test")
 VARIANTS = {"unique": False, "unique_div_N": True}
+# The tidy schema the app's Signal-dilution page reads (analysis/fig3.py): base rows leave `agent` empty.
+COLUMNS = ["agent", "variant", "task", "subset", "split", "n", "correct", "accuracy"]
 
 
 def _scores(folder: Path, split: str, limit: int | None) -> pd.DataFrame:
@@ -38,11 +40,12 @@ def _scores(folder: Path, split: str, limit: int | None) -> pd.DataFrame:
 def run(models: Path, out_dir: Path, limit: int | None = None) -> pd.DataFrame:
     """Merge, score and write `fig3.csv` / `fig3.md`; returns the tidy frame."""
     t0 = time.time()
-    ref: dict[tuple[str, str], pd.DataFrame] = {}
-    for name in ("base",) + AGENTS:
-        for split in SPLITS:
-            ref[(name, split)] = _scores(models / name, split, limit).set_index(["task", "subset"])
     frames = []
+    for split in SPLITS:
+        frames.append(_scores(models / "base", split, limit).assign(agent="", variant="base", split=split))
+        for agent in AGENTS:
+            frames.append(_scores(models / agent, split, limit).assign(agent=agent, variant="agent",
+                                                                        split=split))
     with tempfile.TemporaryDirectory(prefix="fig3-") as tmp:
         for agent in AGENTS:
             for variant, dilute in VARIANTS.items():
@@ -50,15 +53,10 @@ def run(models: Path, out_dir: Path, limit: int | None = None) -> pd.DataFrame:
                 merge(models, "unique_only", out, {"eps": RAM_DEFAULTS["eps"], "agent": agent,
                                                    "dilute": dilute})
                 for split in SPLITS:
-                    df = _scores(out, split, limit)
-                    keys = list(zip(df.task, df.subset))
-                    df["base_accuracy"] = [ref[("base", split)].loc[k, "accuracy"] for k in keys]
-                    df["agent_accuracy"] = [ref[(agent, split)].loc[k, "accuracy"] for k in keys]
-                    frames.append(df.assign(agent=agent, variant=variant, split=split))
+                    frames.append(_scores(out, split, limit).assign(agent=agent, variant=variant,
+                                                                    split=split))
                 print(f"  {agent} {variant}: done", flush=True)
-    cols = ["agent", "variant", "task", "subset", "split", "n", "correct", "accuracy",
-            "base_accuracy", "agent_accuracy"]
-    tidy = pd.concat(frames, ignore_index=True)[cols]
+    tidy = pd.concat(frames, ignore_index=True)[COLUMNS]
     out_dir.mkdir(parents=True, exist_ok=True)
     tidy.to_csv(out_dir / "fig3.csv", index=False)
     (out_dir / "fig3.md").write_text(markdown(tidy, "test") + "\n")
@@ -69,22 +67,21 @@ def run(models: Path, out_dir: Path, limit: int | None = None) -> pd.DataFrame:
 
 def markdown(tidy: pd.DataFrame, split: str = "test") -> str:
     """Per agent: accuracy (%) on each task of the base, the unique region alone, the unique
-    region divided by N, and the full agent; in-domain gains relative to the base."""
+    region divided by N, and the full agent; own-task gains relative to the base."""
     t = tidy[(tidy.split == split) & (tidy.subset == "all")]
+    base = t[t.variant == "base"].set_index("task")["accuracy"]
     lines = [f"Fig. 3 on the demo ({split} split, accuracy %): base + one agent's unique region "
              "(ε = 1e-5), whole or divided by N = 3", "",
              "| unique region of | model | " + " | ".join(TASKS) + " | own-task gain vs base |",
              "|---|---|" + "---|" * len(TASKS) + "---|"]
     for agent in AGENTS:
-        g = t[t.agent == agent].set_index(["variant", "task"])
-        first = g.xs("unique", level="variant")
-        rows = [("base", first["base_accuracy"]), ("unique only", first["accuracy"]),
-                ("unique / N", g.xs("unique_div_N", level="variant")["accuracy"]),
-                (f"full {agent} agent", first["agent_accuracy"])]
-        base_own = first.loc[agent, "base_accuracy"]
+        mine = t[t.agent == agent]
+        rows = [("base", base), ("unique only", mine[mine.variant == "unique"].set_index("task")["accuracy"]),
+                ("unique / N", mine[mine.variant == "unique_div_N"].set_index("task")["accuracy"]),
+                (f"full {agent} agent", mine[mine.variant == "agent"].set_index("task")["accuracy"])]
         for label, series in rows:
             cells = " | ".join(f"{100 * series.loc[task]:.2f}" for task in TASKS)
-            gain = 100 * (series.loc[agent] - base_own)
+            gain = 100 * (series.loc[agent] - base.loc[agent])
             lines.append(f"| {agent} | {label} | {cells} | {gain:+.2f} |")
     return "\n".join(lines)
 

@@ -169,8 +169,9 @@ def _replace_dir(src: Path, dst: Path) -> None:
 
 def load_checkpoint(path: Path, dtype: torch.dtype = torch.float32
                     ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """Load any demo-compatible folder (base, agent, merged export) with transformers."""
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    """Load any demo-compatible folder (base, agent, merged export) with transformers (safetensors
+    only: a folder holding just a pickled `pytorch_model.bin` is refused, never unpickled)."""
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, use_safetensors=True)
     tok = AutoTokenizer.from_pretrained(str(path))
     tok.padding_side = "left"
     model.eval()

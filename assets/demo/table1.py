@@ -9,7 +9,6 @@ only the chosen configuration is scored on the test split. Merges go through the
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -47,8 +46,7 @@ def merge(models: Path, method: str, out: Path, params: dict[str, object]) -> No
             cmd += ["--dilute"] if value else []
         else:
             cmd += [flag[key], str(value)]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"merge failed ({' '.join(cmd)}):\n{proc.stdout}\n{proc.stderr}")
 

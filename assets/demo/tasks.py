@@ -19,7 +19,7 @@ import random
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator
 
 TASKS: tuple[str, ...] = ("code", "tool", "memory")
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
@@ -229,11 +229,6 @@ def eval_set(task: str, split: str, limit: int | None = None) -> list[Example]:
     if limit is not None:
         n = min(n, limit)
     return make_split(task, split, n)
-
-
-def all_prompts(examples: Sequence[Example]) -> set[str]:
-    """Set of prompt strings (used by disjointness checks)."""
-    return {e.prompt for e in examples}
 
 
 TRAIN_MEMORY_LENGTHS: tuple[int, ...] = (16, 32, 64, 128)  # 16: a short-context curriculum
