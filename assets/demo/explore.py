@@ -32,10 +32,12 @@ from typing import Sequence
 import pandas as pd
 import torch
 
+from merging.regions import chance_unique_share
+
 from .evaluate import evaluate_loaded
 from .modeling import TOKENIZER_CORPUS, build_tokenizer, load_checkpoint, new_model, save_checkpoint
 from .tasks import TASKS
-from .task_vectors import by_module, chance_unique_shares, run_analysis, summary
+from .task_vectors import by_module, run_analysis, summary
 from .train import RLConfig, WarmupConfig, rl_train, warmup
 
 DEMO_DIR = Path(__file__).resolve().parent
@@ -335,7 +337,7 @@ def reachable(work: Path, name: str, steps: int = 20) -> pd.DataFrame:
                          alone / reach if reach else 0.0, "steps": steps})
     df = pd.DataFrame(rows)
     total = df[df.module == "all"].set_index("task")["reachable"]
-    chance = chance_unique_shares([float(total[t]) for t in TASKS])
+    chance = chance_unique_share([float(total[t]) for t in TASKS])
     df["chance_only_by_this_task"] = [chance[TASKS.index(t)] if m == "all" else float("nan")
                                       for t, m in zip(df.task, df.module)]
     _upsert(RESULTS / "mechanisms_reachable.csv", df, ["base", "task", "module"])

@@ -1,10 +1,10 @@
 """Task-vector statistics of the demo agents, computed with the library's streaming analysis.
 
-The shared / unique rule lives once, in `analysis` (`analysis.stats.analyze` with
-`analysis.views.global_density`, `overlap_distribution` and `rho_table`); this module only
-arranges its output into the demo's tables and adds the **chance yardstick**: if agents with
-densities d_1 … d_N changed independent random sets of elements, agent i's unique share of its
-changed elements would be Π_{j≠i} (1 − d_j) (`chance_unique_shares`; to move into `analysis/`).
+The shared / unique rule and the chance yardstick live once, in the library (`analysis.stats.analyze`,
+`analysis.tables.unique_vs_chance`, `overlap_distribution`, `rho_table`; `merging.regions.chance_unique_share`:
+if agents with densities d_1 … d_N changed independent random sets of elements, agent i's unique share
+of its changed elements would be Π_{j≠i} (1 − d_j)); this module only arranges their output into the
+demo's tables.
 """
 from __future__ import annotations
 
@@ -14,24 +14,18 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from analysis import views
+from analysis import tables
 from analysis.paper import PAPER_AGENTS
 from analysis.stats import AnalysisResult, analyze as _library_analyze
+from merging.regions import chance_unique_share
 
 LADDER: tuple[float, ...] = (0.0, 1e-6, 1e-5, 1e-4, 1e-3)
 PAPER_EPS = 1e-5
 
 
-def chance_unique_shares(densities: Sequence[float]) -> list[float]:
-    """Unique share of changed elements that independent random masks of these densities give:
-    for agent i, the probability that none of the other agents changed one of its elements."""
-    return [math.prod(1.0 - d for j, d in enumerate(densities) if j != i)
-            for i in range(len(densities))]
-
-
-def chance_rho(densities: Sequence[float]) -> list[float]:
-    """ρ_t = shared/unique that independent random masks of these densities give."""
-    return [(1.0 - u) / u if u > 0 else math.inf for u in chance_unique_shares(densities)]
+def chance_rho(chance_unique: float) -> float:
+    """ρ_t = shared/unique that independent random masks with this chance unique share give."""
+    return (1.0 - chance_unique) / chance_unique if chance_unique > 0 else math.inf
 
 
 def run_analysis(base_dir: Path, agent_dirs: Mapping[str, Path] | Sequence[Path],
@@ -52,22 +46,18 @@ def summary(result: AnalysisResult, eps: float = PAPER_EPS) -> pd.DataFrame:
     """One row per agent at ε: density, changed / shared / unique counts, unique share of changed,
     the chance unique share and ρ, the measured ρ_t, the overlap histogram (share of the agent's
     changed elements changed by exactly k agents), and the paper's numbers for the same role."""
-    dens = views.global_density(result, eps).set_index("agent")
-    rho = views.rho_table(result, eps).set_index("agent")["rho"]
-    hist = views.overlap_distribution(result, eps).pivot(index="agent", columns="k",
-                                                         values="fraction")
-    densities = [float(dens.loc[a, "density"]) for a in result.agents]
-    chance = chance_unique_shares(densities)
+    dens = tables.unique_vs_chance(result, eps).set_index("agent")
+    rho = tables.rho_table(result, eps).set_index("agent")["rho"]
+    hist = tables.overlap_distribution(result, eps).pivot(index="agent", columns="k",
+                                                          values="fraction")
     rows = []
-    for i, agent in enumerate(result.agents):
-        changed = int(dens.loc[agent, "changed"])
-        row = {"agent": agent, "eps": eps, "params": int(result.total_params), "changed": changed,
-               "shared": int(dens.loc[agent, "shared"]), "unique": int(dens.loc[agent, "unique"]),
-               "density": densities[i],
-               "unique_share": int(dens.loc[agent, "unique"]) / changed if changed else 0.0,
-               "chance_unique_share": chance[i],
-               "rho": float(rho.loc[agent]),
-               "chance_rho": (1.0 - chance[i]) / chance[i] if chance[i] > 0 else math.inf}
+    for agent in result.agents:
+        d = dens.loc[agent]
+        row = {"agent": agent, "eps": eps, "params": int(result.total_params),
+               "changed": int(d["changed"]), "shared": int(d["shared"]), "unique": int(d["unique"]),
+               "density": float(d["density"]), "unique_share": float(d["unique_share"]),
+               "chance_unique_share": float(d["chance_unique_share"]),
+               "rho": float(rho.loc[agent]), "chance_rho": chance_rho(float(d["chance_unique_share"]))}
         for k in hist.columns:
             row[f"frac_overlap_{k}"] = float(hist.loc[agent, k])
         paper = PAPER_AGENTS.get(agent, {})
@@ -81,7 +71,7 @@ def summary(result: AnalysisResult, eps: float = PAPER_EPS) -> pd.DataFrame:
 def _paper_chance() -> dict[str, float]:
     """The chance unique share of the paper's three agents (from their densities)."""
     names = list(PAPER_AGENTS)
-    chance = chance_unique_shares([PAPER_AGENTS[n]["density"] for n in names])
+    chance = chance_unique_share([PAPER_AGENTS[n]["density"] for n in names])
     return dict(zip(names, chance))
 
 
