@@ -12,12 +12,12 @@ from analysis import paper, tables
 from app import charts, state
 
 st.title("Heterogeneity")
-st.markdown("RL fine-tuning changes few parameters, and different agents change different ones. "
+st.markdown("RL fine-tuning often changes only part of the parameters, and agents differ in how many and which. "
             "One streaming pass over the weights counts, for every ε, which elements each agent changed "
             "(|τ| > ε) and how many other agents changed them too. Every unique share is shown next to its "
             "**chance level**: the share independent random masks of the same densities would leave unique, "
             "Π_{j≠i}(1 − d_j) — above it, the agents' updates avoid each other; at it, the overlap is what "
-            "density alone explains.")
+            "density alone explains; below it, agents concentrate on the same weights.")
 
 sel = state.selection()
 res = state.analysis_or_stop(sel)
