@@ -71,8 +71,8 @@ FULL = BuildConfig(tokenizer="bpe",
 QUICK = BuildConfig(tokenizer="bpe",
                     model={"hidden": 32, "layers": 2, "heads": 2, "intermediate": 128,
                            "act": "relu", "tie": False},
-                    warmup=WarmupConfig(steps=150, batch_size=16, lr=3e-3),
-                    rl=RLConfig(steps=3, prompts=4, group=8, lr=1e-3), agent_rl={}, eval_limit=6)
+                    warmup=WarmupConfig(steps=400, batch_size=16, lr=3e-3),
+                    rl=RLConfig(steps=3, prompts=8, group=8, lr=1e-3), agent_rl={}, eval_limit=6)
 
 
 class CsvLog:
