@@ -78,7 +78,7 @@ def pct(v: float) -> str:
     return f"{p:.0f}%" if p >= 10 else (f"{p:.1f}%" if p >= 1 else f"{p:.2g}%")
 
 
-def _log_or_linear(fig: go.Figure, log: bool, values: list[float], title: str, pct_axis: bool = True) -> None:
+def _log_or_linear(fig: go.Figure, log: bool, values: list[float], title: str) -> None:
     """Zoom the y axis to the data (linear from 0) or use a log axis, for small quantities."""
     finite = [v for v in values if v is not None and math.isfinite(v)]
     if log:
@@ -233,7 +233,7 @@ def group_lines(df: pd.DataFrame, agents: list[str], by: str, value: str, title:
             fig.add_bar(x=part["module"].astype(str), y=part["_v"], name=agent, marker_color=colors[agent],
                         hovertemplate=f"{agent} · %{{x}}: {hover}=%{{y:.4g}}<extra></extra>")
     fig.update_layout(barmode="group")
-    _log_or_linear(fig, log, list(clean["_v"].dropna()), title, pct_axis=False)
+    _log_or_linear(fig, log, list(clean["_v"].dropna()), title)
     fig.update_xaxes(title=by if by == "layer" else "module kind", type="category")
     return _layout(fig)
 
