@@ -62,6 +62,22 @@ def check_outcome(code: int, err: str, out_dir: Path | None) -> None:
         json.loads((out_dir / "config.json").read_text())
 
 
+def run_file(family, name: str, text: str) -> None:
+    """`run` a recipe or mergekit config file holding `text`: one clear outcome, and the inputs unchanged."""
+    base, agents = family
+    before = checksums([base, *agents])
+    root = Path(tempfile.mkdtemp(prefix="fuzz-run-"))
+    try:
+        path = root / name
+        path.write_text(text)
+        out = root / "out"
+        code, _, err = run_cli("run", path, "--out", out, "--quiet")
+        check_outcome(code, err, out)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert checksums([base, *agents]) == before
+
+
 class Workspace:
     """A fresh copy of the tiny family per example, hashed before the run."""
 
@@ -194,18 +210,7 @@ def test_fuzz_recipes(family, recipe, data):
         doc[data.draw(st.sampled_from(["format", "inputs", "spec"]))] = data.draw(json_values)
     else:
         doc = data.draw(json_values)
-    base, agents = family
-    before = checksums([base, *agents])
-    root = Path(tempfile.mkdtemp(prefix="fuzz-recipe-"))
-    try:
-        path = root / "ram_recipe.json"
-        path.write_text(json.dumps(doc))
-        out = root / "out"
-        code, _, err = run_cli("run", path, "--out", out, "--quiet")
-        check_outcome(code, err, out)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    assert checksums([base, *agents]) == before
+    run_file(family, "ram_recipe.json", json.dumps(doc))
 
 
 @SETTINGS
@@ -232,14 +237,4 @@ def test_fuzz_mergekit_configs(family, data):
     elif op == "model_param":
         doc["models"][0]["parameters"][data.draw(st.sampled_from(["weight", "density", "x"]))] = data.draw(json_values)
     text = yaml.safe_dump(doc) if op != "text" else data.draw(st.text(max_size=200))
-    before = checksums([base, *agents])
-    root = Path(tempfile.mkdtemp(prefix="fuzz-yaml-"))
-    try:
-        path = root / "config.yml"
-        path.write_text(text)
-        out = root / "out"
-        code, _, err = run_cli("run", path, "--out", out, "--quiet")
-        check_outcome(code, err, out)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    assert checksums([base, *agents]) == before
+    run_file(family, "config.yml", text)
