@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import tempfile
 from pathlib import Path
 
 import torch
-import random
-
 from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
                         trainers)
 from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel,
@@ -60,12 +59,7 @@ def build_tokenizer(kind: str = "char", vocab_size: int = 280, seed: int = 0,
     saved `tokenizer.json` load identically through `AutoTokenizer` and `Tokenizer.from_file`.
     """
     if kind == "char":
-        vocab = {EOS: 0}
-        for ch in CHARS:
-            vocab[_byte_level(ch)] = len(vocab)
-        tok = Tokenizer(models.BPE(vocab=vocab, merges=[], continuing_subword_prefix="",
-                                   end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
-        return _wrap(_qwen2_pipeline(tok))
+        return _bpe_tokenizer(_char_vocab(), [])
     if kind != "bpe":
         raise ValueError(f"unknown tokenizer kind {kind!r}; expected 'char' or 'bpe'")
     # Train the merges on word pieces only (a run of lowercase letters, optionally after one
@@ -81,9 +75,7 @@ def build_tokenizer(kind: str = "char", vocab_size: int = 280, seed: int = 0,
                                   special_tokens=[EOS],
                                   initial_alphabet=[_byte_level(c) for c in CHARS])
     trainer_tok.train_from_iterator(tokenizer_corpus(seed, corpus), trainer)
-    vocab = {EOS: 0}
-    for ch in CHARS:
-        vocab[_byte_level(ch)] = len(vocab)
+    vocab = _char_vocab()
     merges = []
     for pair in json.loads(trainer_tok.to_str())["model"]["merges"]:
         a, b = pair.split(" ") if isinstance(pair, str) else pair
@@ -91,6 +83,19 @@ def build_tokenizer(kind: str = "char", vocab_size: int = 280, seed: int = 0,
             raise AssertionError(f"unexpected merge {a!r} + {b!r}")
         merges.append((a, b))
         vocab.setdefault(a + b, len(vocab))
+    return _bpe_tokenizer(vocab, merges)
+
+
+def _char_vocab() -> dict[str, int]:
+    """EOS, then one token per printable ASCII character."""
+    vocab = {EOS: 0}
+    for ch in CHARS:
+        vocab[_byte_level(ch)] = len(vocab)
+    return vocab
+
+
+def _bpe_tokenizer(vocab: dict[str, int], merges: list[tuple[str, str]]) -> PreTrainedTokenizerFast:
+    """A byte-level BPE of this vocabulary and these merges with Qwen2's pipeline and the demo's EOS."""
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, continuing_subword_prefix="",
                                end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
     return _wrap(_qwen2_pipeline(tok))
