@@ -67,14 +67,19 @@ def _with_chance(g: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return g
 
 
-def unique_shared_by_layer(result: AnalysisResult, eps: float) -> pd.DataFrame:
-    """Unique vs shared changed elements per agent and layer, with the unique share and its chance level."""
-    g = _at(result, eps).groupby(["agent", "layer"], sort=False)[["unique", "shared", "changed", "numel"]].sum()
+def unique_shared_by(result: AnalysisResult, eps: float, keys: list[str]) -> pd.DataFrame:
+    """Unique vs shared changed elements per agent and group (`keys`, e.g. ["layer"] or ["module"]), with
+    density, the unique share and its chance level within the group; groups in order of appearance."""
+    g = _at(result, eps).groupby(["agent", *keys], sort=False)[["unique", "shared", "changed", "numel"]].sum()
     g = g.reset_index()
     total = g["unique"] + g["shared"]
     g["unique_share"] = (g["unique"] / total.where(total > 0)).fillna(0.0)
-    g = _with_chance(g, ["layer"])
-    return g.sort_values(["agent", "layer"]).reset_index(drop=True)
+    return _with_chance(g, keys)
+
+
+def unique_shared_by_layer(result: AnalysisResult, eps: float) -> pd.DataFrame:
+    """Unique vs shared changed elements per agent and layer, with the unique share and its chance level."""
+    return unique_shared_by(result, eps, ["layer"]).sort_values(["agent", "layer"]).reset_index(drop=True)
 
 
 GROUPINGS = {"layer": ["layer"], "module": ["module"], "layer × module": ["layer", "module"], "tensor": ["tensor"]}

@@ -83,13 +83,8 @@ def ladder_summary(result: AnalysisResult) -> pd.DataFrame:
 def by_module(result: AnalysisResult, eps: float = PAPER_EPS) -> pd.DataFrame:
     """Density and unique share per agent and module kind (embedding, attention, MLP, ...), summed
     over layers: where the changes are."""
-    rows = result.frame[result.frame["eps"] == eps]
-    g = rows.groupby(["agent", "module"], sort=False)[["numel", "changed", "unique"]].sum()
-    g = g.reset_index()
-    g["density"] = g["changed"] / g["numel"]
-    g["unique_share"] = (g["unique"] / g["changed"].where(g["changed"] > 0)).fillna(0.0)
-    g["eps"] = eps
-    return g
+    g = tables.unique_shared_by(result, eps, ["module"])
+    return g[["agent", "module", "numel", "changed", "unique", "density", "unique_share"]].assign(eps=eps)
 
 
 def analyze(base_dir: Path, agent_dirs: Mapping[str, Path], eps: float = PAPER_EPS) -> pd.DataFrame:
