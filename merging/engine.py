@@ -303,6 +303,7 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                     _submit_host(writer, sink, span, data.base, data, None, None)
                     tracker.advance(step, span.tensor, tensor_finished=last)
                     continue
+                target = ST_TO_TORCH[out_dtype or entry.dtype]  # this tensor's output dtype
                 if merger is None or merger.ctx.tensor != span.tensor:  # kernels or torch: per tensor
                     fused = fused_now(device, wanted, dtype, first=merger is None) and keep != "assemble"
                     merger = TensorMerger(method, params, span.tensor, entry.numel, keys, shared, fused=fused)
@@ -312,7 +313,6 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                         whole = torch.empty((1 + len(agents), entry.numel), dtype=torch.float32, device=device)
                     assert whole is not None
                     whole[:, span.offset:span.offset + span.numel].copy_(chunk.models)
-                    target = ST_TO_TORCH[out_dtype] if out_dtype else data.base.dtype
                     data.release(uploaded)
                     del chunk
                     tracker.advance(step * rounds, span.tensor, tensor_finished=last)
@@ -342,7 +342,6 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                         data.release(uploaded)
                     tracker.advance(step, span.tensor)
                     continue
-                target = ST_TO_TORCH[out_dtype] if out_dtype else data.base.dtype
                 if fused:
                     out32 = _take(out_pool, chunk.numel, torch.float32)
                     merged, peak = merger.merge(span.offset, chunk, out=out32)
