@@ -9,6 +9,7 @@ conflicts. For many agents the state space explodes, so N > JOINT_MAX_AGENTS loo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -20,7 +21,8 @@ DEFAULT_LADDER = (0.0, 1e-7, 1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 1e-3)
 
 @dataclass
 class TensorStats:
-    """Per-agent, per-ε statistics of one tensor; arrays are (N, L) unless noted."""
+    """Per-agent, per-ε statistics of one tensor; arrays are (N, L) unless noted (`results` gives each a
+    leading tensor axis)."""
 
     changed: torch.Tensor
     shared: torch.Tensor
@@ -53,6 +55,7 @@ class OverlapAccumulator:
             states = self._tables["states"]
             self._counts = torch.zeros(states, dtype=torch.float64, device=device)
             self._sq = torch.zeros(n, states, dtype=torch.float64, device=device)
+            self._sq_added = False
             # The kernel's squares, binned by (k_t, max over other agents of k_s): (N, (L+1)²).
             self._sq_km = torch.zeros(n, (L + 1) ** 2, dtype=torch.float64)
         else:
@@ -112,6 +115,7 @@ class OverlapAccumulator:
         sq = torch.stack([_bincount(code, states, taus[t].double().square())
                           for t in range(n)])
         self._sq += sq
+        self._sq_added = True
         return sq.sum()
 
     def _add_direct(self, taus: torch.Tensor, b: torch.Tensor) -> bool:
@@ -136,8 +140,8 @@ class OverlapAccumulator:
 
     def take(self) -> "Pending":
         """This tensor's sums as they are (on their device; nothing waits for it), and a reset."""
-        if self.joint:
-            sums: tuple = (self._counts, self._sq, self._sq_km)
+        if self.joint:  # the per-state squares only when the torch path added to them (the kernels bin theirs)
+            sums: tuple = (self._counts, self._sq if self._sq_added else None, self._sq_km)
         else:
             sums = tuple(getattr(self._acc, f) for f in TensorStats.__dataclass_fields__)
         pending = Pending(sums, self._finite)
@@ -146,31 +150,41 @@ class OverlapAccumulator:
 
     def result(self, pending: "Pending | None" = None) -> TensorStats:
         """The statistics of the tensor summed so far (or of a `take`n one); resets."""
-        pending = pending if pending is not None else self.take()
-        sums = tuple(t.cpu() for t in pending.sums)
-        if not self.joint:
-            return TensorStats(*sums)
-        tb = self._tables
+        batch = self.results([pending if pending is not None else self.take()])
+        return TensorStats(*(getattr(batch, f)[0] for f in TensorStats.__dataclass_fields__))
+
+    def results(self, pendings: Sequence["Pending"]) -> TensorStats:
+        """The statistics of several `take`n tensors at once, each array with a leading tensor axis:
+        one matrix product per table for the whole batch instead of a dozen small operations per tensor."""
         n, L = self.n, len(self.ladder)
-        counts, sq, sq_km = sums
+        sums = [tuple(None if t is None else t.cpu() for t in p.sums) for p in pendings]
+        if not sums:
+            z = torch.zeros(0, n, L, dtype=torch.int64)
+            return TensorStats(z, z, z, torch.zeros(0, n, L, n, dtype=torch.int64), z.double(), z.double(), z)
+        if not self.joint:
+            return TensorStats(*(torch.stack(f) for f in zip(*sums)))
+        tb, T = self._tables, len(sums)
+        states = tb["states"]
+        counts = torch.stack([s[0] for s in sums])  # (T, states)
 
-        def per(ind: torch.Tensor) -> torch.Tensor:  # (states, N, L) indicator → (N, L) counts
-            return (counts @ ind.reshape(ind.shape[0], -1)).reshape(n, L).round().to(torch.int64)
+        def per(ind: torch.Tensor, *shape: int) -> torch.Tensor:  # (states, N, L, …) indicator → counts
+            return (counts @ ind.reshape(states, -1)).reshape(T, *shape).round().to(torch.int64)
 
-        def sq_per(ind: torch.Tensor) -> torch.Tensor:
-            return torch.einsum("ts,stj->tj", sq, ind)
-
-        # t is unique at ε_j iff k_t > j and every other agent's k ≤ j; shared iff some other k > j.
-        km = sq_km.view(n, L + 1, L + 1)
+        # The kernels' squares: t is unique at ε_j iff k_t > j and every other agent's k ≤ j (the bin's
+        # second index is the largest other k); shared iff some other k > j.
+        km = torch.stack([s[2] for s in sums]).view(T, n, L + 1, L + 1)
         k = torch.arange(L + 1).view(L + 1, 1, 1)
         m = torch.arange(L + 1).view(1, L + 1, 1)
         j = torch.arange(L).view(1, 1, L)
-        uniq_km = torch.einsum("tkm,kmj->tj", km, ((k > j) & (m <= j)).double())
-        shared_km = torch.einsum("tkm,kmj->tj", km, ((k > j) & (m > j)).double())
-
-        hist = (counts @ tb["hist"].reshape(tb["states"], -1)).reshape(n, L, n).round().to(torch.int64)
-        return TensorStats(per(tb["active"]), per(tb["shared"]), per(tb["unique"]), hist,
-                           sq_per(tb["unique"]) + uniq_km, sq_per(tb["shared"]) + shared_km, per(tb["conflict"]))
+        sq_unique = torch.einsum("utkm,kmj->utj", km, ((k > j) & (m <= j)).double())
+        sq_shared = torch.einsum("utkm,kmj->utj", km, ((k > j) & (m > j)).double())
+        torch_part = [i for i, s in enumerate(sums) if s[1] is not None]  # squares summed per joint state
+        if torch_part:
+            sq = torch.stack([sums[i][1] for i in torch_part])  # (T', N, states)
+            sq_unique[torch_part] += torch.einsum("uts,stj->utj", sq, tb["unique"])
+            sq_shared[torch_part] += torch.einsum("uts,stj->utj", sq, tb["shared"])
+        return TensorStats(per(tb["active"], n, L), per(tb["shared"], n, L), per(tb["unique"], n, L),
+                           per(tb["hist"], n, L, n), sq_unique, sq_shared, per(tb["conflict"], n, L))
 
 
 @dataclass

@@ -1,6 +1,4 @@
 """`python -m ram_studio …` runs the CLI."""
-import sys
+from ram_studio.cli import run
 
-from ram_studio.cli import main
-
-sys.exit(main())
+run()

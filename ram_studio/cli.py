@@ -6,13 +6,15 @@ modules are imported inside the commands, so `--help` and argument errors answer
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, NoReturn, Sequence
 
 from merging.errors import Cancelled, MergeCancelled, RamStudioError, printable
 
@@ -493,3 +495,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def run() -> NoReturn:
+    """The command's process entry point: `main()`, then an exit that skips the interpreter's teardown of
+    every loaded module (with torch and numba loaded, ~0.5 s of each command's wall time) after doing what
+    matters of a normal exit: waiting for non-daemon threads, atexit handlers, flushing stdout/stderr.
+    Every file a command writes is closed (outputs also synced) before `main` returns."""
+    code = main()
+    try:
+        for t in threading.enumerate():
+            if t is not threading.main_thread() and not t.daemon:
+                t.join()
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said
+                code = code or 1
+        os._exit(code)
