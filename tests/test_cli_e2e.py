@@ -156,3 +156,25 @@ def test_inspect_reports_and_errors(family, tmp_path, capsys):
     assert "Qwen2ForCausalLM" in out and "compatible" in out
     assert main(["inspect", str(base), str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_process_entry_point_exits_fast_but_completely(family, tmp_path):
+    """`ram_studio.cli.run` skips the interpreter's teardown: what a command printed still arrives through a
+    pipe (a block-buffered stdout), atexit handlers still run, and the exit code is the command's."""
+    base, agents = family
+    script = ("import atexit, sys\n"
+              "from ram_studio import cli\n"
+              "atexit.register(lambda: print('atexit handler ran', file=sys.stderr))\n"
+              "sys.argv = ['ram-studio', *sys.argv[1:]]\n"
+              "cli.run()\n"
+              "print('not reached')\n")
+    repo = Path(__file__).parent.parent
+    ok = subprocess.run([sys.executable, "-c", script, "analyze", str(base), *map(str, agents), "--quiet",
+                         "--no-cache"], capture_output=True, text=True, cwd=repo, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert "ε = 1e-05" in ok.stdout and all(f"agent{i}" in ok.stdout for i in range(len(agents)))
+    assert "not reached" not in ok.stdout and "atexit handler ran" in ok.stderr
+    bad = subprocess.run([sys.executable, "-c", script, "analyze", str(base), str(tmp_path / "missing")],
+                         capture_output=True, text=True, cwd=repo, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+    assert "atexit handler ran" in bad.stderr
