@@ -55,9 +55,6 @@ class OverlapAccumulator:
             states = self._tables["states"]
             self._counts = torch.zeros(states, dtype=torch.float64, device=device)
             self._sq = torch.zeros(n, states, dtype=torch.float64, device=device)
-            self._sq_added = False
-            # The kernel's squares, binned by (k_t, max over other agents of k_s): (N, (L+1)²).
-            self._sq_km = torch.zeros(n, (L + 1) ** 2, dtype=torch.float64)
         else:
             z = {"device": device}
             self._acc = TensorStats(*(torch.zeros(n, L, dtype=torch.int64, **z) for _ in range(3)),
@@ -85,7 +82,7 @@ class OverlapAccumulator:
         counts, sq = cpu.overlap_histogram(base, agents, self._ladder_t.numpy(), cpu.hist_parts(base.size))
         self._counts += torch.from_numpy(counts).double()
         sq_t = torch.from_numpy(sq)
-        self._sq_km += sq_t
+        self._sq += sq_t
         return bool(torch.isfinite(sq_t.sum()))
 
     def add(self, taus: torch.Tensor, deferred: bool = False) -> bool:
@@ -115,7 +112,6 @@ class OverlapAccumulator:
         sq = torch.stack([_bincount(code, states, taus[t].double().square())
                           for t in range(n)])
         self._sq += sq
-        self._sq_added = True
         return sq.sum()
 
     def _add_direct(self, taus: torch.Tensor, b: torch.Tensor) -> bool:
@@ -138,10 +134,16 @@ class OverlapAccumulator:
                 acc.hist[t, j] += _bincount(torch.where(m[t], c, 0), self.n + 1)[1:]
         return sq.sum()
 
+    @property
+    def pending_nbytes(self) -> int:
+        """What one `take`n tensor's sums hold, in bytes (what keeping several for `results` costs)."""
+        n, L = self.n, len(self.ladder)
+        return (1 + n) * self._tables["states"] * 8 if self.joint else (6 + n) * n * L * 8
+
     def take(self) -> "Pending":
         """This tensor's sums as they are (on their device; nothing waits for it), and a reset."""
-        if self.joint:  # the per-state squares only when the torch path added to them (the kernels bin theirs)
-            sums: tuple = (self._counts, self._sq if self._sq_added else None, self._sq_km)
+        if self.joint:
+            sums: tuple = (self._counts, self._sq)
         else:
             sums = tuple(getattr(self._acc, f) for f in TensorStats.__dataclass_fields__)
         pending = Pending(sums, self._finite)
@@ -157,7 +159,7 @@ class OverlapAccumulator:
         """The statistics of several `take`n tensors at once, each array with a leading tensor axis:
         one matrix product per table for the whole batch instead of a dozen small operations per tensor."""
         n, L = self.n, len(self.ladder)
-        sums = [tuple(None if t is None else t.cpu() for t in p.sums) for p in pendings]
+        sums = [tuple(t.cpu() for t in p.sums) for p in pendings]
         if not sums:
             z = torch.zeros(0, n, L, dtype=torch.int64)
             return TensorStats(z, z, z, torch.zeros(0, n, L, n, dtype=torch.int64), z.double(), z.double(), z)
@@ -170,19 +172,9 @@ class OverlapAccumulator:
         def per(ind: torch.Tensor, *shape: int) -> torch.Tensor:  # (states, N, L, …) indicator → counts
             return (counts @ ind.reshape(states, -1)).reshape(T, *shape).round().to(torch.int64)
 
-        # The kernels' squares: t is unique at ε_j iff k_t > j and every other agent's k ≤ j (the bin's
-        # second index is the largest other k); shared iff some other k > j.
-        km = torch.stack([s[2] for s in sums]).view(T, n, L + 1, L + 1)
-        k = torch.arange(L + 1).view(L + 1, 1, 1)
-        m = torch.arange(L + 1).view(1, L + 1, 1)
-        j = torch.arange(L).view(1, 1, L)
-        sq_unique = torch.einsum("utkm,kmj->utj", km, ((k > j) & (m <= j)).double())
-        sq_shared = torch.einsum("utkm,kmj->utj", km, ((k > j) & (m > j)).double())
-        torch_part = [i for i, s in enumerate(sums) if s[1] is not None]  # squares summed per joint state
-        if torch_part:
-            sq = torch.stack([sums[i][1] for i in torch_part])  # (T', N, states)
-            sq_unique[torch_part] += torch.einsum("uts,stj->utj", sq, tb["unique"])
-            sq_shared[torch_part] += torch.einsum("uts,stj->utj", sq, tb["shared"])
+        sq = torch.stack([s[1] for s in sums])  # (T, N, states)
+        sq_unique = torch.einsum("uts,stj->utj", sq, tb["unique"])
+        sq_shared = torch.einsum("uts,stj->utj", sq, tb["shared"])
         return TensorStats(per(tb["active"], n, L), per(tb["shared"], n, L), per(tb["unique"], n, L),
                            per(tb["hist"], n, L, n), sq_unique, sq_shared, per(tb["conflict"], n, L))
 

@@ -146,6 +146,7 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     prints = Fingerprinter([base, *agents])
     acc = OverlapAccumulator(len(agents), ladder)
     deferred = gpu_style(device) and not uses_kernels(device)  # a GPU: nothing waits until the end
+    batch = max(1, min(64, DECODE_BYTES // acc.pending_nbytes))  # tensors whose statistics are decoded together
     columns: list[dict] = []
     pending: list[tuple[str, Pending]] = []
     start = time.perf_counter()
@@ -160,13 +161,13 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
             check_finite(data, chunk.peak_abs_tau(fused), labels, base.label)  # raises, naming where
         if last:
             pending.append((data.span.tensor, acc.take()))
-            if not deferred and len(pending) == ROWS_BATCH:
+            if not deferred and len(pending) == batch:
                 columns.append(_columns(base, labels, ladder, acc, pending))
                 pending = []
     if any(not p.all_finite() for _, p in pending):
         locate_nonfinite(base, agents, device, chunk_elems)
-    for i in range(0, len(pending), ROWS_BATCH):
-        columns.append(_columns(base, labels, ladder, acc, pending[i:i + ROWS_BATCH]))
+    for i in range(0, len(pending), batch):
+        columns.append(_columns(base, labels, ladder, acc, pending[i:i + batch]))
     refuse_identical_agents(labels, prints.finish()[1:])
     import pandas as pd
 
@@ -187,7 +188,7 @@ def _import_meanwhile(module: str) -> None:
                          daemon=True).start()
 
 
-ROWS_BATCH = 64  # tensors whose statistics are decoded together (bounded: N = 4 keeps 0.8 MB per tensor)
+DECODE_BYTES = 32 << 20  # at most this much of per-tensor sums is kept for one batched decoding
 
 
 def _columns(base: Checkpoint, labels: list[str], ladder: tuple[float, ...], acc: OverlapAccumulator,

@@ -196,36 +196,31 @@ def _bucket(a, lad, L):
 
 @nb.njit(parallel=True, cache=True, nogil=True)
 def overlap_histogram(base, agents, ladder, nparts):
-    """Joint-state counts for the analysis pass (see analysis/ladder.py), and Σ τ_t² binned by
-    (k_t, max_{s≠t} k_s) — agent t's ladder bucket and the highest bucket of any other agent — which is
-    all the unique/shared norms need (t is unique at ε_j iff k_t > j ≥ that max) in a table that stays
-    in L1 cache, instead of one per joint state.
+    """Joint-state counts for the analysis pass (see analysis/ladder.py), and Σ τ_t² per agent and joint
+    state (N, states): the same sums as the torch path's weighted histograms, which decode into every ε's
+    unique and shared norms.
 
-    Block by block: the buckets (k = number of ladder values below |τ|; NaN above all) and the joint
-    code of every element in loops without branches; then the counts, into two interleaved tables (so
-    that runs of one state do not wait on each other); then the squares of each agent's non-zero τ only
-    (compacted with their bins: a zero adds nothing), into four interleaved tables. Ladders of up
-    to 8 values (the default has 8) take eight compares per |τ|, longer ones a loop."""
+    Block by block: the ladder buckets (k = number of ladder values below |τ|; NaN above all) and the joint
+    code of every element in loops without branches; then the counts, into two interleaved tables (so that
+    runs of one state do not wait on each other); then each agent's squares, added to its element's row of
+    a (states, N) table, so that one element's N squares share a cache line. Ladders of up to 8 values (the
+    default has 8) take eight compares per |τ|, longer ones a loop."""
     n, e = len(agents), base.shape[0]
     L = ladder.shape[0]
     s_ = 2 * (L + 1)
     states = s_ ** n
-    w = L + 1
     lad = np.full(8, np.inf, np.float32)
     lad[:min(L, 8)] = ladder[:min(L, 8)]
     counts = np.zeros((nparts, states), np.int64)
-    sq = np.zeros((nparts, n, w * w), np.float64)
+    sq = np.zeros((nparts, n, states), np.float64)
     for p in nb.prange(nparts):
         lo, hi = _span(e, nparts, p)
         cnt = np.zeros((2, states), np.int64)
-        acc = np.zeros((4, n, w * w), np.float64)
+        sqs = np.zeros((states, n), np.float64)
         sqv = np.empty(BLOCK, np.float64)
         bb = np.empty(BLOCK, np.float32)
         code = np.empty(BLOCK, np.int32)
-        kk = np.empty(BLOCK, np.int32)
-        ks = np.empty((n, BLOCK), np.int32)
         tau = np.empty((n, BLOCK), np.float32)
-        binj = np.empty(BLOCK, np.int32)
         for s in range(lo, hi, BLOCK):
             m = min(s + BLOCK, hi) - s
             _widen(base, s, m, bb)
@@ -235,13 +230,11 @@ def overlap_histogram(base, agents, ladder, nparts):
             for t in range(n):
                 row = agents[t][s:s + m]
                 tr = tau[t]
-                kr = ks[t]
                 if L <= 8:
                     for j in range(m):
                         x = load(row, j) - bb[j]
                         tr[j] = x
                         k = _bucket(abs(x), lad, L)
-                        kr[j] = k
                         code[j] += (np.int32(2) * k + np.int32(x > _ZERO)) * mul
                 else:
                     for j in range(m):
@@ -252,7 +245,6 @@ def overlap_histogram(base, agents, ladder, nparts):
                             k += np.int32(ladder[i] < a)
                         k = np.int32(L) if a != a else k
                         tr[j] = x
-                        kr[j] = k
                         code[j] += (np.int32(2) * k + np.int32(x > _ZERO)) * mul
                 mul *= np.int32(s_)
             for j in range(0, m - 1, 2):
@@ -260,39 +252,18 @@ def overlap_histogram(base, agents, ladder, nparts):
                 cnt[1, code[j + 1]] += 1
             if m % 2:
                 cnt[0, code[m - 1]] += 1
-            for t in range(n):  # bin of each element: own bucket × (highest bucket of the other agents)
-                for j in range(m):
-                    kk[j] = 0
-                for q in range(n):
-                    if q != t:
-                        kq = ks[q]
-                        for j in range(m):
-                            kk[j] = max(kk[j], kq[j])
+            for t in range(n):
                 tr = tau[t]
-                kr = ks[t]
-                c = 0
-                for j in range(m):  # compact t's non-zero τ (NaN included) and its square: a zero adds nothing
+                for j in range(m):
                     x = np.float64(tr[j])
-                    sqv[c] = x * x
-                    binj[c] = kr[j] * w + kk[j]
-                    c += 0 if tr[j] == _ZERO else 1
-                a0 = acc[0, t]
-                a1 = acc[1, t]
-                a2 = acc[2, t]
-                a3 = acc[3, t]
-                c4 = c - c % 4
-                for i in range(0, c4, 4):  # four interleaved tables: runs of one bin do not wait on each other
-                    a0[binj[i]] += sqv[i]
-                    a1[binj[i + 1]] += sqv[i + 1]
-                    a2[binj[i + 2]] += sqv[i + 2]
-                    a3[binj[i + 3]] += sqv[i + 3]
-                for i in range(c4, c):
-                    a0[binj[i]] += sqv[i]
+                    sqv[j] = x * x
+                for j in range(m):
+                    sqs[code[j], t] += sqv[j]
         for i in range(states):
             counts[p, i] = cnt[0, i] + cnt[1, i]
         for t in range(n):
-            for i in range(w * w):
-                sq[p, t, i] = (acc[0, t, i] + acc[1, t, i]) + (acc[2, t, i] + acc[3, t, i])
+            for i in range(states):
+                sq[p, t, i] = sqs[i, t]
     return counts.sum(axis=0), sq.sum(axis=0)
 
 
