@@ -160,21 +160,23 @@ def test_inspect_reports_and_errors(family, tmp_path, capsys):
 
 def test_process_entry_point_exits_fast_but_completely(family, tmp_path):
     """`ram_studio.cli.run` skips the interpreter's teardown: what a command printed still arrives through a
-    pipe (a block-buffered stdout), atexit handlers still run, and the exit code is the command's."""
+    pipe (a block-buffered stdout), an executor nobody shut down does not hang the exit, atexit handlers
+    still run, and the exit code is the command's."""
     base, agents = family
-    script = ("import atexit, sys\n"
+    script = ("import atexit, concurrent.futures, sys\n"
               "from ram_studio import cli\n"
               "atexit.register(lambda: print('atexit handler ran', file=sys.stderr))\n"
+              "concurrent.futures.ThreadPoolExecutor(1).submit(int)  # never shut down: exit must not hang\n"
               "sys.argv = ['ram-studio', *sys.argv[1:]]\n"
               "cli.run()\n"
               "print('not reached')\n")
     repo = Path(__file__).parent.parent
     ok = subprocess.run([sys.executable, "-c", script, "analyze", str(base), *map(str, agents), "--quiet",
-                         "--no-cache"], capture_output=True, text=True, cwd=repo, timeout=300)
+                         "--no-cache"], capture_output=True, text=True, cwd=repo, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "ε = 1e-05" in ok.stdout and all(f"agent{i}" in ok.stdout for i in range(len(agents)))
     assert "not reached" not in ok.stdout and "atexit handler ran" in ok.stderr
     bad = subprocess.run([sys.executable, "-c", script, "analyze", str(base), str(tmp_path / "missing")],
-                         capture_output=True, text=True, cwd=repo, timeout=300)
+                         capture_output=True, text=True, cwd=repo, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
     assert "atexit handler ran" in bad.stderr
