@@ -150,10 +150,10 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     columns: list[dict] = []
     pending: list[tuple[str, Pending]] = []
     start = time.perf_counter()
-    for data, chunk, last, fused in float_chunks(base, agents, phase="analyze", device=device,
-                                                 chunk_elems=chunk_elems, progress=progress, cancel=cancel,
-                                                 fingerprinter=prints, kernels=("overlap_histogram",)):
-        if not columns and not pending:
+    chunks = float_chunks(base, agents, phase="analyze", device=device, chunk_elems=chunk_elems, progress=progress,
+                          cancel=cancel, fingerprinter=prints, kernels=("overlap_histogram",))
+    for i, (data, chunk, last, fused) in enumerate(chunks):
+        if i == 0:
             _import_meanwhile("pandas")  # the frame needs it after the pass: 0.3 s, now on a side thread
         if deferred:
             acc.add(chunk.taus, deferred=True)
@@ -169,15 +169,21 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     for i in range(0, len(pending), batch):
         columns.append(_columns(base, labels, ladder, acc, pending[i:i + batch]))
     refuse_identical_agents(labels, prints.finish()[1:])
-    import pandas as pd
-
-    frame = pd.DataFrame({c: [v for part in columns for v in part[c]] if isinstance(columns[0][c], list)
-                          else np.concatenate([part[c] for part in columns]) for c in columns[0]}) \
-        if columns else pd.DataFrame()
+    frame = _frame(columns)
     total = sum(e.numel for e in base.tensors.values() if e.dtype in FLOAT_CODES)
     result = AnalysisResult(base.label, labels, ladder, total, frame, time.perf_counter() - start)
     _refuse_unchanged(result)
     return result
+
+
+def _frame(parts: list[dict]) -> pd.DataFrame:
+    """One frame from the batches' columns (lists of labels, arrays of numbers), in batch order."""
+    import pandas as pd
+
+    if not parts:
+        return pd.DataFrame()
+    return pd.DataFrame({c: [v for part in parts for v in part[c]] if isinstance(parts[0][c], list)
+                         else np.concatenate([part[c] for part in parts]) for c in parts[0]})
 
 
 def _import_meanwhile(module: str) -> None:
