@@ -187,11 +187,17 @@ def _frame(parts: list[dict]) -> pd.DataFrame:
 
 
 def _import_meanwhile(module: str) -> None:
-    """Import `module` on a side thread (once the kernels' own imports are done: the first chunk waited for
-    them), so that its import time overlaps the pass; a later `import` there waits for it to finish."""
+    """Import `module` on a side thread, so that its import time overlaps the pass; a later `import` waits
+    for it to finish, and imports again (raising there, where it is reported) if it failed here."""
     if module not in sys.modules:
-        threading.Thread(target=importlib.import_module, args=(module,), name=f"ram-import-{module}",
-                         daemon=True).start()
+        threading.Thread(target=_import_quietly, args=(module,), name=f"ram-import-{module}", daemon=True).start()
+
+
+def _import_quietly(module: str) -> None:
+    try:
+        importlib.import_module(module)
+    except BaseException:  # noqa: BLE001 - the caller's own import reports it
+        pass
 
 
 DECODE_BYTES = 32 << 20  # at most this much of per-tensor sums is kept for one batched decoding
@@ -207,7 +213,7 @@ def _columns(base: Checkpoint, labels: list[str], ladder: tuple[float, ...], acc
     cols: dict[str, list | np.ndarray] = {
         "agent": [a for _ in names for a in labels for _ in ladder],
         "tensor": [name for name in names for _ in range(per_tensor)],
-        "layer": np.repeat(np.array([layer_of(x) for x in names], dtype=np.int64), per_tensor),
+        "layer": [layer_of(name) for name in names for _ in range(per_tensor)],  # a list: any size of int
         "module": [module_of(name) for name in names for _ in range(per_tensor)],
         "numel": np.repeat(np.array([base.tensors[x].numel for x in names], dtype=np.int64), per_tensor),
         "eps": np.tile(np.array(ladder, dtype=np.float64), len(names) * n),

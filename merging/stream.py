@@ -276,7 +276,10 @@ class ChunkReader:
             jobs = [(p[0], (lambda p=p: self._read_part(span, p, flat[p[0]]))) for p in parts if p is not None]
 
             def assemble() -> ChunkData:
-                stage = flat.view(dtype).view(len(self.models), row_elems)
+                if row_elems:
+                    stage = flat.view(dtype).view(len(self.models), row_elems)
+                else:  # an empty tensor: zero bytes cannot be reinterpreted as a wider dtype
+                    stage = torch.empty((len(self.models), 0), dtype=dtype)
                 agents: list[torch.Tensor | None] = []
                 for m, p in enumerate(parts[1:], start=1):
                     if p is None:

@@ -505,8 +505,12 @@ def run() -> NoReturn:
     synced) before `main` returns."""
     code = main()
     try:
-        threading._shutdown()  # what the interpreter calls first at exit (private, present in every CPython 3)
-        atexit._run_exitfuncs()
+        try:
+            threading._shutdown()  # what the interpreter calls first at exit (private, in every CPython 3)
+        except BaseException as exc:  # e.g. Ctrl-C while a thread is still finishing: said, then the rest
+            print(f"error: exit interrupted ({type(exc).__name__}) while waiting for threads.", file=sys.stderr)
+            code = code or 130
+        atexit._run_exitfuncs()  # reports a failing handler itself and goes on
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:

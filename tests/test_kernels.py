@@ -38,7 +38,8 @@ def inputs(seed: int = 0, n: int = 3, e: int = 20_000):
     base = (torch.randn(e, generator=g) * 0.02).to(torch.bfloat16).float()
     base[:50] = -0.0
     base[50:100] = 0.0
-    taus = torch.randn(n, e, generator=g) * 1e-3 * (torch.rand(n, e, generator=g) < torch.tensor([[.05], [.4], [.5]][:n]))
+    density = torch.tensor([[.05], [.4], [.5], [.3]][:n])
+    taus = torch.randn(n, e, generator=g) * 1e-3 * (torch.rand(n, e, generator=g) < density)
     taus[:, 100:200] = 1e-5  # exactly at the threshold in float64 terms
     taus[:, 200:300] = float(np.float32(1e-5))
     taus[0, 300:400] = 0.25  # many equal magnitudes: TIES ties broken by index
@@ -55,12 +56,17 @@ def test_fused_equals_torch_bitwise(method, params, chunk):
     assert torch.equal(ref.view(torch.int32), fused.view(torch.int32))
 
 
+LONG_LADDER = (-0.0, 1e-8, 1e-7, 3e-7, 1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3)  # > 8 values: the loop path
+
+
+@pytest.mark.parametrize("n,ladder", [(3, DEFAULT_LADDER), (1, DEFAULT_LADDER), (2, DEFAULT_LADDER),
+                                      (4, DEFAULT_LADDER), (3, LONG_LADDER)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fused_histogram_equals_torch(dtype):
-    base, taus = inputs(1)
+def test_fused_histogram_equals_torch(dtype, n, ladder):
+    base, taus = inputs(1, n=n)
     agents = (base + taus).to(dtype)
     base = base.to(dtype)
-    torch_acc, fused_acc = OverlapAccumulator(3, DEFAULT_LADDER), OverlapAccumulator(3, DEFAULT_LADDER)
+    torch_acc, fused_acc = OverlapAccumulator(n, ladder), OverlapAccumulator(n, ladder)
     for lo in range(0, base.numel(), 6000):
         hi = lo + 6000
         torch_acc.add(agents[:, lo:hi].float() - base[lo:hi].float())

@@ -10,6 +10,7 @@ import random
 import pytest
 import torch
 from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from merging.checkpoint import open_checkpoint
 from merging.device import Lanes
@@ -17,6 +18,7 @@ from merging.kernels import wait_ready
 from merging.stream import BufferPool, ChunkReader, row_spans
 from merging.writer import PlannedTensor, ShardSetWriter, plan_shards
 from ram_studio.cli import main
+from tests.factory import make_agent, make_base, state
 
 METHODS = [("ram_plus", []), ("ram_plus", ["--rho-scope", "tensor"]), ("ties", ["--density", "0.3"]),
            ("dare_ties", []), ("task_arithmetic", ["--lambda", "0.7"])]
@@ -172,3 +174,29 @@ def test_buffer_pool_reuses_buffers():
     pool.give(a[:10].view(torch.int16))  # any view of it hands back the whole buffer
     b = pool.take(900)
     assert b.data_ptr() == a.data_ptr() and b.numel() >= 1000
+
+
+HUGE_LAYER = "model.layers.99999999999999999999.mlp.up_proj.weight"
+
+
+def test_odd_but_legal_tensors_are_analysed_and_merged(tmp_path):
+    """A zero-element bf16 tensor (legal in safetensors: it used to stop the reader with a traceback, zero
+    bytes cannot be viewed as bf16 rows) and a layer number beyond int64 in a name pass through the analysis
+    and every kind of merge."""
+    base = make_base(tmp_path / "base", shard=None)
+    shard = base / "model.safetensors"
+    tensors = load_file(shard)
+    tensors["model.layers.0.mlp.empty_buffer"] = torch.zeros(0, dtype=torch.bfloat16)
+    tensors[HUGE_LAYER] = torch.randn(8, 4).to(torch.bfloat16)
+    save_file(tensors, shard, metadata={"format": "pt"})
+    agents = [make_agent(base, tmp_path / f"agent{i}", d, seed=7 + i) for i, d in enumerate((0.3, 0.5))]
+    inputs = [str(base), *map(str, agents)]
+    csv = tmp_path / "stats.csv"
+    assert main(["analyze", *inputs, "--no-cache", "--quiet", "--csv", str(csv)]) == 0
+    assert HUGE_LAYER in csv.read_text() and "empty_buffer" in csv.read_text()
+    for method in ("ram_plus", "ties", "dare_ties", "task_arithmetic"):
+        out = tmp_path / f"out-{method}"
+        assert main(["merge", *inputs, "--method", method, "--out", str(out), "--quiet"]) == 0
+        merged = state(out)
+        assert merged["model.layers.0.mlp.empty_buffer"].shape == (0,)
+        assert merged["model.layers.0.mlp.empty_buffer"].dtype == torch.bfloat16
