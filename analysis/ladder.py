@@ -4,7 +4,8 @@ Each |τ_t| is bucketed once into the ladder (b = number of ladder values below 
 b_t > j); with the sign of τ_t, each element's joint state over the N agents has (2·(L+1))^N values.
 One histogram of joint states (plus one weighted by τ_t² per agent) then gives, for every ε at once,
 changed/shared/unique counts, the overlap histogram, L2 norms of unique and shared parts, and sign
-conflicts. For many agents the state space explodes, so N > JOINT_MAX_AGENTS loops over ε instead.
+conflicts. For many agents or long ladders the state space explodes, so beyond `joint_fits` it loops
+over ε instead.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 from merging import regions
 
 JOINT_MAX_AGENTS = 4
+JOINT_MAX_TABLE_BYTES = 128 << 20  # the joint decoding tables (states × N × L × N float64) stay below this
 DEFAULT_LADDER = (0.0, 1e-7, 1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 1e-3)
 
 
@@ -41,7 +43,7 @@ class OverlapAccumulator:
             raise ValueError("the ε ladder must be strictly increasing")
         self.n = n_agents
         self.ladder = tuple(float(e) for e in ladder)
-        self.joint = n_agents <= JOINT_MAX_AGENTS
+        self.joint = joint_fits(n_agents, len(self.ladder))
         self._ladder_t = torch.tensor(self.ladder, dtype=torch.float32)
         if self.joint:
             self._tables = _decode_tables(n_agents, len(self.ladder))
@@ -177,6 +179,13 @@ class OverlapAccumulator:
         sq_shared = torch.einsum("uts,stj->utj", sq, tb["shared"])
         return TensorStats(per(tb["active"], n, L), per(tb["shared"], n, L), per(tb["unique"], n, L),
                            per(tb["hist"], n, L, n), sq_unique, sq_shared, per(tb["conflict"], n, L))
+
+
+def joint_fits(n_agents: int, ladder_len: int) -> bool:
+    """Whether the joint-state histogram is used: few agents and a state space whose decoding tables are
+    bounded (a long ladder with 4 agents would need gigabytes; it loops over ε instead)."""
+    states = (2 * (ladder_len + 1)) ** n_agents
+    return n_agents <= JOINT_MAX_AGENTS and states * n_agents * ladder_len * n_agents * 8 <= JOINT_MAX_TABLE_BYTES
 
 
 @dataclass

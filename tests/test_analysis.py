@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from analysis import tables
+from analysis.ladder import joint_fits
 from analysis.names import layer_of, module_of
 from analysis.stats import analyze
 from merging.regions import lambda_for
@@ -37,12 +38,19 @@ def brute(base_dir, agent_dirs, eps):
     return out
 
 
+LONG_LADDER = tuple(sorted({0.0, *(m * 10.0 ** e for e in range(-9, -2) for m in (1, 2, 5))}))  # 22 values
+
+
+@pytest.mark.parametrize("ladder", [LADDER, LONG_LADDER])
 @pytest.mark.parametrize("kernels", ["numba", "torch"])
-def test_streaming_stats_equal_brute_force(family, monkeypatch, kernels):
+def test_streaming_stats_equal_brute_force(family, monkeypatch, kernels, ladder):
+    """Both the joint-state histogram (short ladder) and the per-ε loop (a ladder whose joint tables would
+    exceed their bound) against a brute-force count."""
+    assert joint_fits(len(family[1]), len(LADDER)) and not joint_fits(len(family[1]), len(LONG_LADDER))
     monkeypatch.setenv("RAM_STUDIO_KERNELS", kernels)
     base, agents = family
-    result = analyze(base, agents, ladder=LADDER, chunk_elems=333, use_cache=False)
-    for eps in LADDER:
+    result = analyze(base, agents, ladder=ladder, chunk_elems=333, use_cache=False)
+    for eps in (ladder if ladder is LADDER else ladder[::3]):
         expect = brute(base, agents, eps)
         rows = result.frame[result.frame["eps"] == eps]
         for _, row in rows.iterrows():
