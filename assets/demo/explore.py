@@ -59,6 +59,8 @@ class BaseSpec:
 
 
 V1_ARCH = {"hidden": 96, "layers": 3, "heads": 4, "intermediate": 256}
+RELU_UNTIED_ARCH = {"hidden": 128, "layers": 4, "heads": 4, "intermediate": 1024, "act": "relu", "tie": False}
+WORD_HABITS = (("code", 0.5), ("tool", 0.6), ("memory", 0.7))  # warm-up habit rates of the word-token bases
 BASES: dict[str, BaseSpec] = {
     # The v1 demo base (assets/demo/models/base up to commit eea4cb2): characters, SiLU, tied.
     "v1": BaseSpec("v1: char tokens, SiLU MLP 256, tied embeddings, 0.31 M params",
@@ -70,8 +72,7 @@ BASES: dict[str, BaseSpec] = {
                            "hidden 128, 4 layers, warm-up lr 1e-3",
                            tokenizer="bpe-v0", vocab_size=300, tokenizer_corpus=(("code", 3000), ("tool", 3000),
                                                               ("memory", 3000)),
-                           model={"hidden": 128, "layers": 4, "heads": 4, "intermediate": 1024,
-                                  "act": "relu", "tie": False},
+                           model=RELU_UNTIED_ARCH,
                            warmup=WarmupConfig(steps=3000, lr=1e-3)),
     # Second attempt (kept for the record): the BPE merged punctuation into words (':x', '(city'),
     # so a variable had different tokens where assigned and used; memory retrieval again not
@@ -79,23 +80,19 @@ BASES: dict[str, BaseSpec] = {
     "bpe-relu-b": BaseSpec("BPE-280 (merges across punctuation), untied, ReLU MLP 1024, hidden "
                            "128, 4 layers, tool habit 0.7",
                            tokenizer="bpe-v0",
-                           model={"hidden": 128, "layers": 4, "heads": 4, "intermediate": 1024,
-                                  "act": "relu", "tie": False},
+                           model=RELU_UNTIED_ARCH,
                            warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=(
                                ("code", 0.5), ("tool", 0.7), ("memory", 0.7)))),
     # Third attempt (kept for the record): memory retrieval again not learned (val 6 %); the
     # probes (mechanisms_probes.csv) then showed that untied embeddings and ReLU each slow it.
     "bpe-relu-untied": BaseSpec("BPE word tokens (241), untied, ReLU-gated MLP 1024 (8x), hidden "
                                 "128, 4 layers", tokenizer="bpe", vocab_size=300,
-                         model={"hidden": 128, "layers": 4, "heads": 4, "intermediate": 1024,
-                                "act": "relu", "tie": False},
-                         warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=(
-                             ("code", 0.5), ("tool", 0.6), ("memory", 0.7)))),
+                         model=RELU_UNTIED_ARCH,
+                         warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS)),
     "bpe-silu": BaseSpec("BPE word tokens (241), tied, SiLU-gated MLP 256, hidden 96, 3 layers "
                          "(the v1 architecture with word tokens)", tokenizer="bpe", vocab_size=300,
                          model=V1_ARCH,
-                         warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=(
-                             ("code", 0.5), ("tool", 0.6), ("memory", 0.7)))),
+                         warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS)),
 }
 
 # RL recipes (overrides of RLConfig), named so that runs can be cached and combined.
