@@ -28,7 +28,7 @@ from .evaluate import evaluate_loaded, summary_table, format_table
 from .modeling import build_tokenizer, load_checkpoint, new_model, save_checkpoint, write_json
 from .task_vectors import by_module, ladder_summary, run_analysis, summary
 from .tasks import TASKS
-from .train import RLConfig, WarmupConfig, rl_train, warmup
+from .train import WORD_HABITS, RLConfig, WarmupConfig, rl_train, warmup
 
 DEMO_DIR = Path(__file__).resolve().parent
 AGENTS: tuple[str, ...] = TASKS  # agent name == the task it is trained on
@@ -61,7 +61,7 @@ class BuildConfig:
 # proportion to its gradient, so small steps leave most bf16 weights untouched (Adam would move
 # every weight with a non-zero gradient by about lr); each recipe was chosen on validation only.
 FULL = BuildConfig(tokenizer="bpe",
-                   warmup=WarmupConfig(habit_rates=(("code", 0.5), ("tool", 0.6), ("memory", 0.7))),
+                   warmup=WarmupConfig(habit_rates=WORD_HABITS),
                    agent_rl={"code": {"optimizer": "sgd", "lr": 1e-2, "steps": 100},
                              "tool": {"optimizer": "sgd", "lr": 1e-3, "steps": 300},
                              "memory": {"optimizer": "sgd", "lr": 1e-2, "steps": 300}})

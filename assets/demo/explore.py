@@ -38,7 +38,7 @@ from .evaluate import evaluate_loaded
 from .modeling import TOKENIZER_CORPUS, build_tokenizer, load_checkpoint, new_model, save_checkpoint
 from .tasks import TASKS
 from .task_vectors import by_module, run_analysis, summary
-from .train import RLConfig, WarmupConfig, rl_train, warmup
+from .train import WORD_HABITS, RLConfig, WarmupConfig, rl_train, warmup
 
 DEMO_DIR = Path(__file__).resolve().parent
 REPO_ROOT = DEMO_DIR.parent.parent
@@ -60,7 +60,6 @@ class BaseSpec:
 
 V1_ARCH = {"hidden": 96, "layers": 3, "heads": 4, "intermediate": 256}
 RELU_UNTIED_ARCH = {"hidden": 128, "layers": 4, "heads": 4, "intermediate": 1024, "act": "relu", "tie": False}
-WORD_HABITS = (("code", 0.5), ("tool", 0.6), ("memory", 0.7))  # warm-up habit rates of the word-token bases
 BASES: dict[str, BaseSpec] = {
     # The v1 demo base (assets/demo/models/base up to commit eea4cb2): characters, SiLU, tied.
     "v1": BaseSpec("v1: char tokens, SiLU MLP 256, tied embeddings, 0.31 M params",

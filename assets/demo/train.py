@@ -32,6 +32,10 @@ class WarmupConfig:
     seed: int = 0
 
 
+# The habit rates of the word-token bases (the shipped one and the exploration's bpe-* bases).
+WORD_HABITS: tuple[tuple[str, float], ...] = (("code", 0.5), ("tool", 0.6), ("memory", 0.7))
+
+
 @dataclass(frozen=True)
 class RLConfig:
     """GRPO: `prompts` x `group` sampled rollouts per step, one on-policy update per batch."""
