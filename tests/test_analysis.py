@@ -123,17 +123,19 @@ def test_paper_role(label, role):
 
 
 def test_paper_comparison_on_bundled_demo():
-    """Cross-checked against the demo's own task-vector analysis (a separate, whole-tensor code path)."""
+    """Cross-checked against a brute-force count over whole tensors (`brute` above, a separate code path)."""
     from analysis.paper import PAPER_AGENTS, paper_comparison
-    from assets.demo.task_vectors import analyze as whole_tensor_analysis
     from merging.refs import resolve
     res = analyze("demo:base", ["demo:code", "demo:tool", "demo:memory"], ladder=(1e-5,))
     cmp = paper_comparison(res).set_index("paper_agent")
     assert list(cmp.index) == ["code", "tool", "memory"]
-    folders = {role: resolve(f"demo:{role}") for role in cmp.index}
-    ref = whole_tensor_analysis(resolve("demo:base"), folders, 1e-5).set_index("agent")
-    for role, row in cmp.iterrows():
+    base = resolve("demo:base")
+    ref = brute(base, [resolve(f"demo:{role}") for role in cmp.index], 1e-5)
+    total = sum(t.numel() for t in state(base).values())
+    for t, (role, row) in enumerate(cmp.iterrows()):
+        changed = sum(v["changed"] for (agent, _), v in ref.items() if agent == t)
+        unique = sum(v["unique"] for (agent, _), v in ref.items() if agent == t)
         assert row["paper_density"] == PAPER_AGENTS[role]["density"]
         assert row["paper_unique_share"] == PAPER_AGENTS[role]["unique"]
-        assert row["density"] == pytest.approx(ref.loc[role, "density"], abs=1e-12)
-        assert row["unique_share"] == pytest.approx(ref.loc[role, "frac_overlap_1"], abs=1e-12)
+        assert row["density"] == pytest.approx(changed / total, abs=1e-12)
+        assert row["unique_share"] == pytest.approx(unique / changed, abs=1e-12)

@@ -85,16 +85,3 @@ def by_module(result: AnalysisResult, eps: float = PAPER_EPS) -> pd.DataFrame:
     over layers: where the changes are."""
     g = tables.unique_shared_by(result, eps, ["module"])
     return g[["agent", "module", "numel", "changed", "unique", "density", "unique_share"]].assign(eps=eps)
-
-
-def analyze(base_dir: Path, agent_dirs: Mapping[str, Path], eps: float = PAPER_EPS) -> pd.DataFrame:
-    """Compatibility wrapper (used by tests/test_analysis.py): `summary` at one ε, with the
-    v1 column names `frac_overlap_1` (= unique share) and `paper_unique_fraction`."""
-    out = summary(run_analysis(base_dir, agent_dirs, (eps,)), eps)
-    return out.assign(paper_unique_fraction=out["paper_unique_share"])
-
-
-def eps_ladder(base_dir: Path, agent_dirs: Mapping[str, Path],
-               eps_values: Sequence[float] = LADDER) -> pd.DataFrame:
-    """Compatibility wrapper: `summary` at every ε of `eps_values`."""
-    return ladder_summary(run_analysis(base_dir, agent_dirs, eps_values))
