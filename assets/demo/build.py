@@ -16,7 +16,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -28,7 +28,7 @@ from .evaluate import evaluate_loaded, summary_table, format_table
 from .modeling import build_tokenizer, load_checkpoint, new_model, save_checkpoint, write_json
 from .task_vectors import by_module, ladder_summary, run_analysis, summary
 from .tasks import TASKS
-from .train import WORD_HABITS, RLConfig, WarmupConfig, rl_train, warmup
+from .train import WORD_HABITS, RLConfig, WarmupConfig, deterministic_torch, rl_train, warmup
 
 DEMO_DIR = Path(__file__).resolve().parent
 AGENTS: tuple[str, ...] = TASKS  # agent name == the task it is trained on
@@ -53,7 +53,7 @@ class BuildConfig:
 
     def recipe(self, agent: str) -> RLConfig:
         """The RL configuration of one agent (defaults plus its overrides)."""
-        return RLConfig(**{**asdict(self.rl), **self.agent_rl.get(agent, {})})
+        return replace(self.rl, **self.agent_rl.get(agent, {}))
 
 
 # The shipped trio ("labs-a" in results/mechanisms.csv): word tokens, the v1 architecture, and one
@@ -98,8 +98,7 @@ def build(out: Path, cfg: BuildConfig, reuse_base: Path | None = None) -> dict:
 
     `reuse_base` skips the warm-up and copies an existing base (e.g. the committed one, which the
     deterministic warm-up reproduces) so only the RL stages and the analysis are re-run."""
-    torch.set_num_threads(1)  # 1 thread is much faster than 2 on a shared 2-core machine
-    torch.use_deterministic_algorithms(True)
+    deterministic_torch()
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".build.partial-", dir=out))
     try:

@@ -25,7 +25,7 @@ import csv
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -38,7 +38,7 @@ from .evaluate import evaluate_loaded
 from .modeling import TOKENIZER_CORPUS, build_tokenizer, load_checkpoint, new_model, save_checkpoint
 from .tasks import TASKS
 from .task_vectors import by_module, run_analysis, summary
-from .train import WORD_HABITS, RLConfig, WarmupConfig, rl_train, warmup
+from .train import WORD_HABITS, RLConfig, WarmupConfig, deterministic_torch, rl_train, warmup
 
 DEMO_DIR = Path(__file__).resolve().parent
 REPO_ROOT = DEMO_DIR.parent.parent
@@ -163,7 +163,7 @@ TRIOS: dict[str, Trio] = {t.id: t for t in [
 
 
 def recipe_config(name: str) -> RLConfig:
-    return RLConfig(**{**asdict(RLConfig()), **RECIPES[name]})
+    return replace(RLConfig(), **RECIPES[name])
 
 
 def _work(args: argparse.Namespace) -> Path:
@@ -181,8 +181,7 @@ def ensure_base(work: Path, name: str) -> Path:
     folder = base_dir(work, name)
     if (folder / "model.safetensors").is_file():
         return folder
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    deterministic_torch()
     t0 = time.time()
     tok = build_tokenizer(spec.tokenizer, spec.vocab_size, spec.seed, spec.tokenizer_corpus)
     model = new_model(tok, spec.seed, **spec.model)
@@ -219,8 +218,7 @@ def run_agent(work: Path, base: str, agent: str, recipe: str) -> tuple[Path, dic
     record_path = folder.parent / f"{recipe}.json"
     if record_path.is_file() and (folder / "model.safetensors").is_file():
         return folder, json.loads(record_path.read_text())
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    deterministic_torch()
     base_path = ensure_base(work, base)
     cfg = recipe_config(recipe)
     t0 = time.time()
@@ -292,8 +290,7 @@ def reachable(work: Path, name: str, steps: int = 20) -> pd.DataFrame:
     receives a non-zero gradient in any batch. Adam never moves an element whose gradient is
     exactly zero (its moments stay 0), so this set bounds the task's density; how much of it
     is reachable by one task only is the structural part of the overlap."""
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    deterministic_torch()
     folder = ensure_base(work, name)
     masks: dict[str, dict[str, torch.Tensor]] = {}
     for task in TASKS:
@@ -353,8 +350,7 @@ def probe(name: str, steps: int = 1400, lr: float = 2e-3, every: int = 200) -> p
     """Does an architecture learn the memory task's retrieval in a short clean warm-up? Warm up
     on correct demonstrations only (cosine schedule over `steps`) and score memory and code on 60
     validation prompts every `every` steps. Writes rows to `mechanisms_probes.csv`."""
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    deterministic_torch()
     kind, arch = PROBE_ARCHS[name]
     tok = build_tokenizer(kind)
     model = new_model(tok, 0, **arch)

@@ -32,6 +32,13 @@ class WarmupConfig:
     seed: int = 0
 
 
+def deterministic_torch() -> None:
+    """One CPU thread (much faster than two on a shared 2-core machine) and deterministic kernels, so
+    that a warm-up or RL run repeats bit for bit."""
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+
+
 # The habit rates of the word-token bases (the shipped one and the exploration's bpe-* bases).
 WORD_HABITS: tuple[tuple[str, float], ...] = (("code", 0.5), ("tool", 0.6), ("memory", 0.7))
 
