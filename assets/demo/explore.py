@@ -341,8 +341,7 @@ PROBE_ARCHS: dict[str, tuple[str, dict]] = {
     "v1-arch-bpe-relu-tied": ("bpe", {**V1_ARCH, "act": "relu"}),
     "wide-bpe-relu-tied": ("bpe", {"hidden": 128, "layers": 4, "heads": 4, "intermediate": 1024,
                                    "act": "relu"}),
-    "wide-bpe-relu-untied": ("bpe", {"hidden": 128, "layers": 4, "heads": 4,
-                                     "intermediate": 1024, "act": "relu", "tie": False}),
+    "wide-bpe-relu-untied": ("bpe", RELU_UNTIED_ARCH),
 }
 
 
