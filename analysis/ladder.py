@@ -158,13 +158,10 @@ class OverlapAccumulator:
         return TensorStats(*(getattr(batch, f)[0] for f in TensorStats.__dataclass_fields__))
 
     def results(self, pendings: Sequence["Pending"]) -> TensorStats:
-        """The statistics of several `take`n tensors at once, each array with a leading tensor axis:
+        """The statistics of one or more `take`n tensors at once, each array with a leading tensor axis:
         one matrix product per table for the whole batch instead of a dozen small operations per tensor."""
         n, L = self.n, len(self.ladder)
         sums = [tuple(t.cpu() for t in p.sums) for p in pendings]
-        if not sums:
-            z = torch.zeros(0, n, L, dtype=torch.int64)
-            return TensorStats(z, z, z, torch.zeros(0, n, L, n, dtype=torch.int64), z.double(), z.double(), z)
         if not self.joint:
             return TensorStats(*(torch.stack(f) for f in zip(*sums)))
         tb, T = self._tables, len(sums)
