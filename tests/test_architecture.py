@@ -1,4 +1,4 @@
-"""The layers point down and no module imports itself back: app, ram_studio → assets → analysis → merging.
+"""The layers point down and no module imports itself back: app, ram_studio → assets → evaluation → analysis → merging.
 
 Every import is counted, including those inside functions. One documented exception: `merging/__main__.py`,
 the `python -m merging` alias of the CLI, is an entry point that nothing imports.
@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # Higher rank = higher layer; a module may import its own package or lower ranks only.
-RANK = {"merging": 0, "analysis": 1, "assets": 2, "ram_studio": 3, "app": 3}
+RANK = {"merging": 0, "analysis": 1, "evaluation": 2, "assets": 3, "ram_studio": 4, "app": 4}
 ENTRY_POINTS = {"merging.__main__"}
 
 
