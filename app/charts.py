@@ -10,7 +10,9 @@ import plotly.io as pio
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from app.markup import plot_text
 from merging import regions
+from merging.escaping import csv_bytes
 
 # Okabe-Ito (colour-blind safe) without its yellow and black, which vanish on white and on dark backgrounds.
 AGENT_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#8C564B", "#7F7F7F"]
@@ -51,6 +53,18 @@ def agent_colors(agents: list[str]) -> dict[str, str]:
     so the same agents listed in any order keep their colours on every page."""
     order = sorted(dict.fromkeys(agents), key=lambda a: (a.lower(), a))
     return {a: AGENT_PALETTE[order.index(a) % len(AGENT_PALETTE)] for a in agents}
+
+
+def label(name: object) -> str:
+    """How a model, agent, task or other data-derived name is written in a figure (axis categories, legend,
+    hover text, titles): escaped for plotly (`app.markup.plot_text`), so a name is never markup. Every
+    builder below draws names through this (or `labels`)."""
+    return plot_text(name)
+
+
+def labels(names) -> list[str]:
+    """`label` of each name, in order."""
+    return [label(n) for n in names]
 
 
 def toy_colors(names: list[str]) -> dict[str, str]:
@@ -96,7 +110,7 @@ def _log_or_linear(fig: go.Figure, log: bool, values: list[float], title: str) -
 def density_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     """Paper Fig. 2 left: share of parameters each agent changed."""
     colors = agent_colors(agents)
-    fig = go.Figure(go.Bar(x=df["agent"], y=100 * df["density"], marker_color=[colors[a] for a in df["agent"]],
+    fig = go.Figure(go.Bar(x=labels(df["agent"]), y=100 * df["density"], marker_color=[colors[a] for a in df["agent"]],
                            text=[f"{100 * d:.1f}%" for d in df["density"]], textposition="outside",
                            hovertemplate="%{x}: %{y:.2f}% of parameters changed<extra></extra>", cliponaxis=False))
     fig.update_yaxes(title="changed parameters (% of all)", rangemode="tozero")
@@ -112,15 +126,15 @@ def overlap_stacked(df: pd.DataFrame, agents: list[str], chance: dict[str, float
     for k in range(1, n + 1):
         part = df[df["k"] == k].set_index("agent").reindex(agents)
         name = "unique (only this agent)" if k == 1 else f"shared by {k} agents"
-        fig.add_bar(x=agents, y=100 * part["fraction"], name=name, marker_color=OVERLAP_COLORS[(k - 1) % 6],
+        fig.add_bar(x=labels(agents), y=100 * part["fraction"], name=name, marker_color=OVERLAP_COLORS[(k - 1) % 6],
                     text=[f"{100 * v:.0f}%" if v >= 0.06 else "" for v in part["fraction"]], textposition="inside",
                     customdata=part["count"], hovertemplate=f"%{{x}}: %{{y:.3g}}% {name} (%{{customdata:,}} "
                                                             "elements)<extra></extra>")
     uniq = df[df["k"] == 1].set_index("agent")["fraction"].reindex(agents).fillna(0.0)
     for a in agents:
-        label = f"unique {pct(uniq[a])}" + (f"<br>chance {pct(chance[a])}" if chance and a in chance else "")
-        fig.add_annotation(x=a, y=100, text=label, showarrow=False, yanchor="bottom", font=dict(size=11,
-                                                                                             color=UNIQUE_TEXT))
+        text = f"unique {pct(uniq[a])}" + (f"<br>chance {pct(chance[a])}" if chance and a in chance else "")
+        fig.add_annotation(x=label(a), y=100, text=text, showarrow=False, yanchor="bottom",
+                           font=dict(size=11, color=UNIQUE_TEXT))
     fig.update_layout(barmode="stack")
     fig.update_yaxes(title="share of the agent's changed elements (%)", range=[0, 118], tickvals=[0, 25, 50, 75, 100])
     fig.update_xaxes(title="agent")
@@ -132,10 +146,12 @@ def unique_vs_chance_bars(df: pd.DataFrame, agents: list[str], log: bool = False
     the same densities would give (◆): above chance means the agents' updates avoid each other."""
     colors = agent_colors(agents)
     d = df.set_index("agent").reindex(agents)
-    fig = go.Figure(go.Bar(x=agents, y=100 * d["unique_share"], name="measured", marker_color=[colors[a] for a in agents],
+    fig = go.Figure(go.Bar(x=labels(agents), y=100 * d["unique_share"], name="measured",
+                           marker_color=[colors[a] for a in agents],
                            text=[pct(v) for v in d["unique_share"]], textposition="outside", cliponaxis=False,
                            hovertemplate="%{x}: %{y:.3g}% of its changed elements are unique<extra></extra>"))
-    fig.add_scatter(x=agents, y=100 * d["chance_unique_share"], mode="markers", name="chance (independent masks)",
+    fig.add_scatter(x=labels(agents), y=100 * d["chance_unique_share"], mode="markers",
+                    name="chance (independent masks)",
                     marker=dict(symbol="diamond", size=13, color=NEUTRAL, line=dict(color="white", width=1)),
                     hovertemplate="%{x}: %{y:.3g}% by chance<extra></extra>")
     _log_or_linear(fig, log, list(100 * d["unique_share"]) + list(100 * d["chance_unique_share"]),
@@ -149,7 +165,7 @@ def layer_module_heatmaps(df: pd.DataFrame, agents: list[str], value: str = "den
     """One value per layer × module kind (density by default), one panel per agent, one shared colour scale."""
     colors = agent_colors(agents)
     fig = make_subplots(rows=1, cols=len(agents), shared_yaxes=True, horizontal_spacing=0.03,
-                        subplot_titles=[f"<b style='color:{colors[a]}'>{a}</b>" for a in agents])
+                        subplot_titles=[f"<b style='color:{colors[a]}'>{label(a)}</b>" for a in agents])
     vals = scale * df[value].astype(float)
     if log:
         vals = vals.where(vals > 0).map(lambda v: math.log10(v) if pd.notna(v) and math.isfinite(v) else None)
@@ -166,8 +182,9 @@ def layer_module_heatmaps(df: pd.DataFrame, agents: list[str], value: str = "den
         xs = ["emb/head" if c == -1 else str(c) for c in grid.columns]
         raw = part.assign(module=part["module"].astype(str)).pivot(index="module", columns="layer", values=value)
         raw = raw.reindex(modules)
-        fig.add_trace(go.Heatmap(z=grid.values, x=xs, y=modules, coloraxis="coloraxis", customdata=raw.values,
-                                 hovertemplate=f"{agent} · layer %{{x}} · %{{y}}: %{{customdata:.4g}}<extra></extra>"),
+        fig.add_trace(go.Heatmap(z=grid.values, x=xs, y=labels(modules), coloraxis="coloraxis", customdata=raw.values,
+                                 hovertemplate=f"{label(agent)} · layer %{{x}} · %{{y}}: %{{customdata:.4g}}"
+                                               "<extra></extra>"),
                       row=1, col=i)
         fig.update_xaxes(title_text="layer", row=1, col=i, type="category")
     fig.update_yaxes(title_text="module", row=1, col=1, autorange="reversed")
@@ -184,13 +201,13 @@ def unique_share_lines(df: pd.DataFrame, agents: list[str], log: bool = False) -
     for agent in agents:
         part = df[df["agent"] == agent].sort_values("layer")
         xs = ["emb/head" if v == -1 else str(v) for v in part["layer"]]
-        fig.add_scatter(x=xs, y=100 * part["unique_share"], mode="lines+markers", name=agent,
-                        line=dict(color=colors[agent], width=2.5), legendgroup=agent,
-                        hovertemplate=f"{agent} · layer %{{x}}: %{{y:.3g}}% unique<extra></extra>")
+        fig.add_scatter(x=xs, y=100 * part["unique_share"], mode="lines+markers", name=label(agent),
+                        line=dict(color=colors[agent], width=2.5), legendgroup=label(agent),
+                        hovertemplate=f"{label(agent)} · layer %{{x}}: %{{y:.3g}}% unique<extra></extra>")
         if "chance_unique_share" in part:
-            fig.add_scatter(x=xs, y=100 * part["chance_unique_share"], mode="lines", name=f"{agent}: chance",
-                            line=dict(color=colors[agent], width=1.5, dash="dot"), legendgroup=agent,
-                            hovertemplate=f"{agent} · layer %{{x}}: %{{y:.3g}}% by chance<extra></extra>")
+            fig.add_scatter(x=xs, y=100 * part["chance_unique_share"], mode="lines", name=f"{label(agent)}: chance",
+                            line=dict(color=colors[agent], width=1.5, dash="dot"), legendgroup=label(agent),
+                            hovertemplate=f"{label(agent)} · layer %{{x}}: %{{y:.3g}}% by chance<extra></extra>")
     values = list(100 * df["unique_share"]) + (list(100 * df["chance_unique_share"]) if "chance_unique_share" in df else [])
     _log_or_linear(fig, log, values, "unique share of changed elements (%)")
     fig.update_xaxes(title="layer", type="category")
@@ -204,12 +221,12 @@ def eps_curve(df: pd.DataFrame, agents: list[str], chosen: float | None = None) 
     for agent in agents:
         part = df[df["agent"] == agent].sort_values("eps")
         fig.add_scatter(x=[eps_label(e) for e in part["eps"]], y=100 * part["density"], mode="lines+markers",
-                        name=agent, line=dict(color=colors[agent], width=2.5),
-                        hovertemplate=f"{agent} · ε=%{{x}}: %{{y:.2f}}% changed<extra></extra>")
-    labels = [eps_label(e) for e in sorted(df["eps"].unique())]
-    if chosen is not None and eps_label(chosen) in labels:  # category axis: position = index of the label
-        fig.add_shape(type="line", xref="x", yref="paper", x0=labels.index(eps_label(chosen)),
-                      x1=labels.index(eps_label(chosen)), y0=0, y1=1, line=dict(dash="dot", color=NEUTRAL))
+                        name=label(agent), line=dict(color=colors[agent], width=2.5),
+                        hovertemplate=f"{label(agent)} · ε=%{{x}}: %{{y:.2f}}% changed<extra></extra>")
+    ticks = [eps_label(e) for e in sorted(df["eps"].unique())]
+    if chosen is not None and eps_label(chosen) in ticks:  # category axis: position = index of the label
+        fig.add_shape(type="line", xref="x", yref="paper", x0=ticks.index(eps_label(chosen)),
+                      x1=ticks.index(eps_label(chosen)), y0=0, y1=1, line=dict(dash="dot", color=NEUTRAL))
     fig.update_yaxes(title="changed parameters (% of all)", rangemode="tozero")
     fig.update_xaxes(title="ε (|τ| threshold, weight units)", type="category")
     return _layout(fig)
@@ -226,12 +243,13 @@ def group_lines(df: pd.DataFrame, agents: list[str], by: str, value: str, title:
         if by == "layer":
             part = part.sort_values("layer")
             xs = ["emb/head" if v == -1 else str(v) for v in part["layer"]]
-            fig.add_scatter(x=xs, y=part["_v"], mode="lines+markers", name=agent, connectgaps=False,
+            fig.add_scatter(x=xs, y=part["_v"], mode="lines+markers", name=label(agent), connectgaps=False,
                             line=dict(color=colors[agent], width=2.5),
-                            hovertemplate=f"{agent} · layer %{{x}}: {hover}=%{{y:.4g}}<extra></extra>")
+                            hovertemplate=f"{label(agent)} · layer %{{x}}: {hover}=%{{y:.4g}}<extra></extra>")
         else:
-            fig.add_bar(x=part["module"].astype(str), y=part["_v"], name=agent, marker_color=colors[agent],
-                        hovertemplate=f"{agent} · %{{x}}: {hover}=%{{y:.4g}}<extra></extra>")
+            fig.add_bar(x=labels(part["module"].astype(str)), y=part["_v"], name=label(agent),
+                        marker_color=colors[agent],
+                        hovertemplate=f"{label(agent)} · %{{x}}: {hover}=%{{y:.4g}}<extra></extra>")
     fig.update_layout(barmode="group")
     _log_or_linear(fig, log, list(clean["_v"].dropna()), title)
     fig.update_xaxes(title=by if by == "layer" else "module kind", type="category")
@@ -245,12 +263,12 @@ def norms_conflicts(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     d = df.set_index("agent").reindex(agents)
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.14,
                         subplot_titles=["L2 norm of τ, unique vs shared part", "sign conflicts"])
-    fig.add_bar(x=agents, y=d["norm_unique"], name="unique part ‖τ_unique‖", marker_color=UNIQUE_COLOR, row=1, col=1,
+    fig.add_bar(x=labels(agents), y=d["norm_unique"], name="unique part ‖τ_unique‖", marker_color=UNIQUE_COLOR, row=1, col=1,
                 customdata=100 * d["unique_energy_share"],
                 hovertemplate="%{x}: ‖τ_unique‖ = %{y:.4g} (%{customdata:.2g}% of ‖τ‖²)<extra></extra>")
-    fig.add_bar(x=agents, y=d["norm_shared"], name="shared part ‖τ_shared‖", marker_color=SHARED_COLOR, row=1, col=1,
+    fig.add_bar(x=labels(agents), y=d["norm_shared"], name="shared part ‖τ_shared‖", marker_color=SHARED_COLOR, row=1, col=1,
                 hovertemplate="%{x}: ‖τ_shared‖ = %{y:.4g}<extra></extra>")
-    fig.add_bar(x=agents, y=100 * d["conflict_share"], marker_color=[colors[a] for a in agents], row=1, col=2,
+    fig.add_bar(x=labels(agents), y=100 * d["conflict_share"], marker_color=[colors[a] for a in agents], row=1, col=2,
                 showlegend=False, text=[pct(v) for v in d["conflict_share"]], textposition="outside", cliponaxis=False,
                 customdata=d["sign_conflicts"],
                 hovertemplate="%{x}: %{y:.3g}% of shared elements (%{customdata:,}) have a sign conflict<extra></extra>")
@@ -293,10 +311,10 @@ def lambda_curve(lam: pd.DataFrame, agents: list[str], r: float, alpha: float, r
         zero = row["rho"] <= 0
         x = hi if inf else (xs[0] if (zero and log) else row["rho"])
         rho_text = "∞" if inf else f"{row['rho']:.3g}"
-        fig.add_scatter(x=[x], y=[row["lambda"]], mode="markers", name=row["agent"],
+        fig.add_scatter(x=[x], y=[row["lambda"]], mode="markers", name=label(row["agent"]),
                         marker=dict(color=colors.get(row["agent"], NEUTRAL), size=13, line=dict(color="white", width=1.5),
                                     symbol="triangle-right" if inf else "circle"),
-                        hovertemplate=f"{row['agent']}: ρ={rho_text}, λ={row['lambda']:.4f}<extra></extra>",
+                        hovertemplate=f"{label(row['agent'])}: ρ={rho_text}, λ={row['lambda']:.4f}<extra></extra>",
                         cliponaxis=False)
     if log:
         fig.update_xaxes(type="log", title="ρ = shared / unique changed elements (ratio, log scale)",
@@ -314,9 +332,9 @@ def retention_bars(df: pd.DataFrame, agents: list[str], colors: dict[str, str] |
     fig = go.Figure()
     for agent in agents:
         part = df[df["agent"] == agent].set_index("method").reindex(methods)
-        fig.add_bar(x=methods, y=100 * part["retention"], name=agent, marker_color=colors[agent],
+        fig.add_bar(x=labels(methods), y=100 * part["retention"], name=label(agent), marker_color=colors[agent],
                     text=[f"{100 * v:.0f}%" for v in part["retention"]], textposition="outside", cliponaxis=False,
-                    hovertemplate=f"{agent} · %{{x}}: %{{y:.1f}}% of its unique update kept<extra></extra>")
+                    hovertemplate=f"{label(agent)} · %{{x}}: %{{y:.1f}}% of its unique update kept<extra></extra>")
     fig.add_hline(y=100, line_dash="dot", line_color=NEUTRAL, annotation_text="fine-tuned agent",
                   annotation_position="top left")
     fig.update_layout(barmode="group")
@@ -333,7 +351,7 @@ def compare_bars(cmp: pd.DataFrame, agents: list[str]) -> go.Figure:
                         subplot_titles=["λ_t (unique-update scale)", "unique update kept, λ_t·‖τ_unique‖"])
     for tag, pattern in (("A", ""), ("B", "/")):
         for col, value, fmt in ((1, f"lambda_{tag}", ".4f"), (2, f"kept_{tag}", ".4g")):
-            fig.add_bar(x=[f"{a}" for a in agents], y=d[value], name=f"setting {tag}", legendgroup=tag,
+            fig.add_bar(x=labels(agents), y=d[value], name=f"setting {tag}", legendgroup=tag,
                         showlegend=col == 1, offsetgroup=tag, row=1, col=col,
                         marker=dict(color=[colors[a] for a in agents], pattern_shape=pattern,
                                     pattern_fillmode="overlay", line=dict(color=NEUTRAL, width=1)),
@@ -356,7 +374,7 @@ def toy_heatmaps(panels: list[tuple[str, object]], zmax: float, colors: list[str
     """Small grids of task-vector values (one panel each), one diverging colour scale centred at 0."""
     cols = max(cols or 4, 1)
     rows = math.ceil(len(panels) / cols)
-    titles = [("" if not t else f"<b style='color:{c}'>{t}</b>" if c else f"<b>{t}</b>")
+    titles = [("" if not t else f"<b style='color:{c}'>{label(t)}</b>" if c else f"<b>{label(t)}</b>")
               for (t, _), c in zip(panels, colors)]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.03, vertical_spacing=0.12)
     for i, (title, grid) in enumerate(panels):
@@ -366,7 +384,7 @@ def toy_heatmaps(panels: list[tuple[str, object]], zmax: float, colors: list[str
             fig.update_yaxes(visible=False, row=r, col=c)
             continue
         fig.add_trace(go.Heatmap(z=grid, coloraxis="coloraxis", xgap=1, ygap=1,
-                                 hovertemplate=f"{title} · row %{{y}}, col %{{x}}: τ=%{{z:.2f}}<extra></extra>"),
+                                 hovertemplate=f"{label(title)} · row %{{y}}, col %{{x}}: τ=%{{z:.2f}}<extra></extra>"),
                       row=r, col=c)
         fig.update_xaxes(showticklabels=False, showgrid=False, row=r, col=c)
         fig.update_yaxes(showticklabels=False, showgrid=False, autorange="reversed", row=r, col=c)
@@ -384,9 +402,9 @@ def table1_bars(df: pd.DataFrame, model_col: str, metrics: list[str], agents: li
     fig = go.Figure()
     for i, m in enumerate(metrics):
         color = colors.get(m) or (NEUTRAL if m == "avg" else spare[i % len(spare)])
-        fig.add_bar(x=df[model_col].astype(str), y=df[m], name="average" if m == "avg" else f"{m} task",
+        fig.add_bar(x=labels(df[model_col].astype(str)), y=df[m], name="average" if m == "avg" else f"{label(m)} task",
                     marker_color=color,
-                    hovertemplate=f"%{{x}} · {m}: %{{y:.1f}}<extra></extra>")
+                    hovertemplate=f"%{{x}} · {label(m)}: %{{y:.1f}}<extra></extra>")
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="accuracy (%)", rangemode="tozero")
     fig.update_xaxes(title="model")
@@ -404,12 +422,12 @@ def fig3_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
         part = df[df["variant"] == variant].set_index("agent").reindex(agents)
         if part["accuracy"].isna().all():
             continue
-        fig.add_bar(x=agents, y=part["accuracy"], name=name,
+        fig.add_bar(x=labels(agents), y=part["accuracy"], name=name,
                     marker=dict(color=[fixed or colors[a] for a in agents], pattern_shape=pattern,
                                 pattern_fillmode="overlay", line=dict(color=NEUTRAL, width=1),
                                 opacity=0.55 if variant == "agent" else 1.0),
                     text=[f"{v:.1f}" if pd.notna(v) else "" for v in part["accuracy"]], textposition="outside",
-                    cliponaxis=False, customdata=part["task"],
+                    cliponaxis=False, customdata=labels(part["task"].fillna("")),
                     hovertemplate=f"%{{x}} ({name}) on its task %{{customdata}}: %{{y:.1f}}%<extra></extra>")
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="accuracy on the agent's own task (%)", rangemode="tozero")
@@ -427,11 +445,12 @@ def reward_curves(df: pd.DataFrame, agents: list[str], x: str, y: str, group: st
         window = max(1, len(part) // 15)
         fig.add_scatter(x=part[x], y=part[y], mode="lines", line=dict(color=color, width=1), opacity=0.25,
                         showlegend=False, hoverinfo="skip")
-        fig.add_scatter(x=part[x], y=part[y].rolling(window, min_periods=1).mean(), mode="lines", name=str(name),
+        fig.add_scatter(x=part[x], y=part[y].rolling(window, min_periods=1).mean(), mode="lines", name=label(name),
                         line=dict(color=color, width=2.5),
-                        hovertemplate=f"{name} · step %{{x}}: %{{y:.2f}} (moving average of {window})<extra></extra>")
-    fig.update_xaxes(title=f"{x} (RL updates)")
-    fig.update_yaxes(title=f"{y.replace('_', ' ')} (fraction correct)")
+                        hovertemplate=f"{label(name)} · step %{{x}}: %{{y:.2f}} (moving average of {window})"
+                                      "<extra></extra>")
+    fig.update_xaxes(title=f"{label(x)} (RL updates)")
+    fig.update_yaxes(title=f"{label(y.replace('_', ' '))} (fraction correct)")
     return _layout(fig, height=340)
 
 
@@ -466,8 +485,8 @@ def styled(fig: go.Figure, title: str, subtitle: str = "", kind: str | None = No
     band = 58 if subtitle else 36
     top = fig.layout.margin.t if fig.layout.margin.t is not None else 40
     fig.update_layout(template=f"ram_{kind or theme()}",
-                      title=dict(text=f"<b>{title}</b>" + (f"<br><span style='font-size:12px;color:{NEUTRAL}'>"
-                                                          f"{subtitle}</span>" if subtitle else ""),
+                      title=dict(text=f"<b>{label(title)}</b>" + (f"<br><span style='font-size:12px;color:{NEUTRAL}'>"
+                                                                 f"{label(subtitle)}</span>" if subtitle else ""),
                                  x=0, xanchor="left", xref="container", yref="container", y=1, yanchor="top",
                                  pad=dict(t=24, l=12), font=dict(size=16)),  # pad: the first line's baseline
                       margin=dict(t=top + band - (30 if fig.layout.showlegend is False else 0)),
@@ -501,6 +520,6 @@ def show(fig: go.Figure, data: pd.DataFrame, caption: str, name: str, *, title: 
                                                      "scale": EXPORT_SCALE if fmt == "png" else 1}})
     c1, c2 = st.columns([4, 1], vertical_alignment="top")
     c1.caption(caption)
-    c2.download_button("CSV", data.to_csv(index=False).encode(), file_name=f"{filename}.csv", mime="text/csv",
+    c2.download_button("CSV", csv_bytes(data), file_name=f"{filename}.csv", mime="text/csv",
                        key=f"csv_{name}", icon=":material/download:", type="tertiary",
                        help="Download the data behind this chart")

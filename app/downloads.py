@@ -7,6 +7,7 @@ import streamlit as st
 
 from app import jobs
 from app.errors import show_error
+from app.markup import md, md_code
 from merging.errors import RamStudioError
 from merging.units import format_bytes, format_seconds
 
@@ -59,7 +60,7 @@ def progress_panel(task_id: str) -> None:
                     text=f"Overall: {format_bytes(p.done)} of {format_bytes(p.total)} · {format_bytes(p.rate)}/s"
                          f"{eta} · {p.files_done} of {p.files_total} files")
         st.progress(min(1.0, p.file_done / p.file_total) if p.file_total else 0.0,
-                    text=f"{p.repo_id} · {p.file}: {format_bytes(p.file_done)} of {format_bytes(p.file_total)}")
+                    text=f"{md(p.repo_id)} · {md(p.file)}: {format_bytes(p.file_done)} of {format_bytes(p.file_total)}")
     jobs.cancel_row(task.id, task.owner, button="Cancel download", key="download_cancel",
                     toast="Cancelling… the part already downloaded is kept.",
                     caption=f"Running for {format_seconds(task.elapsed)}. You can switch pages; the download keeps "
@@ -89,7 +90,7 @@ def panel(refs: list[str], *, what: str = "the analysis") -> bool:
         return False
     if plan.remaining == 0:
         if task is not None and task.status == "done":
-            st.success(f"Downloaded: {len(plan.repos)} Hub models are in the local cache ({plan.cache_dir}).",
+            st.success(f"Downloaded: {len(plan.repos)} Hub models are in the local cache ({md(plan.cache_dir)}).",
                        icon=":material/download_done:")
         return True
     free = plan.free()
@@ -100,11 +101,11 @@ def panel(refs: list[str], *, what: str = "the analysis") -> bool:
                      + (f" {format_bytes(kept)} are already in the cache; partial files resume." if kept else ""))
     c[1].metric("Free on that disk", format_bytes(free))
     c[2].metric("Files", f"{sum(1 for f in plan.files if not f.cached)} of {len(plan.files)} missing")
-    st.caption(f"The files go into the Hugging Face cache, `{plan.cache_dir}` (set HF_HUB_CACHE or HF_HOME to move "
+    st.caption(f"The files go into the Hugging Face cache, {md_code(plan.cache_dir)} (set HF_HUB_CACHE or HF_HOME to move "
                f"it), where other tools find them too. {what.capitalize()} reads them from there.")
     if free < plan.remaining:
         st.warning(f"Not enough free space: the download needs {format_bytes(plan.remaining)}, "
-                   f"{format_bytes(free)} are free in `{plan.cache_dir}`.", icon=":material/warning:")
+                   f"{format_bytes(free)} are free in {md_code(plan.cache_dir)}.", icon=":material/warning:")
     again = plan.partial > 0 or (task is not None and task.status in ("cancelled", "failed"))
     label = f"{'Continue' if again else 'Start'} the download ({format_bytes(plan.remaining)})"
     if st.button(label, type="primary", icon=":material/download:", key="download_start"):

@@ -6,6 +6,7 @@ from typing import Iterator
 
 import streamlit as st
 
+from app.markup import md
 from merging.errors import RamStudioError
 
 
@@ -13,12 +14,12 @@ def show_error(exc: BaseException, what: str = "") -> None:
     """A readable error box: what went wrong and what to do; never a traceback."""
     prefix = f"{what} failed: " if what else ""
     if isinstance(exc, RamStudioError):
-        msg = f"**{prefix}{exc.message}**"
+        msg = f"**{md(prefix + exc.message)}**"
         if exc.hint:
-            msg += f"\n\n{exc.hint}"
+            msg += f"\n\n{md(exc.hint)}"
     else:
         text = str(exc).splitlines()[0] if str(exc) else ""
-        msg = (f"**{prefix}unexpected {type(exc).__name__}{': ' + text if text else ''}**\n\n"
+        msg = (f"**{md(prefix + 'unexpected ' + type(exc).__name__ + (': ' + text if text else ''), 300)}**\n\n"
                "The rest of the app still works. Check the inputs; if it persists, run the same step "
                "with the `ram-studio` command to see full details.")
     st.error(msg, icon=":material/error:")

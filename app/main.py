@@ -7,6 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import charts, state
+from merging.escaping import printable
 
 st.set_page_config(page_title="RAM Studio", page_icon=":material/merge:", layout="wide")
 
@@ -36,9 +37,9 @@ def model_line(ref: str, label: str, color: str | None) -> str:
     dot = (f"<span style='display:inline-block;width:10px;height:10px;border-radius:50%;background:{color};"
            "margin-right:6px'></span>") if color else ""
     sub = "" if where == label else (f"<div style='font-size:0.72rem;opacity:0.65;margin-left:16px;overflow:hidden;"
-                                     f"text-overflow:ellipsis;white-space:nowrap'>{html.escape(where)}</div>")
-    return (f"<div title='{html.escape(ref, quote=True)}' style='font-size:0.85rem;margin:3px 0'>{dot}"
-            f"<code>{html.escape(label)}</code>{sub}</div>")
+                                     f"text-overflow:ellipsis;white-space:nowrap'>{html.escape(printable(where))}</div>")
+    return (f"<div title='{html.escape(printable(ref), quote=True)}' style='font-size:0.85rem;margin:3px 0'>{dot}"
+            f"<code>{html.escape(printable(label))}</code>{sub}</div>")
 
 
 with st.sidebar:

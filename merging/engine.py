@@ -250,7 +250,7 @@ def _work(base: Checkpoint, rounds: int, chunk_elems: int, assemble: Callable[[s
 
 def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod, params: dict[str, Any],
                  shared: dict[str, Any], sink: ShardSetWriter, *, out_dtype: str | None, device: torch.device,
-                 chunk_elems: int = DEFAULT_CHUNK_ELEMS, agent_keys: tuple[str, ...] | None = None,
+                 chunk_elems: int = DEFAULT_CHUNK_ELEMS,
                  progress: ProgressFn | None = None, cancel: threading.Event | None = None,
                  fingerprinter: Fingerprinter | None = None, read_threads: int | None = None,
                  write_threads: int | None = None) -> EngineResult:
@@ -260,7 +260,6 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     at its offset, by the writer threads."""
     chunk_elems = chunk_elems_for(device, chunk_elems, DEFAULT_CHUNK_ELEMS)
     labels = [a.label for a in agents]
-    keys = agent_keys or tuple(labels)
     rounds = len(method.passes(params)) + 1
     wanted = METHOD_KERNELS.get(method.name, ("ram", "linear", "dare", "abs_bits_histogram", "ties_merge"))
     dtype = prepare_kernels(device, wanted + GUARD_KERNELS, [base, *agents])
@@ -306,7 +305,7 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                 target = ST_TO_TORCH[out_dtype or entry.dtype]  # this tensor's output dtype
                 if merger is None or merger.ctx.tensor != span.tensor:  # kernels or torch: per tensor
                     fused = fused_now(device, wanted, dtype, first=merger is None) and keep != "assemble"
-                    merger = TensorMerger(method, params, span.tensor, entry.numel, keys, shared, fused=fused)
+                    merger = TensorMerger(method, params, span.tensor, entry.numel, len(agents), shared, fused=fused)
                 if keep == "assemble":
                     chunk, uploaded = build_inputs(data, lanes, False)
                     if span.start == 0:

@@ -1,19 +1,9 @@
 """The one exception type users see: a clear message plus what to do about it, printable as one line."""
 from __future__ import annotations
 
-import re
+from .escaping import printable
 
-# C0/C1 control characters, DEL, and Unicode controls that reorder or hide text (bidi overrides, zero-width).
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-
-
-def printable(text: object, limit: int | None = None) -> str:
-    """`text` with every control character escaped (\\x1b, \\n, \\u202e, …), optionally shortened: names
-    and values read from files go through this before they reach a terminal or a page."""
-    s = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
-    if limit is not None and len(s) > limit:
-        s = s[:limit] + "…"
-    return s
+__all__ = ["Cancelled", "MergeCancelled", "RamStudioError", "printable"]
 
 
 class RamStudioError(Exception):

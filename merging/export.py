@@ -148,8 +148,7 @@ def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], i
         sink = ShardSetWriter(tmp, plan_shards(output_plan(ins.base, spec.out_dtype), parse_size(spec.shard_size)),
                               {"format": "pt"})
         engine = stream_merge(ins.base, ins.agents, method, params, shared, sink, out_dtype=spec.out_dtype,
-                              device=device, chunk_elems=spec.chunk_elems,
-                              agent_keys=tuple(a.ref.raw for a in ins.agents), progress=progress, cancel=cancel,
+                              device=device, chunk_elems=spec.chunk_elems, progress=progress, cancel=cancel,
                               fingerprinter=prints)
         _refuse_idle(ins.labels, engine.max_abs_tau)
         if identities is None:

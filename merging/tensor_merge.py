@@ -12,7 +12,7 @@ import torch
 
 from .device import to_compute
 from .methods import get_method
-from .methods.base import ChunkContext, MergeMethod
+from .methods.base import ChunkContext, MergeMethod, agent_seed_keys
 from . import regions
 
 
@@ -123,10 +123,10 @@ class TensorMerger:
     """
 
     def __init__(self, method: MergeMethod, params: dict[str, Any], tensor: str, numel: int,
-                 agent_keys: tuple[str, ...], shared: dict[str, Any], fused: bool = False) -> None:
+                 n_agents: int, shared: dict[str, Any], fused: bool = False) -> None:
         self.method = method
         self.passes = method.passes(params)
-        self.ctx = ChunkContext(tensor, 0, numel, agent_keys, params, {}, shared)
+        self.ctx = ChunkContext(tensor, 0, numel, agent_seed_keys(n_agents), params, {}, shared)
         self.fused = fused
         self._total: torch.Tensor | None = None
 
@@ -181,7 +181,7 @@ def merge_in_memory(method: str | MergeMethod, taus: torch.Tensor, params: dict[
     if eps is not None and counts is None:
         counts = regions.count_lists(regions.counts(flat, eps))
     shared = m.prepare(p, counts if eps is not None else None, labels)
-    tm = TensorMerger(m, p, tensor, flat.shape[1], tuple(labels), shared, fused=fused)
+    tm = TensorMerger(m, p, tensor, flat.shape[1], len(labels), shared, fused=fused)
     zero = base is None
     b = torch.zeros(flat.shape[1]) if zero else base.to(torch.float32).reshape(-1)
     agents_f = flat + b  # θ_t = θ0 + τ_t, so that the chunk inputs look like real models

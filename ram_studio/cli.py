@@ -21,6 +21,12 @@ from merging.errors import Cancelled, MergeCancelled, RamStudioError, printable
 PROG = "ram-studio"
 
 
+def say(text: object = "", file=None) -> None:
+    """Print `text` (one or more lines) with every control character escaped in each line: no name, path or
+    value read from a file or typed on the command line reaches the terminal raw."""
+    print("\n".join(printable(line) for line in str(text).split("\n")), file=file)
+
+
 def _progress_printer(label: str):
     """A compact progress line on stderr: percent, bytes, tensors, ETA."""
     from merging.units import format_bytes, format_seconds
@@ -105,7 +111,7 @@ def _prefetch(refs, quiet: bool, stop=None) -> None:
         return
     if not quiet:
         for line in _describe_plan(plan):
-            print(f"download: {line}", file=sys.stderr)
+            say(f"download: {line}", file=sys.stderr)
     download(plan, progress=None if quiet else _download_printer(), cancel=stop)
 
 
@@ -117,13 +123,13 @@ def cmd_download(args: argparse.Namespace) -> int:
     if not plan.repos:
         raise RamStudioError("no Hugging Face repo ids given.", "Give ids like org/name or org/name@revision.")
     for line in _describe_plan(plan):
-        print(line)
+        say(line)
     if plan.remaining == 0:
         return 0
     with _stop_on_signal() as stop:
         folders = download(plan, progress=None if args.quiet else _download_printer(), cancel=stop)
     for repo_id, folder in folders.items():
-        print(f"{printable(repo_id)}: {folder}")
+        say(f"{printable(repo_id)}: {folder}")
     return 0
 
 
@@ -166,18 +172,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         write_file_atomically(out, (json.dumps(doc, indent=2, default=str) + "\n").encode())
     frame = report.models_frame()
     frame["GB"] = (frame.pop("bytes_on_disk") / 1e9).round(3)
-    print(_table(frame))
+    say(_table(frame))
     if report.ok:
-        print("\ncompatible: same architecture, tensor names, shapes and dtypes.")
+        say("\ncompatible: same architecture, tensor names, shapes and dtypes.")
         return 0
-    print(f"\n{len(report.mismatches)} difference(s) from the base:")
-    print(_table(report.mismatches_frame()))
+    say(f"\n{len(report.mismatches)} difference(s) from the base:")
+    say(_table(report.mismatches_frame()))
     if args.on_mismatch == "base":
         for loss in report.losses():
             if loss.dropped or loss.padded:
-                print(f"  policy 'base': {printable(loss.describe())}")
+                say(f"  policy 'base': {printable(loss.describe())}")
     report.enforce(args.on_mismatch)
-    print(f"\nall differences are handled by --on-mismatch {args.on_mismatch}.")
+    say(f"\nall differences are handled by --on-mismatch {args.on_mismatch}.")
     return 0
 
 
@@ -185,6 +191,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from analysis.ladder import DEFAULT_LADDER
     from analysis.stats import analyze
     from merging.checkpoint import open_checkpoint
+    from merging.escaping import csv_bytes
     from merging.placement import write_file_atomically
 
     with _stop_on_signal() as stop:
@@ -203,15 +210,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     eps = args.eps if args.eps in result.ladder else (1e-5 if 1e-5 in result.ladder else result.ladder[-1])
     table = global_density(result, eps).merge(rho_table(result, eps)[["agent", "rho"]], on="agent")
     table["density"] = (100 * table["density"]).map("{:.3f} %".format)
-    print(f"ε = {eps:g}; {result.total_params:,} parameters; "
+    say(f"ε = {eps:g}; {result.total_params:,} parameters; "
           f"{'from cache' if result.from_cache else f'{result.seconds:.1f} s'}")
-    print(_table(table[["agent", "changed", "shared", "unique", "density", "rho"]]))
+    say(_table(table[["agent", "changed", "shared", "unique", "density", "rho"]]))
     if json_out:
         doc = {"eps": list(result.ladder), "total_params": result.total_params, "base": result.base,
                "agents": agents_json(result), "fingerprint": result.fingerprint, "seconds": result.seconds}
         write_file_atomically(json_out, (json.dumps(doc, indent=2) + "\n").encode())
     if csv_out:
-        write_file_atomically(csv_out, result.frame.to_csv(index=False).encode())
+        write_file_atomically(csv_out, csv_bytes(result.frame))
     return 0
 
 
@@ -267,17 +274,17 @@ def _run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=N
                                  expected_inputs=expected_inputs, counts=_cached_counts(spec), provenance=provenance,
                                  progress=None if args.quiet else _progress_printer("merge"),
                                  count_progress=None if args.quiet else _progress_printer("count"), cancel=stop)
-    print(f"wrote {result.out} ({format_bytes(result.bytes_written)} in {len(result.files)} files, "
+    say(f"wrote {result.out} ({format_bytes(result.bytes_written)} in {len(result.files)} files, "
           f"{result.seconds:.1f} s)")
     for loss in result.losses:
-        print(f"  mismatch policy '{spec.on_mismatch}': {printable(loss.describe())}")
+        say(f"  mismatch policy '{spec.on_mismatch}': {printable(loss.describe())}")
     if result.lambdas:
         for row in result.lambdas:
             r = row["rho"]
-            print(f"  {printable(row['agent'])}: shared {row['shared']:,}  unique {row['unique']:,}  "
+            say(f"  {printable(row['agent'])}: shared {row['shared']:,}  unique {row['unique']:,}  "
                   f"ρ {'inf' if r is None else f'{r:.4f}'}  λ {row['lambda']:.4f}")
     if any(n.startswith("WARNING") for n in result.notes):
-        print("WARNING: this merge changes nothing: the weights equal the base's.", file=sys.stderr)
+        say("WARNING: this merge changes nothing: the weights equal the base's.", file=sys.stderr)
     return 0
 
 
@@ -305,7 +312,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.device:
             config.spec.device = args.device
         for note in config.notes:
-            print(f"note: {note}.", file=sys.stderr)
+            say(f"note: {note}.", file=sys.stderr)
         return _run_spec(config.spec, args, provenance={"mergekit_config": text})
     spec, doc = read_recipe(path)
     if args.out:
@@ -335,7 +342,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
     for m in METHODS.values():
         params = ", ".join(f"{p.name}={p.default}" for p in m.params)
-        print(f"{m.name:16s} {m.summary}\n{'':16s} parameters: {params or '-'}")
+        say(f"{m.name:16s} {m.summary}\n{'':16s} parameters: {params or '-'}")
     return 0
 
 
@@ -481,17 +488,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (MergeCancelled, KeyboardInterrupt):
-        print("error: interrupted; nothing was written.", file=sys.stderr)
+        say("error: interrupted; nothing was written.", file=sys.stderr)
         return 130
     except Cancelled as exc:  # e.g. a download: what was kept, and that the next run resumes
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}", file=sys.stderr)
         return 130
     except RamStudioError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         where = f": {printable(exc.filename, 200)}" if exc.filename else ""
-        print(f"error: {printable(exc.strerror or exc)}{where}.", file=sys.stderr)
+        say(f"error: {printable(exc.strerror or exc)}{where}.", file=sys.stderr)
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -508,7 +515,7 @@ def run() -> NoReturn:
         try:
             threading._shutdown()  # what the interpreter calls first at exit (private, in every CPython 3)
         except BaseException as exc:  # e.g. Ctrl-C while a thread is still finishing: said, then the rest
-            print(f"error: exit interrupted ({type(exc).__name__}) while waiting for threads.", file=sys.stderr)
+            say(f"error: exit interrupted ({type(exc).__name__}) while waiting for threads.", file=sys.stderr)
             code = code or 130
         atexit._run_exitfuncs()  # reports a failing handler itself and goes on
     finally:

@@ -44,3 +44,11 @@ def reload_hub_client() -> None:
     import huggingface_hub.constants as c
 
     importlib.reload(c)
+
+
+def plain(markdown: str) -> str:
+    """What a Markdown element shows, for text assertions: the app escapes every punctuation character of
+    text that comes from files or users (`app.markup.md`), and the page shows it without the backslashes."""
+    import re
+
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)

@@ -11,7 +11,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from tests.app_helpers import APP_MAIN, app_env, reload_hub_client
+from tests.app_helpers import APP_MAIN, app_env, plain, reload_hub_client
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -61,7 +61,7 @@ def figure(at: AppTest, key: str):
 
 def no_problems(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
+    assert not at.error, [plain(e.value) for e in at.error]
 
 
 def lambdas(at: AppTest) -> list[str]:
@@ -107,7 +107,7 @@ def test_models_page_reports_demo(env):
     no_problems(at)
     frame = at.dataframe[0].value
     assert list(frame["role"]) == ["base", "agent", "agent", "agent"]
-    assert any("Compatible" in s.value for s in at.success)
+    assert any("Compatible" in plain(s.value) for s in at.success)
     assert [m.label for m in at.metric][:2] == ["To download", "Disk needed"]
 
 
@@ -117,10 +117,10 @@ def test_models_bad_path_shows_error(env, tmp_path):
     at.radio(key="model_source").set_value("Custom: local folders or Hub ids").run()
     at.text_input(key="custom_base").set_value(str(tmp_path / "missing-model")).run()
     assert not at.exception
-    assert at.error and "does not exist" in at.error[0].value
+    assert at.error and "does not exist" in plain(at.error[0].value)
     at.button(key="use_models").click().run()
     assert not at.exception
-    assert any("does not exist" in e.value for e in at.error)
+    assert any("does not exist" in plain(e.value) for e in at.error)
 
 
 def test_models_hub_preset_offline_is_readable(env):
@@ -130,7 +130,7 @@ def test_models_hub_preset_offline_is_readable(env):
     no_problems(at)  # nothing is fetched until asked
     at.button(key="check_compat").click().run()
     assert not at.exception
-    assert at.error and "Hub" in at.error[0].value
+    assert at.error and "Hub" in plain(at.error[0].value)
 
 
 def test_tune_changes_lambda_without_rereading(env):
@@ -195,7 +195,7 @@ def test_merge_writes_folder_that_loads(env, tmp_path):
     at.button(key="start_merge").click().run()
     wait_merge(at)
     no_problems(at)
-    assert any("Merged into" in s.value for s in at.success)
+    assert any("Merged into" in plain(s.value) for s in at.success)
     assert (out / "ram_recipe.json").exists() and (out / "README.md").exists()
     labels = [b.label for b in at.get("download_button")]
     assert {"Model card", "Recipe", "Statistics", "Zip of the model"} <= set(labels)
@@ -209,7 +209,7 @@ def test_merge_writes_folder_that_loads(env, tmp_path):
     at.button(key="start_merge").click().run()
     wait_merge(at)
     assert not at.exception
-    assert any("not empty" in e.value for e in at.error)
+    assert any("not empty" in plain(e.value) for e in at.error)
 
 
 def test_merge_bad_output_shows_error(env, tmp_path):
@@ -220,7 +220,7 @@ def test_merge_bad_output_shows_error(env, tmp_path):
     at.text_input(key="merge_out").set_value(str(blocker)).run()
     at.button(key="start_merge").click().run()
     assert not at.exception
-    assert any("is a file" in e.value for e in at.error)
+    assert any("is a file" in plain(e.value) for e in at.error)
 
 
 @pytest.mark.parametrize("where", ["agent", "demo-root", "inside-base"])
@@ -238,7 +238,7 @@ def test_overwrite_box_never_replaces_an_input(env, tmp_path, where):
     at.checkbox(key="merge_overwrite").check().run()
     at.button(key="start_merge").click().run()
     assert not at.exception
-    assert any("the input" in e.value for e in at.error), [e.value for e in at.error]
+    assert any("the input" in plain(e.value) for e in at.error), [plain(e.value) for e in at.error]
     assert jobs_running() is None and checksums([root]) == before
 
 
@@ -269,11 +269,11 @@ def test_one_merge_at_a_time(env, tmp_path):
             mgr.submit(MergeSpec("demo:base", ["demo:code", "demo:tool"], "ram", {}, str(tmp_path / "x")), "me")
         at = new_app()
         at.switch_page("views/merge.py").run()
-        assert any("Busy" in w.value for w in at.warning)
+        assert any("Busy" in plain(w.value) for w in at.warning)
         at.text_input(key="merge_out").set_value(str(tmp_path / "mine")).run()
         at.button(key="start_merge").click().run()
         assert not at.exception
-        assert any("already running" in e.value for e in at.error)
+        assert any("already running" in plain(e.value) for e in at.error)
         assert not (tmp_path / "mine").exists()
     finally:
         mgr.cancel(job.id)
@@ -307,7 +307,7 @@ def test_cancel_from_the_ui(env, tmp_path):
         assert at.button(key="cancel_merge")
         at.button(key="cancel_merge").click().run()
         wait_merge(at, 20)
-        assert any("cancelled" in i.value for i in at.info)
+        assert any("cancelled" in plain(i.value) for i in at.info)
     finally:
         del mgr.submit
     assert mgr.running() is None
@@ -335,7 +335,7 @@ def test_dilution_shows_demo_evidence(env, tmp_path, monkeypatch):
     at = new_app()
     at.switch_page("views/dilution.py").run()
     no_problems(at)
-    assert [i.value for i in at.info if "Fig. 3" in i.value]  # fig3.csv absent: said so, not an error
+    assert [i.value for i in at.info if "Fig. 3" in plain(i.value)]  # fig3.csv absent: said so, not an error
     assert len(at.get("plotly_chart")) == 4  # toy heatmaps, toy retention, Table 1, reward curves
 
     shutil.copy(FIXTURES / "fig3.csv", results / "fig3.csv")  # the shape the demo's build writes
@@ -354,7 +354,7 @@ def test_dilution_shows_demo_evidence(env, tmp_path, monkeypatch):
     at = new_app()
     at.switch_page("views/dilution.py").run()
     assert not at.exception
-    assert any("could not be read" in i.value for i in at.info)
+    assert any("could not be read" in plain(i.value) for i in at.info)
 
 
 def test_custom_local_folders_are_analysed(env, tmp_path):
@@ -412,9 +412,9 @@ def test_models_shows_what_the_base_policy_costs(env, tmp_path):
     losses = at.dataframe[-1].value.set_index("agent")
     assert losses.loc["small-vocab", "'base' policy"] == "allowed"
     assert losses.loc["no-prefix", "'base' policy"] == "refused (loses too much)"
-    assert any("'model.' prefix" in i.value for i in at.info)
+    assert any("'model.' prefix" in plain(i.value) for i in at.info)
     at.text_area(key="custom_agents").set_value(f"{root / 'code'}\n{root / 'code'}").run()
-    assert any("same model as agent" in e.value for e in at.error)
+    assert any("same model as agent" in plain(e.value) for e in at.error)
     assert not any("None" in str(df.value) for df in at.dataframe)
 
 
@@ -476,7 +476,7 @@ def test_rerun_reads_the_weights_again(env):
     at = new_app().run()
     at.button(key="het_rerun").click().run()
     no_problems(at)
-    assert any("analysed in" in c.value for c in at.caption)
+    assert any("analysed in" in plain(c.value) for c in at.caption)
     assert len(at.get("plotly_chart")) >= 5
 
 
@@ -485,7 +485,7 @@ def test_without_demo_every_page_explains(env, tmp_path, monkeypatch):
     monkeypatch.setenv("RAM_STUDIO_DEMO_ROOT", str(tmp_path / "nothing-here"))
     at = new_app().run()
     assert not at.exception
-    assert at.info and "Models" in at.info[0].value
+    assert at.info and "Models" in plain(at.info[0].value)
     for page in ("models", "tune", "dilution", "merge"):
         at.switch_page(f"views/{page}.py").run()
         assert not at.exception, page
@@ -522,17 +522,17 @@ def test_hub_selection_asks_before_downloading(env):
     before = at.session_state["ram_selection"]
     at.button(key="use_models").click().run()
     assert not at.exception
-    assert any("not selected" in e.value for e in at.error)
-    listed = next(e.value for e in at.error if "could not be read" in e.value)
+    assert any("not selected" in plain(e.value) for e in at.error)
+    listed = next(plain(e.value) for e in at.error if "could not be read" in plain(e.value))
     base, agents = state.PRESETS[preset]
     assert "4 of 4 models" in listed and all(r in listed for r in [base, *agents])
     assert at.session_state["ram_selection"] == before  # unchanged
     at.session_state["ram_selection"] = state.Selection(base, tuple(agents), "preset")  # chosen while online
     at.switch_page("views/heterogeneity.py").run()
     assert not at.exception
-    assert any("not downloaded yet" in w.value for w in at.warning)
+    assert any("not downloaded yet" in plain(w.value) for w in at.warning)
     assert not at.get("plotly_chart")
-    assert at.error and "HF_HUB_OFFLINE" in at.error[0].value  # the tests run with it set: said so
+    assert at.error and "HF_HUB_OFFLINE" in plain(at.error[0].value)  # the tests run with it set: said so
     at.switch_page("views/dilution.py").run()  # the rest of the app still works
     no_problems(at)
     assert at.get("plotly_chart")
@@ -591,7 +591,7 @@ def test_form_is_never_left_disabled_after_a_fast_failure(env, tmp_path):
                     continue
                 break
             assert not at.button(key="start_merge").disabled and not at.checkbox(key="merge_overwrite").disabled
-            errors = [e.value for e in at.error]
+            errors = [plain(e.value) for e in at.error]
             assert len(errors) == 1 and f"fast-{i}" in errors[0], errors
     finally:
         del mgr.submit
@@ -630,12 +630,12 @@ def test_merge_default_folder_follows_the_settings_and_is_checked_before_startin
     before = dict(jobs.manager().jobs)
     at.button(key="start_merge").click().run()
     assert not at.exception and dict(jobs.manager().jobs) == before  # refused before any job exists
-    errors = [e.value for e in at.error]
+    errors = [plain(e.value) for e in at.error]
     assert len(errors) == 1 and "exists and is not empty" in errors[0] and "'Overwrite' box" in errors[0]
     assert not at.checkbox(key="merge_overwrite").disabled and not at.button(key="start_merge").disabled
     at.checkbox(key="merge_overwrite").check().run()
     at.button(key="start_merge").click().run()
-    errors = [e.value for e in at.error]
+    errors = [plain(e.value) for e in at.error]
     assert len(errors) == 1 and "refusing to overwrite" in errors[0]  # the new error replaces the old one
     assert (suggested / "notes.txt").read_text() == "someone's"
 
@@ -809,8 +809,8 @@ def test_mergekit_yaml_fills_the_form_and_shows_the_settings(env):
     at = new_app()
     at.switch_page("views/merge.py").run()
     no_problems(at)
-    assert any("cannot express" in i.value and "global scope" in i.value for i in at.info)  # ram_plus, global ρ
-    assert any("merge_method: ramplus_tl" in c.value for c in at.code)  # the nearest config is shown
+    assert any("cannot express" in plain(i.value) and "global scope" in plain(i.value) for i in at.info)  # ram_plus, global ρ
+    assert any("merge_method: ramplus_tl" in plain(c.value) for c in at.code)  # the nearest config is shown
     before = at.session_state["ram_selection"]
     at.text_area(key="mk_text").set_value(
         "merge_method: ties\nbase_model: demo:base\nmodels:\n  - model: demo:tool\n  - model: demo:code\n"
@@ -823,15 +823,15 @@ def test_mergekit_yaml_fills_the_form_and_shows_the_settings(env):
     assert at.selectbox(key="merge_dtype").value == "F32"
     sel = at.session_state["ram_selection"]
     assert (sel.base, sel.agents) == ("demo:base", ("demo:tool", "demo:code")) and sel != before
-    msg = [s.value for s in at.success if "Loaded" in s.value][0]
+    msg = [plain(s.value) for s in at.success if "Loaded" in plain(s.value)][0]
     assert "ties" in msg and "density=0.3" in msg and "2 agents" in msg
-    code = [c.value for c in at.code if "merge_method" in c.value][0]
+    code = [c.value for c in at.code if "merge_method" in plain(c.value)][0]
     assert "merge_method: ties" in code and "density: 0.3" in code and "out_dtype: float32" in code
     assert "demo:" not in code and str(demo_root() / "tool") in code  # mergekit reads folders, not demo: refs
     at.text_area(key="mk_text").set_value("base_model: demo:base\n").run()
     at.button(key="mk_load").click().run()
     assert not at.exception
-    assert any("merge_method" in e.value for e in at.error)
+    assert any("merge_method" in plain(e.value) for e in at.error)
     assert at.selectbox(key="merge_method").value == "ties"  # a bad YAML changes nothing
 
 
@@ -891,8 +891,8 @@ def test_fig3_experiment_runs_on_the_selected_models(env, monkeypatch):
     at.button(key="fig3_cancel").click().run()
     gate.set()
     deadline = time.time() + 60
-    while time.time() < deadline and not any("cancelled" in i.value for i in at.info):
+    while time.time() < deadline and not any("cancelled" in plain(i.value) for i in at.info):
         time.sleep(0.3)
         at.run()
-    assert any("cancelled" in i.value for i in at.info)
+    assert any("cancelled" in plain(i.value) for i in at.info)
     assert len(calls) == 1 and not calls[0][0].exists()

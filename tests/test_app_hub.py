@@ -10,7 +10,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from tests.app_helpers import APP_MAIN, build_demo, reload_hub_client
+from tests.app_helpers import APP_MAIN, build_demo, plain, reload_hub_client
 from tests.hub_stand_in import StandInHub
 
 pytestmark = pytest.mark.timeout(300)
@@ -54,7 +54,7 @@ def choose(at: AppTest, base: str, agents: list[str]) -> None:
 
 
 def texts(at: AppTest, kind: str = "progress") -> list[str]:
-    return [e.proto.text for e in at.get(kind)]
+    return [plain(e.proto.text) for e in at.get(kind)]
 
 
 def wait(at: AppTest, pred, what: str, seconds: float = 60) -> None:
@@ -73,8 +73,8 @@ def test_download_from_the_models_page_with_progress_cancel_and_continue(hub):
     at = new_app()
     choose(at, "org/base", agents)
     at.button(key="check_compat").click().run()
-    assert not at.error, [e.value for e in at.error]
-    assert any("Compatible" in s.value for s in at.success)  # from remote headers, before any download
+    assert not at.error, [plain(e.value) for e in at.error]
+    assert any("Compatible" in plain(s.value) for s in at.success)  # from remote headers, before any download
     assert not [r for r in hub.log if r.method == "GET" and r.path.endswith(".safetensors") and r.range is None]
     metrics = {m.label: m.value for m in at.metric}
     total = sum(len(f.data) for r in hub.repos.values() for f in r.files.values())
@@ -82,7 +82,7 @@ def test_download_from_the_models_page_with_progress_cancel_and_continue(hub):
     missing = int(metrics["Files"].split()[0])  # the header check already cached the small JSON files
     assert metrics["Files"] == f"{missing} of {n_files} missing" and 4 * 3 <= missing < n_files
     assert "To download" in metrics and "Free on that disk" in metrics
-    assert any(str(hub.cache) in c.value and "Hugging Face cache" in c.value for c in at.caption)
+    assert any(str(hub.cache) in plain(c.value) and "Hugging Face cache" in plain(c.value) for c in at.caption)
 
     hub.rate = 60_000  # slow enough to watch and to cancel between files
     at.button(key="download_start").click().run()
@@ -94,8 +94,8 @@ def test_download_from_the_models_page_with_progress_cancel_and_continue(hub):
     wait(at, lambda a: any(t.startswith("Overall:") and not t.endswith(f" {n_files - missing} of {n_files} files")
                            for t in texts(a)), "a file done")
     at.button(key="download_cancel").click().run()
-    wait(at, lambda a: any("cancelled" in i.value for i in a.info), "the cancel")
-    assert "resumes" in next(i.value for i in at.info if "cancelled" in i.value)
+    wait(at, lambda a: any("cancelled" in plain(i.value) for i in a.info), "the cancel")
+    assert "resumes" in next(plain(i.value) for i in at.info if "cancelled" in plain(i.value))
     fetched_before = {r.path for r in hub.log if r.method == "GET" and "/resolve/" in r.path and r.sent and
                       r.range is None}
     label = next(b.label for b in at.button if b.key == "download_start")
@@ -103,15 +103,15 @@ def test_download_from_the_models_page_with_progress_cancel_and_continue(hub):
 
     hub.rate = None
     at.button(key="download_start").click().run()
-    wait(at, lambda a: any("Downloaded" in s.value for s in a.success), "the end")
+    wait(at, lambda a: any("Downloaded" in plain(s.value) for s in a.success), "the end")
     again = [r.path for r in hub.log if r.method == "GET" and "/resolve/" in r.path and r.range is None]
     assert len(again) == len(set(again)), "a finished file was fetched twice"
     assert fetched_before  # some files were complete before the cancel, and were not fetched again
 
     at.button(key="use_models").click().run()
-    assert any("Selected" in s.value for s in at.success)
+    assert any("Selected" in plain(s.value) for s in at.success)
     at.switch_page("views/heterogeneity.py").run()
-    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert not at.exception and not at.error, [plain(e.value) for e in at.error]
     assert len(at.get("plotly_chart")) >= 5  # analysed from the cache
     assert total > 0
 
@@ -123,9 +123,9 @@ def test_unreachable_hub_names_every_model_and_selects_none(hub):
     choose(at, "org/base", ["org/code", "org/tool"])
     at.button(key="check_compat").click().run()
     assert not at.exception
-    listed = next(e.value for e in at.error if "could not be read" in e.value)
+    listed = next(plain(e.value) for e in at.error if "could not be read" in plain(e.value))
     assert "3 of 3 models" in listed and all(r in listed for r in ("org/base", "org/code", "org/tool"))
     assert "refused" in listed and "Errno" not in listed and "HF_HUB_OFFLINE" not in listed
     at.button(key="use_models").click().run()
-    assert any("not selected" in e.value for e in at.error)
+    assert any("not selected" in plain(e.value) for e in at.error)
     assert at.session_state["ram_selection"] == before

@@ -14,6 +14,7 @@ import streamlit as st
 from analysis.fig3 import own_task
 from analysis.toy import COLS, ROWS, TOY_EPS, toy_rho_lambda, toy_taus, unique_retention
 from app import charts, jobs, state
+from app.markup import md
 from merging.errors import Cancelled, RamStudioError
 from merging.tensor_merge import merge_in_memory
 from merging.units import format_seconds
@@ -124,7 +125,8 @@ def fig3_panel(task_id: str) -> None:
     task = jobs.manager().task(task_id)
     if task is None or not task.running:
         st.rerun()
-    st.progress(task.fraction, text=f"Fig. 3 experiment: {task.text or 'starting'} · {format_seconds(task.elapsed)}")
+    st.progress(task.fraction, text=f"Fig. 3 experiment: {md(task.text or 'starting')} · "
+                                    f"{format_seconds(task.elapsed)}")
     jobs.cancel_row(task.id, task.owner, button="Cancel", key="fig3_cancel", toast="Cancelling…",
                     caption="You can switch pages; the experiment keeps going in the background.")
 
@@ -133,12 +135,12 @@ def fig3_chart(tidy: pd.DataFrame, agents: list[str], source: str, name: str) ->
     view = own_task(tidy, agents)
     if view.empty:
         st.dataframe(tidy, hide_index=True, width="stretch")
-        st.caption(f"{source}: no agent is named after one of the tasks, so all rows are listed.")
+        st.caption(f"{md(source)}: no agent is named after one of the tasks, so all rows are listed.")
         return
     charts.show(charts.fig3_bars(view, agents), tidy,
                 "Only the agent's unique region is added to the base. Whole (solid) it carries part of the skill; "
                 "divided by N (hatched), as averaging does, that part shrinks — the paper's signal dilution. Grey: "
-                "the base; faint: the full agent. " + source + ".", name,
+                "the base; faint: the full agent. " + md(source) + ".", name,
                 title="Fig. 3 on the demo: unique region only, whole and ÷ N", params={"agents": agents, "split": "test"})
 
 
@@ -239,7 +241,7 @@ st.markdown("Keep **only** one agent's unique region — the elements no other a
 with state.guard("Reading fig3.csv"):
     tidy, source = state.demo_fig3()
     if tidy is None:
-        st.info(f"The demo's measured Fig. 3 experiment is not available: {source}. It is produced with the demo "
+        st.info(f"The demo's measured Fig. 3 experiment is not available: {md(source)}. It is produced with the demo "
                 "(`assets/demo/results/fig3.csv`); meanwhile you can run it on the selected models below.",
                 icon=":material/hourglass_empty:")
     else:

@@ -10,6 +10,7 @@ import streamlit as st
 
 from analysis import paper, tables
 from app import charts, state
+from merging.escaping import csv_bytes
 
 st.title("Heterogeneity")
 st.markdown("RL fine-tuning often changes only part of the parameters, and agents differ in how many and which. "
@@ -33,7 +34,7 @@ log_small = top[1].toggle("log scale for shares", key="het_log",
                           help="Draw unique shares (against chance, per layer) on a log axis: a 0.5 % share next to "
                                "a 40 % one stays readable. Off: a linear axis zoomed to the data.")
 buttons = top[2].container(horizontal=True, horizontal_alignment="right")
-buttons.download_button("All data", res.frame.to_csv(index=False).encode(), "analysis_statistics.csv", "text/csv",
+buttons.download_button("All data", csv_bytes(res.frame), "analysis_statistics.csv", "text/csv",
                         key="csv_all_stats", icon=":material/download:",
                         help="Every statistic of the pass: one row per agent × tensor × ε (CSV).")
 if buttons.button("Re-run", icon=":material/refresh:", help="Forget the cached result and read the weights again.",
@@ -144,7 +145,7 @@ with state.guard("Drawing the charts"):
                                     "norm_unique": st.column_config.NumberColumn("‖τ_unique‖", format="%.4g")})
         st.caption(f"{len(shown):,} rows (agent × tensor), largest unique count first; click a header to sort. "
                    "ρ empty = ∞ (no unique element in the tensor).")
-        st.download_button("CSV", grouped.to_csv(index=False).encode(), f"{charts.export_name(name, group_params)}.csv",
+        st.download_button("CSV", csv_bytes(grouped), f"{charts.export_name(name, group_params)}.csv",
                            "text/csv", key="csv_rho_tensor", icon=":material/download:", type="tertiary")
 
     # ---------------------------------------------------------------- where

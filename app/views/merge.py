@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from app import jobs, state
+from app.markup import md, md_code
 from merging.compat import POLICIES, POLICY_HELP
 from merging.errors import RamStudioError
 from merging.methods import METHODS, get_method
@@ -116,8 +117,8 @@ def progress_panel(job: jobs.Job) -> None:
                     text=f"{what}: {format_bytes(p.done)} of {format_bytes(p.total)} · tensors "
                          f"{p.tensors_done}/{p.tensors_total}{eta}")
     jobs.cancel_row(job.id, job.owner, button="Cancel merge", key="cancel_merge", toast="Cancelling…",
-                    caption=f"Running for {format_seconds(job.elapsed)} into `{job.out}`. You can switch pages; "
-                            "the merge keeps going.")
+                    caption=f"Running for {format_seconds(job.elapsed)} into {md_code(job.out)}. You can switch "
+                            "pages; the merge keeps going.")
 
 
 def results(job: jobs.Job, sel: state.Selection) -> None:
@@ -129,7 +130,7 @@ def results(job: jobs.Job, sel: state.Selection) -> None:
         state.show_error(RamStudioError(msg, hint), "The merge")
         return
     res = job.result
-    st.success(f"Merged into `{res.out}`: {len(res.files)} files, {format_bytes(res.bytes_written)} in "
+    st.success(f"Merged into {md_code(res.out)}: {len(res.files)} files, {format_bytes(res.bytes_written)} in "
                f"{res.seconds:.1f} s.", icon=":material/check_circle:")
     files = pd.DataFrame({"file": [f.name for f in res.files],
                           "size": [format_bytes(f.stat().st_size) if f.exists() else "missing" for f in res.files]})
@@ -140,7 +141,7 @@ def results(job: jobs.Job, sel: state.Selection) -> None:
             st.markdown("**λ_t used**")
             st.dataframe(pd.DataFrame(res.lambdas), hide_index=True, width="stretch")
         for note in res.notes:
-            st.caption(note)
+            st.caption(md(note))
     card, recipe = res.out / "README.md", res.out / "ram_recipe.json"
     stats = {"out": str(res.out), "seconds": res.seconds, "bytes_written": res.bytes_written,
              "files": [{"name": f.name, "bytes": f.stat().st_size} for f in res.files if f.exists()],
@@ -200,7 +201,7 @@ def push(folder: Path, repo: str, private: bool, token: str | None) -> None:
         from merging.hub import hub_error
 
         raise hub_error(repo, None, exc) from None
-    st.success(f"Pushed to {getattr(info, 'commit_url', repo)}", icon=":material/cloud_done:")
+    st.success(f"Pushed to {md(getattr(info, 'commit_url', repo))}", icon=":material/cloud_done:")
 
 
 def run_demo_eval(folder: Path, ev: jobs.EvalJob) -> dict:
@@ -228,7 +229,7 @@ def eval_panel(ev: jobs.EvalJob) -> None:
     if ev.done:
         eta = f" · about {format_seconds(ev.elapsed / ev.done * (ev.total - ev.done))} left"
     st.progress(frac, text=f"Evaluating: {ev.done} of {ev.total or '…'} examples scored"
-                           f"{' · ' + ev.text if ev.text else ''} · {format_seconds(ev.elapsed)}{eta}")
+                           f"{' · ' + md(ev.text) if ev.text else ''} · {format_seconds(ev.elapsed)}{eta}")
 
 
 def evaluate_section(folder: Path, method: str) -> None:
@@ -309,9 +310,10 @@ def load_yaml_into_form() -> None:
     if moved:
         state.set_selection(state.Selection(spec.base, tuple(spec.agents), "custom"))
     shown = ", ".join(f"{k}={v}" for k, v in spec.params.items()) or "no parameters"
-    st.session_state[MK_MSG] = ("ok", f"Loaded {where}: method **{spec.method}** ({shown}), base `{spec.base}` and "
-                                      f"{len(spec.agents)} agents" + (" (now the selected models)" if moved else "")
-                                      + (f", output `{spec.out}`" if spec.out.strip() else "") + ".", "")
+    st.session_state[MK_MSG] = ("ok", f"Loaded {md(where)}: method **{md(spec.method)}** ({md(shown)}), base "
+                                      f"{md_code(spec.base)} and {len(spec.agents)} agents"
+                                      + (" (now the selected models)" if moved else "")
+                                      + (f", output {md_code(spec.out)}" if spec.out.strip() else "") + ".", "")
 
 
 def mergekit_panel(spec: MergeSpec) -> None:
@@ -338,13 +340,13 @@ def mergekit_panel(spec: MergeSpec) -> None:
                 text, note = None, exc.message
             if text is None:
                 head, _, nearest = note.partition("\n")
-                st.info(head, icon=":material/info:")
+                st.info(md(head), icon=":material/info:")
                 if nearest.strip():
                     st.code(nearest.strip(), language="yaml")
             else:
                 st.code(text, language="yaml")
                 if note:
-                    st.caption(note)
+                    st.caption(md(note))
 
 
 # ---------------------------------------------------------------- page
@@ -363,7 +365,7 @@ mine_running = job is not None and job.running
 other = mgr.running()
 tuned = state.tuned()
 
-st.markdown(f"Merge `{sel.base}` with {len(sel.agents)} agents. Parameters are pre-filled from **Tune**; the "
+st.markdown(f"Merge {md_code(sel.base)} with {len(sel.agents)} agents. Parameters are pre-filled from **Tune**; the "
             "merge streams the weights in chunks and writes the folder atomically (no half model is ever left).")
 names = list(METHODS)
 init("merge_method", default_method(tuned))
@@ -393,7 +395,7 @@ dtype = c[2].selectbox("Output dtype", list(DTYPES), key="merge_dtype", disabled
 policy = c[3].selectbox("On mismatch", list(POLICIES), key="merge_policy", disabled=mine_running, help=POLICY_HELP)
 if custom:
     note = st.container(horizontal=True, vertical_alignment="center")
-    note.caption(f"Your folder. Suggested for these settings: `{suggested}`")
+    note.caption(f"Your folder. Suggested for these settings: {md_code(suggested)}")
     if note.button("Use the suggestion", key="merge_out_reset", type="tertiary", disabled=mine_running):
         st.session_state[OUT_CUSTOM] = None
         st.rerun()
@@ -411,7 +413,7 @@ if hub:
                     "first; the merge then reads them from the local cache.")
         downloads.panel(hub, what="the merge")
 if other is not None and not mine_running:
-    what = f"merging into `{other.out.name}`" if isinstance(other, jobs.Job) else f"running {other.label}"
+    what = f"merging into {md_code(other.out.name)}" if isinstance(other, jobs.Job) else f"running {md(other.label)}"
     st.warning(f"Busy: another session is {what} right now ({format_seconds(other.elapsed)} so far). "
                "One merge runs at a time per server.", icon=":material/hourglass_top:")
 mergekit_panel(MergeSpec(sel.base, list(sel.agents), method, params, out.strip(), DTYPES[dtype], shard,

@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from app import state
+from app.markup import md, md_code
 from merging.compat import ModelHeaders, check_compatibility, estimate_bytes
 from merging.errors import RamStudioError, printable
 from merging.refs import demo_names, parse_ref
@@ -67,7 +68,7 @@ def mismatch_report(rep) -> None:
     mm = rep.mismatches_frame()
     dupes = mm[mm["kind"] == "duplicate"]
     for _, row in dupes.iterrows():
-        st.error(f"**{row['agent']}**: {row['detail']}.", icon=":material/content_copy:")
+        st.error(f"**{md(row['agent'])}**: {md(row['detail'])}.", icon=":material/content_copy:")
     rest = mm[mm["kind"] != "duplicate"]
     if rest.empty:
         return
@@ -93,7 +94,7 @@ def mismatch_report(rep) -> None:
         st.markdown("**What the 'base' policy would do to each agent**")
         st.dataframe(table, hide_index=True, width="stretch")
         for hint in layout_hints(rep.base, rep.agents):
-            st.info(hint, icon=":material/lightbulb:")
+            st.info(md(hint), icon=":material/lightbulb:")
 
 
 def unreadable(refs: list[str]) -> list[tuple[str, RamStudioError]]:
@@ -112,13 +113,13 @@ def show_problems(problems: list[tuple[str, RamStudioError]], n: int) -> None:
     """One error box for all the models that could not be read: each named with its reason, each hint once."""
     if len(problems) == 1:
         ref, exc = problems[0]
-        text = f"**Reading {printable(ref)} failed: {exc.message}**"
+        text = f"**{md(f'Reading {ref} failed: {exc.message}')}**"
     else:
         text = f"**{len(problems)} of {n} models could not be read:**\n" + "\n".join(
-            f"- `{printable(ref)}`: {exc.message}" for ref, exc in problems)
+            f"- {md_code(ref)}: {md(exc.message)}" for ref, exc in problems)
     hints = list(dict.fromkeys(exc.hint for _, exc in problems if exc.hint))
     if hints:
-        text += "\n\n" + " ".join(hints)
+        text += "\n\n" + md(" ".join(hints))
     st.error(text, icon=":material/error:")
 
 
@@ -184,7 +185,7 @@ if source == "Bundled demo" and state.demo_selection() is None:
 
 base, agents = draft_refs(source)
 if source != SOURCES[-1]:
-    st.markdown(f"**Base** `{base}` · **Agents** " + " · ".join(f"`{a}`" for a in agents))
+    st.markdown(f"**Base** {md_code(base)} · **Agents** " + " · ".join(md_code(a) for a in agents))
 
 hub_refs = []
 for ref in [base, *agents]:
@@ -238,4 +239,4 @@ with st.expander("What the demo is"):
     st.markdown(
         "A tiny Qwen2-architecture base model trained on three toy agentic tasks, then fine-tuned with RL "
         "(GRPO) into three agents: **code**, **tool** and **memory** — the paper's setting at laptop scale. "
-        f"Present here: {', '.join(f'`demo:{n}`' for n in names) or 'none'}.")
+        f"Present here: {', '.join(md_code(f'demo:{n}') for n in names) or 'none'}.")

@@ -11,6 +11,8 @@ import streamlit as st
 from analysis import tables
 from merging import regions
 from app import charts, state
+from app.markup import md
+from merging.escaping import csv_bytes
 
 st.title("Tune")
 st.markdown("RAM+ scales each agent's **unique** update by λ_t = 1 + r·clip(ρ_t, 0, α) (Eq. 6), or "
@@ -31,7 +33,7 @@ def lambda_rows(lam: pd.DataFrame) -> pd.DataFrame:
     """The λ_t table as display strings (a static table: readable, copyable, stable in screenshots)."""
     tensor = "lambda_min" in lam
     out = pd.DataFrame({
-        "agent": lam["agent"],
+        "agent": lam["agent"].map(md),  # st.table renders Markdown: names are escaped
         "shared": lam["shared"].map(lambda v: f"{int(v):,}"),
         "unique": lam["unique"].map(lambda v: f"{int(v):,}"),
         ("ρ_t (whole model)" if tensor else "ρ_t"): lam["rho"].map(fmt_rho),
@@ -84,7 +86,7 @@ def compare(a: dict) -> None:
     with state.guard("Comparing A and B"):
         cmp = tables.compare_settings(res, a, b)
         table = pd.DataFrame({
-            "agent": cmp["agent"], "ρ_t A": cmp["rho_A"].map(fmt_rho), "ρ_t B": cmp["rho_B"].map(fmt_rho),
+            "agent": cmp["agent"].map(md), "ρ_t A": cmp["rho_A"].map(fmt_rho), "ρ_t B": cmp["rho_B"].map(fmt_rho),
             "λ_t A": cmp["lambda_A"].map("{:.4f}".format), "λ_t B": cmp["lambda_B"].map("{:.4f}".format),
             "λ_t B − A": cmp["lambda_change"].map("{:+.4f}".format),
             "unique elements A": cmp["unique_A"].map("{:,}".format),
@@ -118,7 +120,7 @@ def tuner() -> None:
         with left:
             st.subheader("λ_t per agent")
             st.table(lambda_rows(lam))
-            st.download_button("CSV", lam.to_csv(index=False).encode(),
+            st.download_button("CSV", csv_bytes(lam),
                                f"{charts.export_name('lambda_table', params)}.csv", "text/csv",
                                key="csv_lambda_table", icon=":material/download:")
             st.caption("λ_t > 1 boosts an agent's unique update to make up for what averaging its shared "

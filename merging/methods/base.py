@@ -10,13 +10,22 @@ from ..errors import RamStudioError
 from .params import Param, finite_in_float32
 
 
+def agent_seed_keys(n_agents: int) -> tuple[str, ...]:
+    """The key of each agent's random stream in seeded methods (DARE's keep masks): its position in the
+    agent list, so that the same inputs in the same order with the same parameters give the same model,
+    however the paths were spelled and wherever the checkout lives. Every merge — the streaming engine,
+    `merge_in_memory`, a sweep's in-memory candidates — gets its keys from here (through TensorMerger)."""
+    return tuple(f"agent{i}" for i in range(n_agents))
+
+
 @dataclass
 class ChunkContext:
     """What a method may know about the chunk it merges; the engine fills it, methods only read it.
 
     `taus` handed to a method have shape (N, E): N agents, E elements of the tensor's flat range
-    [offset, offset + E). `state` holds results of this tensor's passes; `shared` holds merge-wide
-    values (e.g. global λ_t from the overlap counts).
+    [offset, offset + E). `agent_keys` come from `agent_seed_keys` (the agents' positions). `state` holds
+    results of this tensor's passes; `shared` holds merge-wide values (e.g. global λ_t from the overlap
+    counts).
     """
 
     tensor: str

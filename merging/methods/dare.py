@@ -1,9 +1,13 @@
 """DARE (drop and rescale) combined with Task Arithmetic or TIES.
 
-Choices (README "Maths and deviations"): each element is kept with probability 1−p and kept entries are
-scaled by 1/(1−p) (DARE paper, MergeLM, peft; mergekit instead rescales to preserve the L1 norm). The
-keep mask comes from a counter-based hash of (seed, agent, tensor name, flat element index), so it is
-the same whatever the tensor order, the chunk size or the device. DARE+TIES then elects signs and takes
+Choices (README "Methods, and where our maths differs"): each element is kept with probability 1−p and kept
+entries are scaled by 1/(1−p) (DARE paper, MergeLM, peft; mergekit instead rescales to preserve the L1 norm).
+The keep mask comes from a counter-based hash of (seed, agent, tensor name, flat element index), so it is
+the same whatever the tensor order, the chunk size or the device. The agent is keyed by its position in
+the agent list (`methods.base.agent_seed_keys`), never by how its path was written: the same inputs in the
+same order with the same parameters give the same model from any folder or machine. (A key from the
+agent's contents would need its whole fingerprint before the first chunk is merged, which a streaming
+merge does not have; reordering the agents therefore draws other masks.) DARE+TIES then elects signs and takes
 the disjoint mean of the rescaled vectors (no further top-k trim).
 """
 from __future__ import annotations
