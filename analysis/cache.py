@@ -1,25 +1,47 @@
 """On-disk cache of analysis results, keyed by a fingerprint of the inputs.
 
 Entries are JSON (never pickle), written to a temporary file and renamed, so two app sessions may
-write the same entry at once; an unreadable or inconsistent entry is ignored and rebuilt.
+write the same entry at once; an unreadable or inconsistent entry is ignored and rebuilt (replaced by the
+new entry, never deleted on its own). The cache folder may not be, or lie inside, an input (compared by
+identity, like every output). A temporary file left by a killed writer is removed by the next writer when it
+is provably ours: named by our pattern, written on this host by a process that is gone.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import tempfile
+import re
+import socket
+import stat
+import uuid
 from pathlib import Path
 
 from merging.checkpoint import Checkpoint
+from merging.errors import RamStudioError
+from merging.untrusted import loads_json
 
 CACHE_VERSION = 1
+_TMP = re.compile(r"\.(?P<key>[0-9a-f]{32})\.(?P<host>[A-Za-z0-9._-]{1,64})\.(?P<pid>\d{1,10})\.[0-9a-f]{8}\.tmp")
 
 
 def cache_dir() -> Path:
     """$RAM_STUDIO_CACHE, else ~/.cache/ram-studio/analysis."""
     root = os.environ.get("RAM_STUDIO_CACHE")
     return Path(root) if root else Path.home() / ".cache" / "ram-studio" / "analysis"
+
+
+def check_location(checkpoints: list[Checkpoint]) -> None:
+    """Refuse a cache folder that is, contains or lies inside one of the inputs (a cache written into a model
+    folder would change it): the same identity rule as every output."""
+    from merging.placement import protected_paths, refuse_inside_inputs
+
+    try:
+        refuse_inside_inputs(cache_dir(), protected_paths([(c.ref.raw, c.folder) for c in checkpoints]),
+                             "analysis cache folder")
+    except RamStudioError as exc:
+        raise RamStudioError(exc.message, "Point RAM_STUDIO_CACHE at a folder outside every model folder (or "
+                                          "unset it), or analyse without the cache (--no-cache).") from None
 
 
 def fingerprint(base: Checkpoint, agents: list[Checkpoint], ladder: tuple[float, ...], policy: str) -> str:
@@ -34,17 +56,15 @@ def fingerprint(base: Checkpoint, agents: list[Checkpoint], ladder: tuple[float,
 
 
 def load(key: str) -> dict | None:
-    """The cached payload for `key`, or None when absent or damaged (damaged entries are removed)."""
+    """The cached payload for `key`, or None when absent or damaged (a damaged entry is replaced by the next
+    `save`)."""
     path = cache_dir() / f"{key}.json"
     try:
-        payload = json.loads(path.read_text())
+        payload = loads_json(path.read_text())
         if payload.get("version") != CACHE_VERSION or payload.get("key") != key:
             raise ValueError("stale entry")
         return payload
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, AttributeError):
-        path.unlink(missing_ok=True)
+    except (OSError, ValueError, AttributeError, UnicodeDecodeError):
         return None
 
 
@@ -52,12 +72,46 @@ def save(key: str, payload: dict) -> None:
     """Atomically store `payload` under `key` (write a temp file in the same folder, then rename)."""
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
+    remove_orphans(folder)
     payload = {**payload, "version": CACHE_VERSION, "key": key}
-    fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=folder)
+    tmp = folder / f".{key}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     try:
-        with os.fdopen(fd, "w") as f:
+        with open(tmp, "x") as f:
             json.dump(payload, f)
         os.replace(tmp, folder / f"{key}.json")
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def remove_orphans(folder: Path) -> list[Path]:
+    """Remove temporary files that killed writers left in the cache folder: only regular files named by our
+    pattern, written on this host by a process that no longer exists. Returns what was removed."""
+    removed = []
+    host = _host()
+    for p in folder.glob(".*.tmp"):
+        m = _TMP.fullmatch(p.name)
+        if m is None or m["host"] != host or int(m["pid"]) == os.getpid() or _alive(int(m["pid"])):
+            continue
+        try:
+            if not stat.S_ISREG(os.lstat(p).st_mode):
+                continue
+            p.unlink()
+            removed.append(p)
+        except OSError:
+            pass
+    return removed
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())[:64] or "host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True

@@ -18,6 +18,7 @@ from merging.dtypes import FLOAT_CODES
 from merging.engine import ProgressFn, check_finite, float_chunks, locate_nonfinite, uses_kernels
 from merging.errors import RamStudioError
 from merging.fingerprint import Fingerprinter, refuse_identical_agents
+from merging.recipe import check_agent_count
 from merging.stream import DEFAULT_CHUNK_ELEMS
 
 from . import cache
@@ -90,6 +91,7 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
             progress: ProgressFn | None = None, cancel: threading.Event | None = None) -> AnalysisResult:
     """Compute overlap statistics for every agent × tensor × ε in one streaming pass (cached on disk)."""
     ladder = validate_ladder(ladder)
+    check_agent_count(len(agents))  # before anything is opened
     b, ags = _open_all(base, agents)
     if not ags:
         raise RamStudioError("no agents given.", "Give the base and at least one agent.")
@@ -98,6 +100,7 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
     labels = unique_labels([a.label for a in ags])
     key = cache.fingerprint(b, ags, ladder, policy)
     if use_cache:
+        cache.check_location([b, *ags])
         payload = cache.load(key)
         if payload is not None:
             try:

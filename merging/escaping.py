@@ -21,10 +21,10 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 def printable(text: object, limit: int | None = None) -> str:
     """`text` with every control character escaped (\\x1b, \\n, \\u202e, …), optionally shortened: names
     and values read from files go through this before they reach a terminal, a page or a CSV."""
-    s = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
-    if limit is not None and len(s) > limit:
-        s = s[:limit] + "…"
-    return s
+    raw = str(text)
+    cut = limit is not None and len(raw) > limit
+    s = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), raw[:limit] if cut else raw)
+    return s + "…" if cut else s
 
 
 def csv_cell(value: Any) -> Any:

@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .checkpoint import Checkpoint, open_checkpoint, unique_labels
 from .compat import AgentLoss, ModelHeaders, check_compatibility, estimate_bytes
@@ -26,13 +26,15 @@ from .fingerprint import Fingerprinter, refuse_identical_agents
 from .mergekit_config import to_mergekit_yaml
 from .methods import get_method
 from .model_card import render_card
-from .placement import (FolderTarget, TargetLock, check_output_folder, commit, create_parents, discard,
-                        make_temp_folder, protected_paths)
-from .recipe import OUT_DTYPES, MergeSpec, fingerprint_mismatches, recipe_document, write_recipe
+from .placement import (PARTIAL_MARKER, FolderTarget, TargetLock, check_output_folder, commit, create_parents,
+                        discard, make_temp_folder, protected_paths)
+from .model_folder import FileIdentity
+from .recipe import OUT_DTYPES, MergeSpec, check_agent_count, fingerprint_mismatches, recipe_document, write_recipe
 from .regions import rho
-from .side_files import base_float_dtype, copy_side_files, is_side_file
+from .side_files import base_float_dtype, copy_side_files, is_side_file, plan_side_files
 from .units import format_bytes, parse_size
 from .writer import ShardSetWriter, plan_shards
+from .written import WrittenFolder, record
 
 DISK_MARGIN = 64 << 20
 
@@ -48,6 +50,8 @@ class MergeResult:
     lambdas: list[dict[str, Any]] | None = None
     notes: list[str] = field(default_factory=list)
     losses: list[AgentLoss] = field(default_factory=list)
+    written: WrittenFolder | None = None  # what was committed, for reading it back safely (merging.written)
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -58,12 +62,15 @@ class _Inputs:
     headers: ModelHeaders
     losses: list[AgentLoss]
     notes: list[str]
+    side_files: list[FileIdentity] = field(default_factory=list)
 
 
 def open_inputs(spec: MergeSpec, min_agents: int) -> _Inputs:
-    """Open base and agents (headers only) and enforce the mismatch policy, recording what it costs."""
+    """Open base and agents (headers only), check the base's side files, and enforce the mismatch policy,
+    recording what it costs."""
     if not spec.agents:
         raise RamStudioError("no agents given.", "Give the base and at least two agents.")
+    check_agent_count(len(spec.agents))
     if len(spec.agents) < min_agents:
         raise RamStudioError(f"merging needs at least {min_agents} agents, got {len(spec.agents)}.",
                              "Add another agent (a single agent merged with itself is just that agent).")
@@ -76,20 +83,23 @@ def open_inputs(spec: MergeSpec, min_agents: int) -> _Inputs:
     notes = [f"{m.agent}: {m.kind} {m.tensor or ''} ({m.detail}) — handled by policy '{spec.on_mismatch}'"
              for m in report.mismatches]
     notes += [f"mismatch policy '{spec.on_mismatch}': {loss.describe()}" for loss in losses]
-    return _Inputs(base, agents, unique_labels([a.label for a in agents]), headers, losses, notes)
+    return _Inputs(base, agents, unique_labels([a.label for a in agents]), headers, losses, notes,
+                   plan_side_files(base))
 
 
 def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: bool = False,
                     expected_inputs: list[dict[str, Any]] | None = None,
                     counts: dict[str, list[int]] | None = None, progress: ProgressFn | None = None,
                     count_progress: ProgressFn | None = None, cancel: threading.Event | None = None,
-                    provenance: dict[str, Any] | None = None) -> MergeResult:
+                    provenance: dict[str, Any] | None = None, warn: Callable[[str], None] | None = None
+                    ) -> MergeResult:
     """Run `spec` end to end and write the merged model folder atomically.
 
     `counts` (whole-model shared/unique counts at the method's ε, e.g. from a cached analysis) saves the
     counting pass global ρ otherwise needs; `expected_inputs` (a recipe's recorded inputs) makes the
     merge refuse inputs whose content changed; `allow_noop` writes a merge that changes nothing;
-    `provenance` (e.g. the mergekit config it came from) is recorded in the recipe."""
+    `provenance` (e.g. the mergekit config it came from) is recorded in the recipe; `warn` is told at once
+    about anything allowed but worth knowing (an output inside the Hugging Face cache)."""
     t0 = time.perf_counter()
     method = get_method(spec.method)
     params = method.resolve_params(spec.params)
@@ -102,27 +112,31 @@ def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: boo
         _refuse_changed(expected_inputs, [_file_identity(c, None) for c in [ins.base, *ins.agents]], content=False)
     inputs = protected_paths([(c.ref.raw, c.folder) for c in [ins.base, *ins.agents]])
     target = check_output_folder(spec.out, inputs, overwrite=overwrite, side_file_ok=is_side_file)
+    for message in target.warnings:
+        if warn is not None:
+            warn(message)
     create_parents(target)
     try:
         with TargetLock(target.path, f"merge {spec.method} of {len(ins.agents)} agents"):
             # Checked again under the lock: another writer may have finished in the meantime.
             target.replaces = check_output_folder(spec.out, inputs, overwrite=overwrite,
                                                   side_file_ok=is_side_file).replaces
-            lambdas, notes = _merge_into(target, spec, params, ins, allow_noop=allow_noop, counts=counts,
-                                         expected_inputs=expected_inputs, progress=progress,
-                                         count_progress=count_progress, cancel=cancel, provenance=provenance)
+            lambdas, notes, written = _merge_into(target, spec, params, ins, allow_noop=allow_noop, counts=counts,
+                                                  expected_inputs=expected_inputs, progress=progress,
+                                                  count_progress=count_progress, cancel=cancel,
+                                                  provenance=provenance)
     except BaseException:
         discard(None, target)  # the parent folders this merge created (the lock file is gone now)
         raise
-    files = sorted(p for p in target.path.iterdir() if p.is_file())
-    return MergeResult(target.path, files, sum(p.stat().st_size for p in files), time.perf_counter() - t0, lambdas,
-                       notes, ins.losses)
+    files = [target.path / f.name for f in written.files]
+    return MergeResult(target.path, files, written.bytes, time.perf_counter() - t0, lambdas, notes, ins.losses,
+                       written, list(target.warnings))
 
 
 def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], ins: _Inputs, *, allow_noop: bool,
                 counts: dict[str, list[int]] | None, expected_inputs: list[dict[str, Any]] | None,
                 progress: ProgressFn | None, count_progress: ProgressFn | None, cancel: threading.Event | None,
-                provenance: dict[str, Any] | None) -> tuple[list[dict[str, Any]] | None, list[str]]:
+                provenance: dict[str, Any] | None) -> tuple[list[dict[str, Any]] | None, list[str], WrittenFolder]:
     """The merge proper, with the target locked: counts (if needed), stream, check, write, commit."""
     method = get_method(spec.method)
     device = pick_device(spec.device)
@@ -163,7 +177,7 @@ def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], i
         index = sink.finish()
         if len(sink.names) > 1:
             (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-        copy_side_files(ins.base, tmp, spec.out_dtype)
+        copy_side_files(ins.base, tmp, spec.out_dtype, ins.side_files)
         recorded = spec_with(spec, params)
         mergekit = to_mergekit_yaml(recorded, {c.ref.raw: str(c.folder) for c in models if c.ref.kind == "demo"},
                                     spec.out_dtype or base_float_dtype(ins.base))
@@ -173,11 +187,12 @@ def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], i
         recipe_path = write_recipe(tmp, recipe_document(recorded, identities, extra))
         (tmp / "README.md").write_text(render_card(recorded, ins.labels, lambdas, recipe_path.read_text(), notes,
                                                    mergekit))
+        written = record(tmp, target.path, frozenset({PARTIAL_MARKER}))
         commit(tmp, target)
     except BaseException:
         discard(tmp, target)
         raise
-    return lambdas, notes
+    return lambdas, notes, written
 
 
 def _check_disk(target: FolderTarget, needed: int) -> None:
@@ -205,7 +220,7 @@ def _identities(models: list[Checkpoint], prints: list[dict[str, Any]], labels: 
     out = []
     for c, label, fp in zip(models, ["base", *labels], prints):
         # A Hub snapshot folder is named by its commit hash: record it, so a recipe pins what was merged.
-        out.append({"ref": c.ref.raw, "label": label, "revision": c.ref.revision,
+        out.append({"ref": c.ref.raw, "kind": c.ref.kind, "label": label, "revision": c.ref.revision,
                     "commit": c.folder.name if c.ref.kind == "hub" else None,
                     "weights_xxh3_128": fp["weights_xxh3_128"], **_file_identity(c, fp)})
     if expected is not None:

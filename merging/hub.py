@@ -62,15 +62,15 @@ def remote_headers(repo_id: str, revision: str | None = None) -> dict:
 
 
 def _remote_json(repo_id: str, revision: str | None, filename: str) -> dict | None:
-    import json
-
     import huggingface_hub as hf
 
+    from .model_folder import read_json_object
+
     try:
-        path = hf.hf_hub_download(repo_id, filename, revision=revision)
+        path = Path(hf.hf_hub_download(repo_id, filename, revision=revision))
     except hf.errors.EntryNotFoundError:
         return None
-    return json.loads(Path(path).read_text())
+    return read_json_object(path.parent, path.name, f"{filename} of {repo_id}")
 
 
 # ---------------------------------------------------------------- downloads: plan, progress, cancel, resume

@@ -3,7 +3,10 @@
 `read_mergekit_yaml` maps a mergekit 0.1.5 config for a method both tools have onto a `MergeSpec`,
 field by field, and refuses — with one line naming the field — anything RAM Studio would not reproduce
 faithfully (unequal per-model weights, layer slices, tokenizer merges, gradient or conditional parameter
-values, unknown methods or fields). Nothing in a config is executed: it is read with `yaml.safe_load`.
+values, unknown methods or fields). Nothing in a config is executed: it is read with the safe loader, after
+a bounded first look (`merging.untrusted.loads_yaml`: no aliases, limited depth, size and node count).
+Numbers are read the way mergekit reads them: PyYAML's YAML 1.1 resolver takes `1e-5` (no dot) for a string,
+and mergekit's pydantic models then convert such a string to a float; so do we (`_number`).
 `to_mergekit_yaml` writes a spec as the mergekit config that computes the same merge, or says why there is
 none (global ρ has no mergekit equivalent) and what the nearest config is.
 
@@ -21,14 +24,21 @@ Semantics read from mergekit 0.1.5 (merge_methods/generalized_task_arithmetic.py
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from .dtypes import CODE_TO_NAME
 from .errors import RamStudioError, printable
-from .recipe import MergeSpec
+from .recipe import MAX_AGENTS, MergeSpec
+from .untrusted import TooComplex, loads_yaml
 
 MAX_CONFIG_BYTES = 1 << 20
+# What pydantic (mergekit's config models) accepts when it converts a string to a float: ASCII decimal
+# digits with optional underscores between them, a point, an exponent, surrounding whitespace; or inf/nan.
+_FLOAT_TEXT = re.compile(r"\s*[+-]?(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d(?:_?\d)*)?\s*",
+                         re.ASCII)
+_NONFINITE_TEXT = re.compile(r"\s*[+-]?(?:inf|infinity|nan)\s*", re.ASCII | re.IGNORECASE)
 TOP_LEVEL = {"merge_method", "base_model", "models", "parameters", "dtype", "out_dtype", "tokenizer_source",
              "tokenizer", "chat_template", "slices", "modules"}
 # Per method: our method, the global parameters it takes, the per-model ones, mergekit's defaults.
@@ -61,14 +71,32 @@ def _refuse(what: str, hint: str = "") -> RamStudioError:
                           hint or "RAM Studio runs only what it reproduces faithfully; change or remove that field.")
 
 
+def _number(value: Any) -> Any:
+    """A string that mergekit's pydantic models would read as a float (e.g. `1e-5`, which YAML 1.1 leaves a
+    string) as that float; anything else unchanged."""
+    if isinstance(value, str) and len(value) <= 64 and (_FLOAT_TEXT.fullmatch(value) or _NONFINITE_TEXT.fullmatch(value)):
+        return float(value.strip().replace("_", ""))
+    return value
+
+
 def _scalar(value: Any, where: str) -> Any:
     """A parameter value must be one number or boolean: gradients (lists) and filters are refused."""
+    value = _number(value)
     if isinstance(value, bool) or (isinstance(value, (int, float)) and math.isfinite(value)):
         return value
     if isinstance(value, (list, dict)):
         raise _refuse(f"{where} is a gradient or conditional (list-valued) parameter",
                       "RAM Studio applies one value to every tensor; give a single number.")
-    raise _refuse(f"{where} must be a number, got {printable(value, 40)!r}")
+    if isinstance(value, float):
+        raise _refuse(f"{where} must be a finite number, got {value}")
+    raise _refuse(f"{where} must be a number, got {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    """A short, escaped rendering of a value from the config (never the whole of a large structure)."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return repr(printable(value, 40)) if isinstance(value, str) else printable(value, 40)
+    return f"a {type(value).__name__}"
 
 
 def _model_ref(value: Any, where: str) -> str:
@@ -89,11 +117,15 @@ def read_mergekit_yaml(text: str) -> MergekitConfig:
     if len(text.encode("utf-8", "replace")) > MAX_CONFIG_BYTES:
         raise _refuse("the file is larger than 1 MB")
     try:
-        doc = yaml.safe_load(text)
+        doc = loads_yaml(text)
+    except TooComplex as exc:
+        raise _refuse(f"the document {exc.reason}", "Write the config out plainly (no anchors or aliases).") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         raise _refuse(f"not valid YAML{where}", "Check the file.") from None
+    except ValueError:  # a scalar the loader cannot convert (e.g. an integer with thousands of digits)
+        raise _refuse("a value could not be read", "Check the numbers in the file.") from None
     if not isinstance(doc, dict):
         raise _refuse("the document is not a mapping of fields")
     unknown = sorted(str(k) for k in doc if k not in TOP_LEVEL)
@@ -129,6 +161,8 @@ def read_mergekit_yaml(text: str) -> MergekitConfig:
     models = doc.get("models")
     if not isinstance(models, list) or not models:
         raise _refuse("'models' must be a non-empty list")
+    if len(models) > MAX_AGENTS + 1:
+        raise _refuse(f"'models' lists {len(models):,} models; a merge takes at most {MAX_AGENTS} agents")
     listed, per_model = [], []
     for i, m in enumerate(models):
         if not isinstance(m, dict) or "model" not in m or set(m) - {"model", "parameters"}:

@@ -1,11 +1,18 @@
 """Where outputs may go, and how they appear: the rules that keep a merge from destroying its inputs.
 
-- An output (a model folder, or an analysis file) may not be, contain, or lie inside any input, after
-  resolving symlinks; for a Hugging Face cache snapshot the input is the whole cached repo.
-- A folder output may not be a file or a symlink. An existing non-empty folder is replaced only with
-  `overwrite`, and only when this tool wrote it (it holds our recipe and only files we write).
+- An output (a model folder, an analysis file, the analysis cache) may not be, contain, or lie inside any
+  input. Paths are compared by identity, not by spelling: the (device, inode) of the output and of every
+  existing ancestor against each input folder, each file in it and each file its links point to, and the
+  ancestors of each input — so symlinks, bind mounts and `..` cannot hide an input. For a Hugging Face cache
+  snapshot the input is the whole cached repo; an output elsewhere in the Hub cache is allowed with a warning.
+- A folder output may not be a file, a symlink, a mount point, or a folder owned by another user. An
+  existing non-empty folder is replaced only with `overwrite`, and only when this tool wrote it (it holds our
+  recipe and only files we write).
 - One writer per target: an exclusive lock (`.NAME.lock` beside it) is held from the start of a merge
   to the final rename, and a second writer fails fast naming the first.
+- Work happens in a hidden sibling `.NAME.partial-…` holding our marker file; a leftover of a killed merge is
+  removed only when it is provably ours: our marker, naming this target, written on this host by a process
+  that is gone — and it is not an input and holds none.
 - The finished temporary folder is renamed into place without replacing anything that appeared
   meanwhile (renameat2 RENAME_NOREPLACE); an old folder being overwritten is moved aside only after
   checking it is still the one that was checked at the start.
@@ -16,8 +23,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import glob
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -25,41 +34,64 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
-from .errors import RamStudioError
+from .errors import RamStudioError, printable
 from .model_folder import hub_blob_store
 from .recipe import RECIPE_NAME
+from .untrusted import loads_json
 
 PARTIAL_MARK = ".partial-"
+PARTIAL_MARKER = ".ram-studio-partial"  # written first into every temporary folder: what proves it ours
 # Files a merge writes (besides copied side files, whose names the side-file allow-list gives).
 WRITTEN_NAMES = ("config.json", "README.md", RECIPE_NAME, "mergekit.yaml", "model.safetensors",
                  "model.safetensors.index.json")
 
+Identity = tuple[int, int]  # (st_dev, st_ino)
+
 
 @dataclass(frozen=True)
 class Protected:
-    """A path no output may touch, and the input it belongs to (for the message)."""
+    """Something no output may be, contain or sit inside: a real path, its identity and the identities of
+    its ancestors (unset when it does not exist yet, e.g. a Hub repo not downloaded), and the input it
+    belongs to (for the message)."""
 
     path: Path
     input: str
+    ident: Identity | None = None
+    above: frozenset[Identity] = frozenset()
+
+
+def identity(path: Path | str) -> Identity | None:
+    """(device, inode) of `path` (following links), or None when it cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _protect(path: Path, label: str) -> Protected:
+    real = Path(path).resolve()
+    return Protected(real, label, identity(real), frozenset(i for i in map(identity, real.parents) if i))
 
 
 def protected_paths(folders: Iterable[tuple[str, Path]]) -> list[Protected]:
-    """Real paths of every input folder (the whole cached repo for a Hub snapshot) and of the files
-    their symlinks point to."""
+    """Every input folder (the whole cached repo for a Hub snapshot), the files in it and the files its
+    links point to, with their identities."""
     out: list[Protected] = []
     for label, folder in folders:
         real = Path(folder).resolve()
         store = hub_blob_store(real)
-        out.append(Protected(store.parent if store is not None else real, label))
+        out.append(_protect(store.parent if store is not None else real, label))
+        if store is not None:
+            out.append(_protect(real, label))
         try:
             entries = list(Path(folder).iterdir())
         except OSError:
             entries = []
         for p in entries:
-            if p.is_symlink():
-                out.append(Protected(p.resolve(), label))
+            out.append(_protect(p, label))  # the file, or what its link points to
     return out
 
 
@@ -88,9 +120,23 @@ def _real(path: Path) -> Path:
     return Path(os.path.abspath(os.path.expanduser(path))).resolve()
 
 
+def _chain(real: Path) -> tuple[Identity | None, list[Identity]]:
+    """The identity of `real` (None when it does not exist) and those of its existing ancestors."""
+    return identity(real), [i for i in map(identity, real.parents) if i]
+
+
 def _clash(real: Path, inputs: list[Protected], what: str) -> None:
+    """Refuse an output that is, contains or lies inside an input: by identity, and by path for inputs that
+    do not exist yet."""
+    own, ancestors = _chain(real)
     for p in inputs:
-        if real == p.path:
+        if p.ident is not None and own == p.ident:
+            relation = "is"
+        elif p.ident is not None and p.ident in ancestors:
+            relation = "is inside"
+        elif own is not None and own in p.above:
+            relation = "contains"
+        elif real == p.path:
             relation = "is"
         elif p.path in real.parents:
             relation = "is inside"
@@ -100,7 +146,31 @@ def _clash(real: Path, inputs: list[Protected], what: str) -> None:
             continue
         raise RamStudioError(f"the {what} {real} {relation} the input {p.input} ({p.path}).",
                              "Write outputs outside every input folder: an output must never replace, "
-                             "contain or sit inside a model it reads.")
+                             "contain or sit inside a model it reads (the same folder reached through a link "
+                             "or a bind mount counts as the folder).")
+
+
+def refuse_inside_inputs(path: Path | str, inputs: list[Protected], what: str) -> Path:
+    """`path` resolved, after checking it is not, does not contain and does not lie inside any input."""
+    real = _real(Path(path))
+    _clash(real, inputs, what)
+    return real
+
+
+def hub_cache_warning(real: Path) -> str | None:
+    """A warning when an output would be written inside the Hugging Face cache (which the Hub client
+    manages: a cache clean-up may delete it); None elsewhere."""
+    from huggingface_hub import constants
+
+    cache = Path(constants.HF_HUB_CACHE)
+    cache_id = identity(cache)
+    own, ancestors = _chain(real)
+    inside = (cache_id is not None and (cache_id == own or cache_id in ancestors)) or \
+        any(a.name.startswith(("models--", "datasets--", "spaces--")) for a in real.parents)
+    if not inside:
+        return None
+    return (f"{real} is inside the Hugging Face cache ({cache}); the Hub client manages that folder, and a cache "
+            "clean-up may delete what is written there. Consider another folder.")
 
 
 def written_by_us(folder: Path, side_file_ok) -> str | None:
@@ -108,7 +178,7 @@ def written_by_us(folder: Path, side_file_ok) -> str | None:
     regular files a merge writes."""
     recipe = folder / RECIPE_NAME
     try:
-        doc = json.loads(recipe.read_text()) if recipe.is_file() and not recipe.is_symlink() else None
+        doc = loads_json(recipe.read_text()) if recipe.is_file() and not recipe.is_symlink() else None
     except (OSError, ValueError):
         doc = None
     if not (isinstance(doc, dict) and "spec" in doc and "format" in doc):
@@ -159,11 +229,15 @@ def suggest_output_name(base_label: str, spec_fields: dict) -> str:
 
 @dataclass
 class FolderTarget:
-    """A checked output folder: where it goes, and the folder it may replace (its identity at check time)."""
+    """A checked output folder: where it goes, the folder it may replace (its identity at check time), the
+    inputs it was checked against (stale temporary folders are judged against them too) and warnings."""
 
     path: Path
-    replaces: tuple[int, int] | None = None  # (st_dev, st_ino) of an existing folder we may replace
+    replaces: Identity | None = None  # (st_dev, st_ino) of an existing folder we may replace
     created_parents: list[Path] = field(default_factory=list)
+    inputs: list[Protected] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    side_file_ok: Callable[[str], bool] = lambda name: False
 
 
 def check_output_folder(out: str | Path, inputs: list[Protected], *, overwrite: bool,
@@ -191,9 +265,16 @@ def check_output_folder(out: str | Path, inputs: list[Protected], *, overwrite: 
                              "Choose another output folder.")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise RamStudioError(f"cannot write in {ancestor} (permission denied).", "Choose another output folder.")
-    if not real.exists() or not any(real.iterdir()):
-        st = real.stat() if real.exists() else None
-        return FolderTarget(path, (st.st_dev, st.st_ino) if st else None)
+    warning = hub_cache_warning(real)
+    target = FolderTarget(path, None, inputs=list(inputs), warnings=[warning] if warning else [],
+                          side_file_ok=side_file_ok)
+    if not real.exists():
+        return target
+    st = real.stat()
+    _refuse_foreign(path, real, st)
+    target.replaces = (st.st_dev, st.st_ino)
+    if not any(real.iterdir()):
+        return target
     if not overwrite:
         raise RamStudioError(f"output folder {path} exists and is not empty.",
                              "Choose another folder, or allow overwriting (CLI: --overwrite; app: the "
@@ -203,8 +284,32 @@ def check_output_folder(out: str | Path, inputs: list[Protected], *, overwrite: 
         raise RamStudioError(f"refusing to overwrite {path}: {why}.",
                              "Only an empty folder or a merged model written by RAM Studio is replaced; "
                              "choose another output folder.")
-    st = real.stat()
-    return FolderTarget(path, (st.st_dev, st.st_ino))
+    return target
+
+
+def _refuse_foreign(path: Path, real: Path, st: os.stat_result) -> None:
+    """An existing output folder is replaced by a rename beside it: never a mount point (the rename cannot
+    replace it, and what is mounted there is not ours), never a folder another user owns."""
+    if is_mount_point(real):
+        raise RamStudioError(f"the output folder {path} is a mount point.",
+                             "A merge is written beside its folder and renamed into place, which cannot replace "
+                             f"a mount point: write into a folder inside it instead (e.g. {path / 'merged'}).")
+    if st.st_uid != os.geteuid():
+        raise RamStudioError(f"the output folder {path} belongs to another user (uid {st.st_uid}); it is never "
+                             "replaced.", "Choose a folder of your own (or a new folder name).")
+
+
+def is_mount_point(real: Path) -> bool:
+    """Whether `real` (a resolved path) is a mount point, bind mounts of a folder on the same disk included
+    (which `os.path.ismount` does not see): from /proc/self/mountinfo where there is one."""
+    if os.path.ismount(real):
+        return True
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return False
+    unescape = lambda text: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)  # noqa: E731
+    return any(len(f) > 4 and Path(unescape(f[4])) == real for f in (line.split(" ") for line in lines))
 
 
 def check_output_file(out: str | Path, inputs: list[Protected], *, overwrite: bool) -> Path:
@@ -290,7 +395,9 @@ class TargetLock:
 def _read_holder(fd: int) -> str:
     try:
         os.lseek(fd, 0, os.SEEK_SET)
-        info = json.loads(os.read(fd, 4096).decode() or "{}")
+        info = loads_json(os.read(fd, 4096).decode() or "{}")
+        if not isinstance(info, dict):
+            raise ValueError("not an object")
         return (f"pid {int(info.get('pid', 0))} on {str(info.get('host', '?'))[:64]}, started "
                 f"{str(info.get('started', '?'))[:32]}: {str(info.get('what', ''))[:200]}")
     except (OSError, ValueError, TypeError):
@@ -312,10 +419,15 @@ def create_parents(target: FolderTarget) -> None:
 
 
 def make_temp_folder(target: FolderTarget) -> Path:
-    """A hidden temporary sibling of the target (stale ones of dead merges are removed first)."""
-    remove_stale_partials(target.path)
+    """A hidden temporary sibling of the target holding our marker file (stale ones of dead merges into the
+    same target are removed first, when provably ours)."""
+    remove_stale_partials(target.path, target.inputs)
     tmp = target.path.parent / f".{target.path.name}{PARTIAL_MARK}{uuid.uuid4().hex[:8]}-{os.getpid()}"
-    tmp.mkdir()
+    tmp.mkdir(mode=0o755)
+    marker = {"pid": os.getpid(), "host": socket.gethostname(), "target": target.path.name,
+              "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    with open(tmp / PARTIAL_MARKER, "x") as f:
+        f.write(json.dumps(marker))
     return tmp
 
 
@@ -330,13 +442,40 @@ def discard(tmp: Path | None, target: FolderTarget) -> None:
             break
 
 
-def remove_stale_partials(out: Path) -> None:
-    """Remove temporary folders left by killed merges into the same target (their process is gone)."""
-    host_pid = os.getpid()
-    for p in out.parent.glob(f".{out.name}{PARTIAL_MARK}*"):
-        pid = p.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != host_pid and not _alive(int(pid)) and p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
+def remove_stale_partials(out: Path, inputs: list[Protected] = ()) -> list[Path]:
+    """Remove temporary folders left by killed merges into the same target; returns what was removed.
+
+    Only what is provably our own leftover goes: a real folder (not a link) named `.NAME.partial-XXXXXXXX-PID`,
+    holding our marker file that names this target, this host and that PID, whose process is gone — and
+    that is not an input and holds no input (compared by device and inode)."""
+    pattern = re.compile(re.escape(f".{out.name}{PARTIAL_MARK}") + r"[0-9a-f]{8}-(\d+)")
+    host = socket.gethostname()
+    removed = []
+    for p in out.parent.glob(f".{glob.escape(out.name)}{PARTIAL_MARK}*"):
+        m = pattern.fullmatch(p.name)
+        if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
+            continue
+        if not _is_our_partial(p, out.name, host, int(m.group(1)), inputs):
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+    return removed
+
+
+def _is_our_partial(folder: Path, target: str, host: str, pid: int, inputs: Iterable[Protected]) -> bool:
+    try:
+        st = os.lstat(folder)
+        mst = os.lstat(folder / PARTIAL_MARKER)
+        if not stat.S_ISDIR(st.st_mode) or not stat.S_ISREG(mst.st_mode) or mst.st_size > 4096:
+            return False
+        marker = loads_json((folder / PARTIAL_MARKER).read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    if not (isinstance(marker, dict) and marker.get("target") == target and marker.get("host") == host
+            and marker.get("pid") == pid):
+        return False
+    own = (st.st_dev, st.st_ino)
+    return not any(own == p.ident or own in p.above for p in inputs)
 
 
 def _alive(pid: int) -> bool:
@@ -352,6 +491,7 @@ def _alive(pid: int) -> bool:
 def commit(tmp: Path, target: FolderTarget) -> None:
     """Move the finished temp folder into place without replacing anything that appeared meanwhile."""
     out = target.path
+    (tmp / PARTIAL_MARKER).unlink(missing_ok=True)  # the finished folder holds only what a merge writes
     if out.exists() or out.is_symlink():
         st = os.lstat(out)
         if target.replaces != (st.st_dev, st.st_ino) or not stat.S_ISDIR(st.st_mode):
@@ -360,6 +500,10 @@ def commit(tmp: Path, target: FolderTarget) -> None:
         if not any(out.iterdir()):
             out.rmdir()
         else:
+            why = written_by_us(out, target.side_file_ok)  # still only what a merge writes, checked again now
+            if why:
+                raise RamStudioError(f"refusing to overwrite {out}: {why} (it changed while this merge ran).",
+                                     "Choose another output folder and run the merge again.")
             aside = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
             os.rename(out, aside)
             try:

@@ -13,12 +13,17 @@ from typing import Any
 
 from .errors import RamStudioError, printable
 from .units import parse_size
+from .untrusted import TooComplex, loads_json
 
 RECIPE_NAME = "ram_recipe.json"
 RECIPE_FORMAT = 2
 OUT_DTYPES = ("F32", "F16", "BF16", "F64")  # a merge writes floats; integer or 8-bit float outputs are refused
 MAX_RECIPE_BYTES = 16 << 20
 MAX_CHUNK_ELEMS = 1 << 31
+# The most agents one merge takes: far more than any real merge (the paper merges 3), few enough that every
+# per-agent structure stays small; checked first, in constant time, wherever a list of agents comes in.
+MAX_AGENTS = 64
+MAX_FILES_PER_INPUT = 100_000  # shards a recorded input may list (real models: 1–200)
 DEVICE_NAMES = ("auto", "cpu", "cuda")
 POLICY_NAMES = ("error", "base")
 
@@ -60,7 +65,10 @@ class MergeSpec:
         if not _text(data["base"]):
             raise bad("base", "must be a non-empty string")
         agents = data["agents"]
-        if not isinstance(agents, list) or not all(_text(a) for a in agents):
+        if not isinstance(agents, list):
+            raise bad("agents", "must be a list of non-empty strings")
+        check_agent_count(len(agents), where)
+        if not all(_text(a) for a in agents):
             raise bad("agents", "must be a list of non-empty strings")
         if not isinstance(data["method"], str):
             raise bad("method", "must be a string")
@@ -74,6 +82,9 @@ class MergeSpec:
         out = data.get("out", "")
         if not isinstance(out, str):
             raise bad("out", "must be a string")
+        if out and not is_output_name(out):
+            raise bad("out", f"must be a plain folder name (the recipe's output is written to ./NAME), not "
+                             f"{printable(out, 80)!r}")
         out_dtype = data.get("out_dtype")
         if out_dtype is not None and out_dtype not in OUT_DTYPES:
             raise bad("out_dtype", f"must be null or one of {', '.join(OUT_DTYPES)}")
@@ -91,6 +102,20 @@ class MergeSpec:
         if policy not in POLICY_NAMES:
             raise bad("on_mismatch", f"must be one of {', '.join(POLICY_NAMES)}")
         return cls(data["base"], list(agents), data["method"], params, out, out_dtype, shard, device, chunk, policy)
+
+
+def check_agent_count(n: int, where: str = "") -> None:
+    """Refuse more agents than a merge takes (MAX_AGENTS) before anything is done per agent."""
+    if n > MAX_AGENTS:
+        raise RamStudioError(f"{where + ': ' if where else ''}{n:,} agents given; a merge takes at most {MAX_AGENTS}.",
+                             "Merge fewer agents at once.")
+
+
+def is_output_name(name: str) -> bool:
+    """A recipe's recorded output folder: one plain name (never a path, '..', or absolute)."""
+    from .model_folder import is_plain_name
+
+    return is_plain_name(name)
 
 
 def _text(v: Any) -> bool:
@@ -131,9 +156,13 @@ def read_recipe(path: Path) -> tuple[MergeSpec, dict[str, Any]]:
     try:
         if path.stat().st_size > MAX_RECIPE_BYTES:
             raise RamStudioError(f"recipe {path} is larger than {MAX_RECIPE_BYTES >> 20} MB.", "Give a ram_recipe.json file.")
-        doc = json.loads(path.read_bytes().decode("utf-8"))
+        with open(path, "rb") as f:
+            doc = loads_json(f.read(MAX_RECIPE_BYTES + 1).decode("utf-8"))
     except FileNotFoundError:
         raise RamStudioError(f"recipe {path} does not exist.", "Give a ram_recipe.json file.") from None
+    except TooComplex as exc:
+        raise RamStudioError(f"recipe {path} {exc.reason}.", "Give the ram_recipe.json written next to a merged "
+                                                            "model.") from None
     except (OSError, ValueError):
         raise RamStudioError(f"recipe {path} is not valid UTF-8 JSON.", "Give a ram_recipe.json file.") from None
     if not isinstance(doc, dict) or doc.get("format") not in (1, RECIPE_FORMAT) or "spec" not in doc:
@@ -141,8 +170,11 @@ def read_recipe(path: Path) -> tuple[MergeSpec, dict[str, Any]]:
                              "Give the ram_recipe.json written next to a merged model.")
     spec = MergeSpec.from_json(doc["spec"], f"recipe {path}")
     inputs = doc.get("inputs", [])
-    if not isinstance(inputs, list) or not all(isinstance(i, dict) for i in inputs):
-        raise RamStudioError(f"recipe {path}: inputs must be a list of objects.", "Recreate the recipe with a merge.")
+    if not isinstance(inputs, list) or len(inputs) > MAX_AGENTS + 1 or not all(
+            isinstance(i, dict) and isinstance(i.get("files", []), list)
+            and len(i.get("files", [])) <= MAX_FILES_PER_INPUT for i in inputs):
+        raise RamStudioError(f"recipe {path}: inputs must be a list of at most {MAX_AGENTS + 1} objects, each with "
+                             f"at most {MAX_FILES_PER_INPUT:,} files.", "Recreate the recipe with a merge.")
     return spec, doc
 
 
@@ -153,7 +185,7 @@ def fingerprint_mismatches(recorded: list[dict[str, Any]], current: list[dict[st
     problems = []
     for i, (old, new) in enumerate(zip(recorded, current)):
         label = printable(new.get("label") or old.get("label") or f"input {i}", 80)
-        old_files = {f.get("name"): f for f in old.get("files", []) if isinstance(f, dict)}
+        old_files = {f["name"]: f for f in old.get("files", []) if isinstance(f, dict) and isinstance(f.get("name"), str)}
         new_files = {f["name"]: f for f in new["files"]}
         if set(old_files) != set(new_files):
             problems.append(f"{label}: the files differ ({len(old_files)} recorded, {len(new_files)} now)")
@@ -171,3 +203,21 @@ def fingerprint_mismatches(recorded: list[dict[str, Any]], current: list[dict[st
     if len(recorded) != len(current):
         problems.append(f"the recipe records {len(recorded)} inputs, the spec has {len(current)}")
     return problems
+
+
+def check_local_inputs(spec: MergeSpec, doc: dict[str, Any]) -> None:
+    """Inputs the recipe recorded as local folders must be local folders now: one that is missing here (a
+    relative path run from another folder) is an error, never taken for a Hub id and fetched."""
+    from .refs import DEMO_PREFIX
+
+    recorded = [i for i in doc.get("inputs", []) if isinstance(i, dict)]
+    for ref, rec in zip([spec.base, *spec.agents], recorded):
+        kind = rec.get("kind")
+        if kind is None:  # recipes written before the kind was recorded: a Hub input has its commit
+            kind = "hub" if rec.get("commit") else ("demo" if ref.startswith(DEMO_PREFIX) else "local")
+        if kind == "local" and not Path(ref).expanduser().exists():
+            raise RamStudioError(
+                f"the recipe's input {printable(ref, 200)!r} was a local folder when the merge ran, and it does not "
+                f"exist from here ({Path.cwd()}).",
+                "Run from the folder the merge ran in (relative paths are relative to it), or give the recipe "
+                "the folders' paths as they are on this machine. It is never looked up on the Hub.")

@@ -45,12 +45,16 @@ def parse_ref(text: str) -> ModelRef:
         name = text[len(DEMO_PREFIX):]
         return ModelRef(text, "demo", path=demo_root() / name)
     path = Path(text).expanduser()
-    if path.exists():
+    try:
+        exists = len(text) < 4096 and path.exists()
+    except (OSError, ValueError):  # a name too long for the file system, or with a NUL: no such path
+        exists = False
+    if exists:
         return ModelRef(text, "local", path=path.resolve())
     m = _HUB_RE.match(text)
     if m and not text.startswith((".", "/", "~")):
         return ModelRef(text, "hub", repo_id=m["repo"], revision=m["rev"])
-    raise RamStudioError(f"model path {text!r} does not exist.",
+    raise RamStudioError(f"model path {printable(text, 200)!r} does not exist.",
                          "Check the path, or use a Hub id (org/name[@revision]) or demo:base.")
 
 

@@ -8,7 +8,6 @@ later. Error messages name the file and tensor but never echo bytes of the file.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -16,9 +15,11 @@ from pathlib import Path
 
 from .dtypes import ITEMSIZE
 from .errors import RamStudioError, printable
+from .untrusted import TooComplex, loads_json
 
 # safetensors itself refuses headers above 100 MB; a larger claim means a damaged or hostile file.
 MAX_HEADER_BYTES = 100_000_000
+HEADER_DEPTH = 8  # a header nests 3 levels: {name: {"shape": [...]}}
 MAX_DIM = 1 << 48  # no real tensor dimension comes near this; it keeps every size far inside int64
 
 
@@ -72,7 +73,9 @@ def read_header(path: Path) -> FileHeader:
     except OSError as exc:
         raise RamStudioError(f"cannot read {path}: {exc.strerror or exc}.") from exc
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = loads_json(raw.decode("utf-8"), max_depth=HEADER_DEPTH)
+    except TooComplex as exc:
+        raise _bad(path, f"has a header that {exc.reason}") from None
     except (UnicodeDecodeError, ValueError):
         raise _bad(path, "has a header that is not valid JSON (UTF-8)") from None
     if not isinstance(header, dict):

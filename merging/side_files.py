@@ -2,20 +2,23 @@
 
 Copied: config.json (rewritten with the output dtype), generation_config.json, tokenizer files and chat
 templates, named in an allow-list — what `transformers` and vLLM need to load and prompt the model.
-Each must be a regular file inside the base folder (or, for a Hub snapshot, a link into its blob store)
-no larger than MAX_SIDE_FILE; links elsewhere, folders and special files are never followed or copied.
+Each must pass the model folder's containment rule (`model_folder.check_file`: a regular file inside the
+base folder or its Hub blob store, not a hard link to anything else) and be no larger than MAX_SIDE_FILE.
+They are checked before a merge starts (`plan_side_files`), and copied at its end only if each is still the
+file that was checked (same device, inode, size and modification time).
 """
 from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import shutil
 from pathlib import Path
 
 from .checkpoint import Checkpoint
 from .dtypes import CODE_TO_NAME, FLOAT_CODES
 from .errors import RamStudioError, printable
-from .model_folder import resolve_file
+from .model_folder import FileIdentity, check_file, open_checked
 
 SIDE_FILE_PATTERNS = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                       "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
@@ -28,8 +31,29 @@ def is_side_file(name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in SIDE_FILE_PATTERNS)
 
 
-def copy_side_files(base: Checkpoint, folder: Path, out_dtype: str | None) -> list[str]:
-    """Write config.json (dtype set to the output's) and copy the allow-listed files; return their names."""
+def plan_side_files(base: Checkpoint) -> list[FileIdentity]:
+    """The allow-listed files of the base folder, each checked now (before any work): a link out of the
+    folder, a FIFO, a hard link or an oversized file is an error here, not after the merge ran."""
+    planned = []
+    for src in sorted(base.folder.iterdir(), key=lambda p: p.name):
+        if not is_side_file(src.name):
+            continue
+        try:
+            planned.append(check_file(base.folder, src.name, max_bytes=MAX_SIDE_FILE))
+        except FileNotFoundError:
+            if not os.path.islink(src):
+                raise RamStudioError(f"{src} disappeared while the base folder was read.") from None
+            continue  # a dangling link: nothing to copy
+        except RamStudioError as exc:
+            raise RamStudioError(f"not copying {printable(src.name, 80)} from the base: {exc.message}",
+                                 exc.hint) from None
+    return planned
+
+
+def copy_side_files(base: Checkpoint, folder: Path, out_dtype: str | None,
+                    planned: list[FileIdentity] | None = None) -> list[str]:
+    """Write config.json (dtype set to the output's) and copy the planned allow-listed files (checked again:
+    each must still be the file that was checked); return their names."""
     written = []
     cfg = dict(base.config or {})
     if cfg:
@@ -40,17 +64,14 @@ def copy_side_files(base: Checkpoint, folder: Path, out_dtype: str | None) -> li
                 cfg["dtype"] = dtype
         (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         written.append("config.json")
-    for src in sorted(base.folder.iterdir(), key=lambda p: p.name):
-        if not is_side_file(src.name):
-            continue
+    for ident in plan_side_files(base) if planned is None else planned:
+        name = ident.path.name
         try:
-            real = resolve_file(base.folder, src.name, max_bytes=MAX_SIDE_FILE)
-        except FileNotFoundError:
-            continue  # a dangling link
+            with open_checked(ident) as src, open(folder / name, "xb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
         except RamStudioError as exc:
-            raise RamStudioError(f"not copying {printable(src.name, 80)} from the base: {exc.message}", exc.hint) from None
-        shutil.copyfile(real, folder / src.name, follow_symlinks=True)
-        written.append(src.name)
+            raise RamStudioError(f"not copying {printable(name, 80)} from the base: {exc.message}", exc.hint) from None
+        written.append(name)
     return written
 
 

@@ -272,6 +272,7 @@ def _run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=N
         _prefetch([spec.base, *spec.agents], args.quiet, stop)
         result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop,
                                  expected_inputs=expected_inputs, counts=_cached_counts(spec), provenance=provenance,
+                                 warn=lambda message: say(f"warning: {message}", file=sys.stderr),
                                  progress=None if args.quiet else _progress_printer("merge"),
                                  count_progress=None if args.quiet else _progress_printer("count"), cancel=stop)
     say(f"wrote {result.out} ({format_bytes(result.bytes_written)} in {len(result.files)} files, "
@@ -294,7 +295,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Re-run a ram_recipe.json, or run a mergekit YAML config (for the methods both tools have)."""
-    from merging.recipe import read_recipe
+    from merging.recipe import check_local_inputs, read_recipe
 
     path = Path(args.recipe)
     if _is_yaml(path):
@@ -315,6 +316,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             say(f"note: {note}.", file=sys.stderr)
         return _run_spec(config.spec, args, provenance={"mergekit_config": text})
     spec, doc = read_recipe(path)
+    check_local_inputs(spec, doc)
     if args.out:
         spec.out = args.out
     if args.device:
@@ -486,6 +488,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--chunk-elems must be positive")
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
     try:
+        if isinstance(getattr(args, "agents", None), list):
+            from merging.recipe import check_agent_count
+
+            check_agent_count(len(args.agents))  # before any agent is looked at
         return args.func(args)
     except (MergeCancelled, KeyboardInterrupt):
         say("error: interrupted; nothing was written.", file=sys.stderr)
