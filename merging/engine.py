@@ -19,7 +19,7 @@ from .fingerprint import Fingerprinter
 from .kernels import kernels_enabled, prepare, settle
 from .kernels import ready as kernels_ready
 from .methods.base import MergeMethod
-from .output_check import OutputGuard
+from .output_check import N_FLAGS, OutputGuard
 from .device import Lanes, chunk_elems_for, fits_on_device, gpu_style
 from .stream import DEFAULT_CHUNK_ELEMS, BackgroundWriter, BufferPool, ChunkData, ChunkReader, Span, row_spans
 from .tensor_merge import ChunkInputs, TensorMerger
@@ -213,6 +213,7 @@ class EngineResult:
 
     max_abs_tau: list[float]
     changed: bool
+    beyond_rounding: bool = True  # some value differs from the base's by more than one step of its dtype
 
 
 def output_plan(base: Checkpoint, out_dtype: str | None) -> list[PlannedTensor]:
@@ -349,6 +350,7 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                     if target == torch.float32 and pooled:
                         out = out32
                     else:
+                        guard.check_range(span.tensor, span.offset, merged, target)  # F8_E4M3 saturates
                         out = _take(out_pool, chunk.numel, target).copy_(merged)
                         out_pool.give(out32)
                     guard.note_change(out, data.base)
@@ -370,7 +372,7 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     finally:
         reader.close()
     tracker.advance(0, "", force=True)
-    return EngineResult(peaks.values(), guard.changed)
+    return EngineResult(peaks.values(), guard.changed, guard.beyond_rounding)
 
 
 class _Peaks:
@@ -434,6 +436,7 @@ def _emit_from_device(writer: BackgroundWriter, sink: ShardSetWriter, lanes: Lan
     stays bounded even for a whole tensor), and queue the writes. Nothing here waits for the device:
     each writer job waits for its own copy, then checks the flags (inputs finite, output finite,
     changed) and writes its piece at its offset."""
+    guard.check_range(span.tensor, span.offset, merged, target)  # F8_E4M3 saturates instead of overflowing
     out = merged.reshape(-1).to(target)
     flags = guard.flags(out, base_f32.reshape(-1).to(target))
     small = torch.cat([flags.to(peak.dtype), peak])  # one small copy: flags, then each agent's max |τ|
@@ -447,14 +450,14 @@ def _emit_from_device(writer: BackgroundWriter, sink: ShardSetWriter, lanes: Lan
         def job(a: int = a, host_out: torch.Tensor = host_out, done: Any = done, host: Any = host) -> None:
             try:
                 lanes.wait(small_done)
-                peak_host = host_small[2:]
+                peak_host = host_small[N_FLAGS:]
                 if not bool(torch.isfinite(peak_host).all()):
                     on_bad()  # raises, naming where
                 if first[0]:
                     first[0] = False
                     peaks.add(peak_host)
                 lanes.wait(done)
-                guard.check_flags(span.tensor, span.offset + a, host_small[:2] != 0, host_out)
+                guard.check_flags(span.tensor, span.offset + a, host_small[:N_FLAGS] != 0, host_out)
                 if host_out.numel():
                     sink.write_at(span.tensor, (span.offset + a) * host_out.element_size(),
                                   host_out.contiguous().view(torch.uint8).numpy())

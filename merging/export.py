@@ -174,6 +174,15 @@ def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], i
                     "Check the parameters (a drop rate near 1, a huge ε or a tiny density remove every update); "
                     "to write it anyway, use the CLI's --allow-noop.")
             notes.append("WARNING: this merge changes nothing; the weights equal the base's (written on request).")
+        elif not engine.beyond_rounding:
+            if not allow_noop:
+                raise RamStudioError(
+                    "this merge changes the weights by at most one step of the output dtype (rounding, not a merge: "
+                    f"for example agents whose updates cancel) ({_param_text(params)}).",
+                    "Check the agents and the parameters; if their updates really are that small, write it "
+                    "anyway with the CLI's --allow-noop.")
+            notes.append("WARNING: this merge changes the weights by at most one step of the output dtype (rounding "
+                         "only); written on request.")
         index = sink.finish()
         if len(sink.names) > 1:
             (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")

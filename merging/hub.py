@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import Cancelled, RamStudioError
+from .errors import Cancelled, RamStudioError, printable
 from .units import format_bytes
 
 # What snapshot_download fetches: weights as safetensors only, configs, tokenizer and chat templates.
@@ -167,6 +167,18 @@ class DownloadProgress:
         return (self.total - self.done) / self.rate if self.rate > 0 else None
 
 
+def _is_hex(text: object, lengths: tuple[int, ...]) -> bool:
+    """A lowercase hex digest of one of `lengths` (git sha1: 40, sha256: 64)."""
+    return isinstance(text, str) and len(text) in lengths and all(c in "0123456789abcdef" for c in text)
+
+
+def _is_repo_path(path: object) -> bool:
+    """A relative path inside a repo: no leading '/', no '.', '..' or empty parts, no backslash or control
+    characters."""
+    return (isinstance(path, str) and 0 < len(path) < 1024 and not path.startswith("/") and "\\" not in path
+            and printable(path) == path and all(part not in ("", ".", "..") for part in path.split("/")))
+
+
 def _matches(name: str) -> bool:
     from fnmatch import fnmatch
 
@@ -191,10 +203,19 @@ def plan_download(repos_wanted: list[tuple[str, str | None]]) -> DownloadPlan:
         except Exception as exc:  # noqa: BLE001 — one readable message per failure
             raise hub_error(repo_id, revision, exc) from None
         folder = cache / f"models--{repo_id.replace('/', '--')}"
+        if not _is_hex(commit, (40,)):
+            raise RamStudioError(f"the Hub answered with an unexpected commit id for {repo_id} "
+                                 f"({printable(commit, 80)!r}).", "Check HF_ENDPOINT: it may not be a Hugging Face Hub.")
         files = []
         for f in entries:
             etag = f.lfs.sha256 if f.lfs is not None else f.blob_id
             size = f.lfs.size if f.lfs is not None else f.size
+            # The etag names the blob file in the cache and the file's path names a link in the snapshot: a
+            # server could put '/' or '..' in either, so both are checked before any path is made from them.
+            if not _is_hex(etag, (40, 64)) or not _is_repo_path(f.path) or type(size) is not int or size < 0:
+                raise RamStudioError(f"the Hub listed {printable(f.path, 120)!r} of {repo_id} with an id, path or "
+                                     "size that is not valid.",
+                                     "Check HF_ENDPOINT: it may not be a Hugging Face Hub; nothing was downloaded.")
             blob = folder / "blobs" / etag
             pointer = folder / "snapshots" / commit / f.path
             cached = pointer.exists() or (blob.is_file() and blob.stat().st_size == size)

@@ -279,6 +279,10 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
     paths = model_paths or {}
     p = spec.params
     out_dtype = out_dtype or (None if spec.out_dtype else _stored_dtype(spec.base))
+    written = spec.out_dtype or out_dtype
+    if written and written not in CODE_TO_NAME:  # e.g. an F8_E4M3 base merged in its own dtype
+        return None, (f"mergekit cannot write {written} weights (its out_dtype takes {', '.join(CODE_TO_NAME.values())}),"
+                      " so it has no config for this merge.")
 
     def ref(r: str) -> str:
         return paths.get(r) or _folder_of_demo(r)
@@ -290,7 +294,6 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
         if globals_:
             doc["parameters"] = globals_
         doc["dtype"] = "float32"  # RAM Studio computes in float32: ask mergekit to do the same
-        written = spec.out_dtype or out_dtype
         if written:
             doc["out_dtype"] = CODE_TO_NAME[written]
         return yaml.safe_dump(doc, sort_keys=False)

@@ -1,7 +1,16 @@
-"""Checks on every output chunk before it is written: finite values, and whether the merge changed anything.
+"""Checks on every output chunk before it is written: finite values, and whether the merge changed anything
+beyond rounding — for every float dtype a merge can write (F64, F32, F16, BF16, and the base's F8_E4M3 /
+F8_E5M2 when it is written in its own dtype).
 
-They run on the writer thread, over the bit patterns of the output dtype (the values that will be
-stored, after rounding), with the numba kernels when present and numpy otherwise.
+They run on the writer thread, over the bit patterns of the output dtype (the values that will be stored,
+after rounding), with the numba kernels when present and numpy otherwise. Three things are tracked:
+
+- a value that is not finite in the output dtype refuses the merge (F8_E4M3 has no infinity: torch's cast
+  saturates at ±448, so for it the float32 values are checked against its range before the cast);
+- `changed`: some stored value differs from the base's (±0 count as equal);
+- `beyond_rounding`: some stored value differs from the base's by more than one step of the output dtype
+  (one unit in the last place). A merge that changes values only by one step at most (two agents that
+  differ only in sign leave 1e-7 of float32 rounding) changes nothing real, and is refused like a no-op.
 """
 from __future__ import annotations
 
@@ -10,29 +19,37 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .dtypes import ST_TO_TORCH
 from .errors import RamStudioError
 from .kernels import kernels_enabled
 from .kernels import ready as kernels_ready
 
-# dtype → (signed view for torch's bit operations, exponent mask, magnitude mask); the masks are positive
-_SIGNED = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32,
-           torch.float64: torch.int64}
-# dtype → (unsigned view, exponent mask, magnitude mask)
+# dtype → (unsigned view, non-finite mask, magnitude mask): a value is not finite when (bits & mask) == mask
+# (the exponent all ones; for F8_E4M3, which has no infinity, exponent and mantissa all ones: its NaN).
 _BITS = {
     torch.bfloat16: (torch.uint16, 0x7F80, 0x7FFF),
     torch.float16: (torch.uint16, 0x7C00, 0x7FFF),
     torch.float32: (torch.uint32, 0x7F800000, 0x7FFFFFFF),
     torch.float64: (torch.uint64, 0x7FF0000000000000, 0x7FFFFFFFFFFFFFFF),
+    torch.float8_e4m3fn: (torch.uint8, 0x7F, 0x7F),
+    torch.float8_e5m2: (torch.uint8, 0x7C, 0x7F),
 }
+# The same widths as signed views, for torch's bit operations on a device.
+_SIGNED = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32,
+           torch.float64: torch.int64, torch.float8_e4m3fn: torch.int8, torch.float8_e5m2: torch.int8}
+# Dtypes whose cast from float32 saturates instead of overflowing to infinity: checked before the cast.
+SATURATING = {torch.float8_e4m3fn: float(torch.finfo(torch.float8_e4m3fn).max)}
+N_FLAGS = 3  # `flags`: [not finite, changed, changed beyond rounding]
 
 
 @dataclass
 class OutputGuard:
     """Refuses a non-finite output value (naming tensor, index and the parameters to blame) and
-    remembers whether any output value differs from the base."""
+    remembers whether any output value differs from the base, and whether any differs by more than rounding."""
 
     blame: str  # e.g. "lambda=1e+38, out_dtype F16"
     changed: bool = False
+    beyond_rounding: bool = False
     _fused: bool = field(default_factory=kernels_enabled)
 
     def check(self, tensor: str, offset: int, out: torch.Tensor, base: torch.Tensor) -> None:
@@ -40,44 +57,63 @@ class OutputGuard:
         self.check_finite(tensor, offset, out)
         self.note_change(out, base)
 
+    def check_range(self, tensor: str, offset: int, merged: torch.Tensor, target: torch.dtype) -> None:
+        """Before casting float32 `merged` to a saturating `target` (F8_E4M3): refuse a value beyond its
+        range, which the cast would silently clip to the largest value."""
+        limit = SATURATING.get(target)
+        if limit is None or merged.numel() == 0:
+            return
+        flat = merged.reshape(-1)
+        over = ~(flat.abs() <= limit)  # NaN counts as out of range too
+        if bool(over.any()):
+            code = next((c for c, t in ST_TO_TORCH.items() if t == target), str(target))
+            self._refuse(tensor, offset + int(over.nonzero()[0, 0]), f"is beyond ±{limit:g}, the range of {code}")
+
     def check_finite(self, tensor: str, offset: int, out: torch.Tensor) -> None:
         """Refuse a non-finite value of `out` (the chunk as it will be stored), naming where it is."""
         spec = _BITS.get(out.dtype)
         if spec is None or out.numel() == 0:
             return
         view, exp_mask, _ = spec
-        i = _first_nonfinite(_np(out.reshape(-1).view(view)), exp_mask, self._kernels())
+        bits = _np(out.reshape(-1).view(view))
+        i = _first_nonfinite(bits, exp_mask, self._kernels(bits))
         if i >= 0:
             self._refuse(tensor, offset + i)
 
     def note_change(self, out: torch.Tensor, base: torch.Tensor) -> None:
-        """Remember whether `out` differs from `base` (stops looking once a difference was seen: cheap
-        enough for the compute thread, which can then hand the input buffers back at once)."""
+        """Remember whether `out` differs from `base`, and by more than one step (stops looking once a change
+        beyond rounding was seen: cheap enough for the compute thread, which can then hand the input buffers
+        back at once)."""
         spec = _BITS.get(out.dtype)
-        if self.changed or spec is None or out.numel() == 0:
+        if self.beyond_rounding or spec is None or out.numel() == 0:
             return
         view, _, mag_mask = spec
         ref = base.reshape(-1).to(out.dtype) if base.dtype != out.dtype else base.reshape(-1)
-        self.changed = _values_differ(_np(out.reshape(-1).view(view)), _np(ref.view(view)), mag_mask,
-                                      self._kernels())
+        a, b = _np(out.reshape(-1).view(view)), _np(ref.view(view))
+        if _values_differ(a, b, mag_mask, self._kernels(a)):
+            self.changed = True
+            self.beyond_rounding = _beyond_rounding(a, b, mag_mask)
 
-    def _kernels(self) -> bool:
+    def _kernels(self, bits: np.ndarray | None = None) -> bool:
+        if bits is not None and bits.dtype.itemsize == 1:  # the kernels are compiled for 16- to 64-bit words
+            return False
         return self._fused and kernels_ready(("first_nonfinite", "values_differ"), "bf16")
 
-
     def flags(self, out: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
-        """The same two checks as torch operations on `out`'s device, without waiting for it: a bool
-        tensor [some value is not finite, some value differs from `base`] (`base`: the base's values in
-        `out`'s dtype). `check_flags` reads it once the chunk is on the host."""
+        """The same checks as torch operations on `out`'s device, without waiting for it: a bool tensor
+        [some value is not finite, some value differs from `base`, some value differs by more than one step]
+        (`base`: the base's values in `out`'s dtype). `check_flags` reads it once the chunk is on the host."""
         spec = _BITS.get(out.dtype)
         if spec is None or out.numel() == 0:
-            return torch.zeros(2, dtype=torch.bool, device=out.device)
+            return torch.zeros(N_FLAGS, dtype=torch.bool, device=out.device)
         _, exp_mask, mag_mask = spec
         a = out.reshape(-1).view(_SIGNED[out.dtype])
         b = base.reshape(-1).view(_SIGNED[out.dtype])
         bad = ((a & exp_mask) == exp_mask).any()
         differ = ((a != b) & (((a | b) & mag_mask) != 0)).any()
-        return torch.stack([bad, differ])
+        wide = torch.int64
+        steps = (_ordered_torch(a, mag_mask).to(wide) - _ordered_torch(b, mag_mask).to(wide)).abs()
+        return torch.stack([bad, differ, differ & (steps > 1).any()])
 
     def check_flags(self, tensor: str, offset: int, flags: torch.Tensor, out: torch.Tensor) -> None:
         """Act on `flags` (from `flags`, on the host): name the first non-finite value of `out` (the
@@ -88,10 +124,12 @@ class OutputGuard:
             self._refuse(tensor, offset + max(i, 0))
         if bool(flags[1]):
             self.changed = True
+        if bool(flags[2]):
+            self.beyond_rounding = True
 
-    def _refuse(self, tensor: str, index: int) -> None:
+    def _refuse(self, tensor: str, index: int, what: str = "is not finite") -> None:
         raise RamStudioError(
-            f"the merged value of tensor {tensor!r} at flat index {index:,} is not finite, although "
+            f"the merged value of tensor {tensor!r} at flat index {index:,} {what}, although "
             "every input is finite there.",
             f"The merge's scale factors ({self.blame}) push it out of range: use smaller values "
             "(or a wider output dtype).")
@@ -99,6 +137,33 @@ class OutputGuard:
 
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.contiguous().numpy()
+
+
+def _ordered_torch(bits: torch.Tensor, mag_mask: int) -> torch.Tensor:
+    """Sign-magnitude bit patterns as integers in value order (−0 and +0 both 0)."""
+    mag = bits & mag_mask
+    return torch.where(bits < 0, -mag, mag)
+
+
+def _beyond_rounding(a: np.ndarray, b: np.ndarray, mag_mask: int) -> bool:
+    """Whether some value of `a` is more than one step of its dtype away from the same value of `b` (both
+    unsigned views of the stored bits)."""
+    sign = a.dtype.type(mag_mask + 1) if a.dtype.itemsize < 8 else np.uint64(1 << 63)
+    m = a.dtype.type(mag_mask)
+    wide = np.int32 if a.dtype.itemsize <= 2 else np.int64
+
+    def ordered(x: np.ndarray) -> np.ndarray:
+        mag = (x & m).astype(wide)
+        return np.where((x & sign) != 0, -mag, mag)
+
+    for start in range(0, a.size, _BLOCK):  # in blocks: small temporaries, and it stops at the first hit
+        stop = start + _BLOCK
+        if np.any(np.abs(ordered(a[start:stop]) - ordered(b[start:stop])) > 1):
+            return True
+    return False
+
+
+_BLOCK = 1 << 20
 
 
 def _first_nonfinite(bits: np.ndarray, exp_mask: int, fused: bool) -> int:

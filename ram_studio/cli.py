@@ -284,8 +284,9 @@ def _run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=N
             r = row["rho"]
             say(f"  {printable(row['agent'])}: shared {row['shared']:,}  unique {row['unique']:,}  "
                   f"ρ {'inf' if r is None else f'{r:.4f}'}  λ {row['lambda']:.4f}")
-    if any(n.startswith("WARNING") for n in result.notes):
-        say("WARNING: this merge changes nothing: the weights equal the base's.", file=sys.stderr)
+    for note in result.notes:
+        if note.startswith("WARNING"):
+            say(note, file=sys.stderr)
     return 0
 
 

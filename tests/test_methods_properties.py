@@ -78,14 +78,17 @@ def test_global_rho_differs_from_tensor_rho_on_crafted_case():
     assert torch.equal(local, torch.tensor([1., 1, 1, 0]))
 
 
-def test_dare_masks_follow_agent_not_order():
+def test_dare_masks_follow_position_not_names():
+    """Issue 20, finding 9: keep masks are keyed by the agent's position (merging.methods.base.agent_seed_keys),
+    never by its name or how its path was spelled: same inputs, same order, same parameters → same merge."""
     taus = sparse_taus()
-    keys = ["code", "tool", "memory"]
-    a = merge_in_memory("dare_ta", taus, {"drop_rate": .5}, agents=keys)
-    b = merge_in_memory("dare_ta", taus[[2, 0, 1]], {"drop_rate": .5}, agents=[keys[2], keys[0], keys[1]])
-    assert torch.allclose(a, b, atol=1e-9)
-    c = merge_in_memory("dare_ta", taus, {"drop_rate": .5, "seed": 1}, agents=keys)
-    assert not torch.equal(a, c)
+    a = merge_in_memory("dare_ta", taus, {"drop_rate": .5}, agents=["code", "tool", "memory"])
+    b = merge_in_memory("dare_ta", taus, {"drop_rate": .5}, agents=["./m/code/", "demo:tool", "/abs/memory"])
+    assert torch.equal(a, b)
+    c = merge_in_memory("dare_ta", taus[[2, 0, 1]], {"drop_rate": .5}, agents=["memory", "code", "tool"])
+    assert not torch.equal(a, c)  # another order draws other masks (documented)
+    d = merge_in_memory("dare_ta", taus, {"drop_rate": .5, "seed": 1}, agents=["code", "tool", "memory"])
+    assert not torch.equal(a, d)
 
 
 def test_dare_keep_rate_matches_p():
