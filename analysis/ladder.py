@@ -165,15 +165,16 @@ class OverlapAccumulator:
         if not self.joint:
             return TensorStats(*(torch.stack(f) for f in zip(*sums)))
         tb, T = self._tables, len(sums)
-        states = tb["states"]
         counts = torch.stack([s[0] for s in sums])  # (T, states)
+        sq = torch.stack([s[1] for s in sums])  # (T, N, states)
+        used = (counts.sum(0) != 0).nonzero().squeeze(1)  # only the states that occur (few in small tensors)
+        counts, sq, states = counts[:, used], sq[:, :, used], len(used)
 
         def per(ind: torch.Tensor, *shape: int) -> torch.Tensor:  # (states, N, L, …) indicator → counts
-            return (counts @ ind.reshape(states, -1)).reshape(T, *shape).round().to(torch.int64)
+            return (counts @ ind[used].reshape(states, -1)).reshape(T, *shape).round().to(torch.int64)
 
-        sq = torch.stack([s[1] for s in sums])  # (T, N, states)
-        sq_unique = torch.einsum("uts,stj->utj", sq, tb["unique"])
-        sq_shared = torch.einsum("uts,stj->utj", sq, tb["shared"])
+        sq_unique = torch.einsum("uts,stj->utj", sq, tb["unique"][used])
+        sq_shared = torch.einsum("uts,stj->utj", sq, tb["shared"][used])
         return TensorStats(per(tb["active"], n, L), per(tb["shared"], n, L), per(tb["unique"], n, L),
                            per(tb["hist"], n, L, n), sq_unique, sq_shared, per(tb["conflict"], n, L))
 

@@ -160,7 +160,7 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
             _import_meanwhile("pandas")  # the frame needs it after the pass: 0.3 s, now on a side thread
         if deferred:
             acc.add(chunk.taus, deferred=True)
-        elif not acc.add_chunk(chunk, fused):
+        elif not _add_chunk(acc, chunk, fused):
             check_finite(data, chunk.peak_abs_tau(fused), labels, base.label)  # raises, naming where
         if last:
             pending.append((data.span.tensor, acc.take()))
@@ -177,6 +177,17 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     result = AnalysisResult(base.label, labels, ladder, total, frame, time.perf_counter() - start)
     _refuse_unchanged(result)
     return result
+
+
+def _add_chunk(acc: OverlapAccumulator, chunk, fused: bool) -> bool:
+    """`acc.add_chunk`, with the kernel kept on this thread when the chunk makes one partition (a small
+    tensor: waking the thread pool would cost more than the work)."""
+    if not fused:
+        return acc.add_chunk(chunk, fused)
+    from merging.kernels import cpu, one_thread_for
+
+    with one_thread_for(cpu.hist_parts(chunk.numel)):
+        return acc.add_chunk(chunk, fused)
 
 
 def _frame(parts: list[dict]) -> pd.DataFrame:
@@ -213,11 +224,14 @@ def _columns(base: Checkpoint, labels: list[str], ladder: tuple[float, ...], acc
     n, L = len(labels), len(ladder)
     per_tensor = n * L
     names = [name for name, _ in batch]
+    rows_of_agents = [a for a in labels for _ in ladder]
+    layers = [layer_of(name) for name in names]  # parsed once per tensor, repeated for its rows
+    modules = [module_of(name) for name in names]
     cols: dict[str, list | np.ndarray] = {
-        "agent": [a for _ in names for a in labels for _ in ladder],
+        "agent": rows_of_agents * len(names),
         "tensor": [name for name in names for _ in range(per_tensor)],
-        "layer": [layer_of(name) for name in names for _ in range(per_tensor)],  # a list: any size of int
-        "module": [module_of(name) for name in names for _ in range(per_tensor)],
+        "layer": [v for v in layers for _ in range(per_tensor)],  # a list: any size of int
+        "module": [v for v in modules for _ in range(per_tensor)],
         "numel": np.repeat(np.array([base.tensors[x].numel for x in names], dtype=np.int64), per_tensor),
         "eps": np.tile(np.array(ladder, dtype=np.float64), len(names) * n),
         "changed": st.changed.reshape(-1).numpy(), "shared": st.shared.reshape(-1).numpy(),

@@ -13,7 +13,7 @@ from . import regions
 from .checkpoint import Checkpoint
 from .engine import (GUARD_KERNELS, ProgressFn, check_finite, float_chunks, kernel_dtype, locate_nonfinite,
                      uses_kernels)
-from .kernels import prepare
+from .kernels import one_thread_for, prepare
 from .fingerprint import Fingerprinter
 from .stream import DEFAULT_CHUNK_ELEMS
 from .tensor_merge import max_over_parts
@@ -59,7 +59,9 @@ def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, de
             from .kernels import cpu
 
             base_raw, agents_raw = chunk.raw()
-            part, peak_parts = cpu.count_and_peak(base_raw, agents_raw, np.float32(eps), cpu.parts(base_raw.size))
+            with one_thread_for(cpu.parts(base_raw.size)):
+                part, peak_parts = cpu.count_and_peak(base_raw, agents_raw, np.float32(eps),
+                                                      cpu.parts(base_raw.size))
             host_total += torch.from_numpy(part)
             peak = check_finite(data, max_over_parts(peak_parts), labels, base.label)
             host_peaks = torch.maximum(host_peaks, peak)

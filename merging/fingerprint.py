@@ -23,7 +23,7 @@ READ_ROWS_BYTES = 64 << 20  # rows read at a time when finishing a tensor the pa
 
 @dataclass
 class _TensorHash:
-    hasher: "xxhash.xxh3_128"
+    hasher: "xxhash.xxh3_128 | None"
     next_row: int = 0
     digest: bytes | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -60,6 +60,7 @@ class Fingerprinter:
             st.next_row += rows
             if st.next_row >= (shape[0] if shape else 1):
                 st.digest = st.hasher.digest()
+                st.hasher = None  # ~600 bytes of hasher state per tensor and model, no longer needed
 
     def finish(self) -> list[dict]:
         """Per model: {"weights_xxh3_128", "files": {file name: xxh3_128 of header + tensors}}."""
@@ -95,6 +96,7 @@ class Fingerprinter:
                 self.add(model, name, start, ckpt.read(name, start, min(start + per, rows)))
             if rows == 0:
                 st.digest = st.hasher.digest()
+                st.hasher = None
         return self._state[model][name].digest
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from .device import to_compute
+from .kernels import one_thread_for
 from .methods import get_method
 from .methods.base import ChunkContext, MergeMethod, agent_seed_keys
 from . import regions
@@ -139,7 +140,10 @@ class TensorMerger:
         self.ctx.offset = offset
         p = self.passes[round_]
         if self.fused and p.fused_reduce is not None:
-            part = p.fused_reduce(*chunk.raw(), self.ctx)
+            from .kernels.cpu import parts
+
+            with one_thread_for(parts(chunk.numel)):
+                part = p.fused_reduce(*chunk.raw(), self.ctx)
         else:
             part = p.reduce(chunk.taus, self.ctx)
         self._total = part if self._total is None else self._total + part
@@ -159,7 +163,8 @@ class TensorMerger:
             base, agents = chunk.raw()
             out = np.empty(chunk.numel, np.float32) if out is None else out.numpy()
             peak = np.zeros((parts(chunk.numel), len(agents)), np.float32)
-            self.method.fused(base, agents, self.ctx, out, peak)
+            with one_thread_for(peak.shape[0]):
+                self.method.fused(base, agents, self.ctx, out, peak)
             return torch.from_numpy(out), max_over_parts(peak)
         peak = chunk.peak_abs_tau(fused=False)  # before merge, which may work on τ in place
         return chunk.base + self.method.merge(chunk.taus, self.ctx), peak

@@ -355,6 +355,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     ckpt = open_checkpoint(args.model)  # safetensors only: a pickle-only or adapter folder is refused here
     if args.json:
         _file_output(args.json, [ckpt], args.overwrite)
+    _refuse_unless_demo_compatible(ckpt)
     try:
         from assets.demo import evaluate as demo_eval
     except ImportError:
@@ -365,6 +366,34 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.limit:
         argv += ["--limit", str(args.limit)]
     return int(demo_eval.main(argv) or 0)
+
+
+def _refuse_unless_demo_compatible(ckpt) -> None:
+    """`evaluate` scores with the model's own tokenizer on the demo's tasks: the folder must hold a tokenizer
+    (tokenizer.json) whose every token id has a row in the model's embedding, and a causal LM config. Said in
+    one line before anything is loaded, never an IndexError from inside the model."""
+    from merging.model_folder import MAX_SMALL_FILE, check_file
+
+    name = printable(ckpt.folder)
+    hint = ("`evaluate` scores models built from the demo base (its tokenizer and tasks); for other models use an "
+            "lm-evaluation-harness task.")
+    try:
+        ident = check_file(ckpt.folder, "tokenizer.json", max_bytes=MAX_SMALL_FILE)
+    except FileNotFoundError:
+        raise RamStudioError(f"{name} has no tokenizer.json, so it cannot be scored on the demo's tasks.", hint) from None
+    embed = next((e for n, e in ckpt.tensors.items() if n.endswith("embed_tokens.weight") and len(e.shape) == 2), None)
+    if embed is None or not (ckpt.config or {}).get("architectures"):
+        raise RamStudioError(f"{name} is not a causal language model with token embeddings "
+                             "(no embed_tokens.weight, or no architectures in config.json).", hint)
+    try:
+        from tokenizers import Tokenizer
+
+        size = Tokenizer.from_file(str(ident.path)).get_vocab_size(with_added_tokens=True)
+    except Exception:  # noqa: BLE001 — the tokenizers library raises its own exception type
+        raise RamStudioError(f"{name}/tokenizer.json could not be read as a tokenizer.", hint) from None
+    if size == 0 or size > embed.shape[0]:
+        raise RamStudioError(f"{name} is not a demo-compatible model: its tokenizer has {size:,} tokens and its "
+                             f"embedding {embed.shape[0]:,} rows.", hint)
 
 
 def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser:
