@@ -191,13 +191,17 @@ def _add_chunk(acc: OverlapAccumulator, chunk, fused: bool) -> bool:
 
 
 def _frame(parts: list[dict]) -> pd.DataFrame:
-    """One frame from the batches' columns (lists of labels, arrays of numbers), in batch order."""
+    """One frame from the batches' columns (arrays: objects for labels, numbers), in batch order; label
+    columns become strings, the layer column integers when every layer number fits int64."""
     import pandas as pd
 
     if not parts:
         return pd.DataFrame()
-    return pd.DataFrame({c: [v for part in parts for v in part[c]] if isinstance(parts[0][c], list)
-                         else np.concatenate([part[c] for part in parts]) for c in parts[0]})
+    cols = {c: np.concatenate([np.asarray(part[c]) for part in parts]) for c in parts[0]}
+    for c, v in cols.items():
+        if v.dtype == object:
+            cols[c] = list(v) if c == "layer" else v  # pandas infers int64 (or keeps huge ints) from a list
+    return pd.DataFrame(cols)
 
 
 def _import_meanwhile(module: str) -> None:
@@ -224,14 +228,15 @@ def _columns(base: Checkpoint, labels: list[str], ladder: tuple[float, ...], acc
     n, L = len(labels), len(ladder)
     per_tensor = n * L
     names = [name for name, _ in batch]
-    rows_of_agents = [a for a in labels for _ in ladder]
-    layers = [layer_of(name) for name in names]  # parsed once per tensor, repeated for its rows
-    modules = [module_of(name) for name in names]
+
+    def per_row(values: list) -> np.ndarray:  # one value per tensor, repeated for its rows (no Python lists)
+        return np.repeat(np.array(values + [None], dtype=object)[:-1], per_tensor)
+
     cols: dict[str, list | np.ndarray] = {
-        "agent": rows_of_agents * len(names),
-        "tensor": [name for name in names for _ in range(per_tensor)],
-        "layer": [v for v in layers for _ in range(per_tensor)],  # a list: any size of int
-        "module": [v for v in modules for _ in range(per_tensor)],
+        "agent": np.tile(np.array([a for a in labels for _ in ladder] + [None], dtype=object)[:-1], len(names)),
+        "tensor": per_row(names),
+        "layer": per_row([layer_of(name) for name in names]),  # objects: a layer number of any size
+        "module": per_row([module_of(name) for name in names]),
         "numel": np.repeat(np.array([base.tensors[x].numel for x in names], dtype=np.int64), per_tensor),
         "eps": np.tile(np.array(ladder, dtype=np.float64), len(names) * n),
         "changed": st.changed.reshape(-1).numpy(), "shared": st.shared.reshape(-1).numpy(),

@@ -345,7 +345,8 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                 if fused:
                     out32 = _take(out_pool, chunk.numel, torch.float32)
                     merged, peak = merger.merge(span.offset, chunk, out=out32)
-                    peaks.add(check_finite(data, peak, labels, base.label))
+                    peak = check_finite(data, peak, labels, base.label)
+                    peaks.add(peak)
                     pooled = merged.numel() == 0 or merged.data_ptr() == out32.data_ptr()
                     if target == torch.float32 and pooled:
                         out = out32
@@ -353,7 +354,7 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                         guard.check_range(span.tensor, span.offset, merged, target)  # F8_E4M3 saturates
                         out = _take(out_pool, chunk.numel, target).copy_(merged)
                         out_pool.give(out32)
-                    guard.note_change(out, data.base)
+                    guard.note_change(out, data.base, float(peak.max()) if peak.numel() else 0.0)
                     data.release()  # the writer needs only the output
                     _submit_host(writer, sink, span, out, None, guard, out_pool)
                 else:
@@ -438,7 +439,7 @@ def _emit_from_device(writer: BackgroundWriter, sink: ShardSetWriter, lanes: Lan
     changed) and writes its piece at its offset."""
     guard.check_range(span.tensor, span.offset, merged, target)  # F8_E4M3 saturates instead of overflowing
     out = merged.reshape(-1).to(target)
-    flags = guard.flags(out, base_f32.reshape(-1).to(target))
+    flags = guard.flags(out, base_f32.reshape(-1).to(target), peak.max() if peak.numel() else 0.0)
     small = torch.cat([flags.to(peak.dtype), peak])  # one small copy: flags, then each agent's max |τ|
     host_small, small_done = lanes.download(small)
     first = [True]

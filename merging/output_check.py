@@ -8,9 +8,11 @@ after rounding), with the numba kernels when present and numpy otherwise. Three 
 - a value that is not finite in the output dtype refuses the merge (F8_E4M3 has no infinity: torch's cast
   saturates at ±448, so for it the float32 values are checked against its range before the cast);
 - `changed`: some stored value differs from the base's (±0 count as equal);
-- `beyond_rounding`: some stored value differs from the base's by more than one step of the output dtype
-  (one unit in the last place). A merge that changes values only by one step at most (two agents that
-  differ only in sign leave 1e-7 of float32 rounding) changes nothing real, and is refused like a no-op.
+- `beyond_rounding`: some stored value differs from the base's by more than the float32 computation can
+  leave as rounding: ROUNDING_STEPS · ε(float32) · (the chunk's largest |θ_base| + largest |τ|). Two agents that
+  differ only in sign leave ~1e-7 of float32 rounding where the weights are ~1: such a merge changes nothing
+  real, and is refused like a no-op. (For outputs coarser than float32 — BF16, F16, F8 — a change this small
+  rounds away in the output dtype itself, and the merge is refused as "changes nothing".)
 """
 from __future__ import annotations
 
@@ -40,6 +42,8 @@ _SIGNED = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float3
 # Dtypes whose cast from float32 saturates instead of overflowing to infinity: checked before the cast.
 SATURATING = {torch.float8_e4m3fn: float(torch.finfo(torch.float8_e4m3fn).max)}
 N_FLAGS = 3  # `flags`: [not finite, changed, changed beyond rounding]
+ROUNDING_STEPS = 4.0  # a change within this many float32 epsilons of the weights' scale is rounding
+_EPS32 = float(torch.finfo(torch.float32).eps)
 
 
 @dataclass
@@ -52,10 +56,10 @@ class OutputGuard:
     beyond_rounding: bool = False
     _fused: bool = field(default_factory=kernels_enabled)
 
-    def check(self, tensor: str, offset: int, out: torch.Tensor, base: torch.Tensor) -> None:
+    def check(self, tensor: str, offset: int, out: torch.Tensor, base: torch.Tensor, tau_peak: float = 0.0) -> None:
         """`out` is the chunk as it will be stored, `base` the base's stored values of the same elements."""
         self.check_finite(tensor, offset, out)
-        self.note_change(out, base)
+        self.note_change(out, base, tau_peak)
 
     def check_range(self, tensor: str, offset: int, merged: torch.Tensor, target: torch.dtype) -> None:
         """Before casting float32 `merged` to a saturating `target` (F8_E4M3): refuse a value beyond its
@@ -80,10 +84,10 @@ class OutputGuard:
         if i >= 0:
             self._refuse(tensor, offset + i)
 
-    def note_change(self, out: torch.Tensor, base: torch.Tensor) -> None:
-        """Remember whether `out` differs from `base`, and by more than one step (stops looking once a change
-        beyond rounding was seen: cheap enough for the compute thread, which can then hand the input buffers
-        back at once)."""
+    def note_change(self, out: torch.Tensor, base: torch.Tensor, tau_peak: float = 0.0) -> None:
+        """Remember whether `out` differs from `base`, and by more than rounding (`tau_peak`: the chunk's
+        largest |τ| over the agents). Stops looking once a change beyond rounding was seen: cheap enough for
+        the compute thread, which can then hand the input buffers back at once."""
         spec = _BITS.get(out.dtype)
         if self.beyond_rounding or spec is None or out.numel() == 0:
             return
@@ -92,17 +96,18 @@ class OutputGuard:
         a, b = _np(out.reshape(-1).view(view)), _np(ref.view(view))
         if _values_differ(a, b, mag_mask, self._kernels(a)):
             self.changed = True
-            self.beyond_rounding = _beyond_rounding(a, b, mag_mask)
+            self.beyond_rounding = _beyond_rounding(out.reshape(-1), base.reshape(-1), tau_peak)
 
     def _kernels(self, bits: np.ndarray | None = None) -> bool:
         if bits is not None and bits.dtype.itemsize == 1:  # the kernels are compiled for 16- to 64-bit words
             return False
         return self._fused and kernels_ready(("first_nonfinite", "values_differ"), "bf16")
 
-    def flags(self, out: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    def flags(self, out: torch.Tensor, base: torch.Tensor, tau_peak: torch.Tensor | float = 0.0) -> torch.Tensor:
         """The same checks as torch operations on `out`'s device, without waiting for it: a bool tensor
         [some value is not finite, some value differs from `base`, some value differs by more than one step]
-        (`base`: the base's values in `out`'s dtype). `check_flags` reads it once the chunk is on the host."""
+        (`base`: the base's values in `out`'s dtype; `tau_peak`: the chunk's largest |τ|, a tensor on the same
+        device or a number). `check_flags` reads it once the chunk is on the host."""
         spec = _BITS.get(out.dtype)
         if spec is None or out.numel() == 0:
             return torch.zeros(N_FLAGS, dtype=torch.bool, device=out.device)
@@ -111,9 +116,9 @@ class OutputGuard:
         b = base.reshape(-1).view(_SIGNED[out.dtype])
         bad = ((a & exp_mask) == exp_mask).any()
         differ = ((a != b) & (((a | b) & mag_mask) != 0)).any()
-        wide = torch.int64
-        steps = (_ordered_torch(a, mag_mask).to(wide) - _ordered_torch(b, mag_mask).to(wide)).abs()
-        return torch.stack([bad, differ, differ & (steps > 1).any()])
+        o, r = out.reshape(-1).float(), base.reshape(-1).float()
+        beyond = (o - r).abs().max() > _threshold(r.abs().max(), tau_peak)
+        return torch.stack([bad, differ, differ & beyond])
 
     def check_flags(self, tensor: str, offset: int, flags: torch.Tensor, out: torch.Tensor) -> None:
         """Act on `flags` (from `flags`, on the host): name the first non-finite value of `out` (the
@@ -139,26 +144,21 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.contiguous().numpy()
 
 
-def _ordered_torch(bits: torch.Tensor, mag_mask: int) -> torch.Tensor:
-    """Sign-magnitude bit patterns as integers in value order (−0 and +0 both 0)."""
-    mag = bits & mag_mask
-    return torch.where(bits < 0, -mag, mag)
+def _threshold(base_peak, tau_peak):
+    """The largest change float32 rounding can leave where the weights are at most `base_peak` + `tau_peak`."""
+    return ROUNDING_STEPS * _EPS32 * (base_peak + tau_peak)
 
 
-def _beyond_rounding(a: np.ndarray, b: np.ndarray, mag_mask: int) -> bool:
-    """Whether some value of `a` is more than one step of its dtype away from the same value of `b` (both
-    unsigned views of the stored bits)."""
-    sign = a.dtype.type(mag_mask + 1) if a.dtype.itemsize < 8 else np.uint64(1 << 63)
-    m = a.dtype.type(mag_mask)
-    wide = np.int32 if a.dtype.itemsize <= 2 else np.int64
-
-    def ordered(x: np.ndarray) -> np.ndarray:
-        mag = (x & m).astype(wide)
-        return np.where((x & sign) != 0, -mag, mag)
-
-    for start in range(0, a.size, _BLOCK):  # in blocks: small temporaries, and it stops at the first hit
+def _beyond_rounding(out: torch.Tensor, base: torch.Tensor, tau_peak: float) -> bool:
+    """Whether some value of `out` (stored dtype) differs from `base` (stored values) by more than rounding.
+    In blocks: small temporaries, and it stops at the first block that decides."""
+    base_peak = 0.0
+    for start in range(0, base.numel(), _BLOCK):
+        base_peak = max(base_peak, float(base[start:start + _BLOCK].float().abs().max()))
+    limit = _threshold(base_peak, float(tau_peak))
+    for start in range(0, out.numel(), _BLOCK):
         stop = start + _BLOCK
-        if np.any(np.abs(ordered(a[start:stop]) - ordered(b[start:stop])) > 1):
+        if float((out[start:stop].float() - base[start:stop].float()).abs().max()) > limit:
             return True
     return False
 

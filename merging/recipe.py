@@ -82,9 +82,7 @@ class MergeSpec:
         out = data.get("out", "")
         if not isinstance(out, str):
             raise bad("out", "must be a string")
-        if out and not is_output_name(out):
-            raise bad("out", f"must be a plain folder name (the recipe's output is written to ./NAME), not "
-                             f"{printable(out, 80)!r}")
+
         out_dtype = data.get("out_dtype")
         if out_dtype is not None and out_dtype not in OUT_DTYPES:
             raise bad("out_dtype", f"must be null or one of {', '.join(OUT_DTYPES)}")

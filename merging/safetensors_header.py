@@ -23,7 +23,7 @@ HEADER_DEPTH = 8  # a header nests 3 levels: {name: {"shape": [...]}}
 MAX_DIM = 1 << 48  # no real tensor dimension comes near this; it keeps every size far inside int64
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a model with 100,000 tensors holds 100,000 of these
 class TensorEntry:
     """Where one tensor lives: its file, dtype code, shape and byte range inside the data section."""
 

@@ -296,7 +296,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Re-run a ram_recipe.json, or run a mergekit YAML config (for the methods both tools have)."""
-    from merging.recipe import check_local_inputs, read_recipe
+    from merging.recipe import check_local_inputs, is_output_name, read_recipe
 
     path = Path(args.recipe)
     if _is_yaml(path):
@@ -320,6 +320,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_local_inputs(spec, doc)
     if args.out:
         spec.out = args.out
+    elif not is_output_name(spec.out):  # a recipe writes into ./NAME: never a path it names
+        raise RamStudioError(f"the recipe's output name {printable(spec.out, 120)!r} is not a plain folder name, "
+                             "so it is not used.", "Pass --out DIR to say where to write the merge.")
     if args.device:
         spec.device = args.device
     expected = None if args.allow_changed_inputs else doc.get("inputs", [])

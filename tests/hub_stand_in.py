@@ -56,6 +56,7 @@ class StandInHub:
     repos: dict[str, Repo] = field(default_factory=dict)
     rate: float | None = None  # bytes per second for file bodies (None: as fast as possible)
     honour_range: bool = True
+    forged_oids: dict[str, str] = field(default_factory=dict)  # file name -> the id the tree listing gives it
     log: list[Request] = field(default_factory=list)
     url: str = ""
     _server: ThreadingHTTPServer | None = None
@@ -122,8 +123,9 @@ class StandInHub:
                     rev = unquote(tail[1]) if len(tail) > 1 else "main"
                 repo = self.repo(repo_id, rev)
                 if tail[:1] == ["tree"]:
-                    entries = [{"type": "file", "oid": f.git_sha1, "size": len(f.data), "path": name,
-                                **({"lfs": {"oid": f.sha256, "size": len(f.data), "pointerSize": 134}} if f.lfs else {})}
+                    entries = [{"type": "file", "oid": hub.forged_oids.get(name, f.git_sha1), "size": len(f.data),
+                                "path": name, **({"lfs": {"oid": hub.forged_oids.get(name, f.sha256), "size": len(f.data),
+                                                          "pointerSize": 134}} if f.lfs else {})}
                                for name, f in repo.files.items()]
                     return self.json(entries)
                 siblings = [{"rfilename": name, "size": len(f.data), "blobId": f.git_sha1,

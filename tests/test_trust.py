@@ -4,6 +4,7 @@ writers race, and never writes a wrong model with exit 0 (issue 10). Each test i
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 import subprocess
@@ -524,3 +525,515 @@ def test_control_characters_in_names_are_escaped(capsys, tmp_path):
     assert code == 2 and "\\x1b" in out + err and "\x1b" not in err + out and "\u202e" not in err + out, err
     code, out, err = run(capsys, "inspect", *folders[:2], folders[1].parent / "m0")
     assert "\x1b" not in out + err
+
+
+# === Trust v2 (issue 20): each class of the hostile pass, and the attacks on its fix ====================
+
+def _dead_pid() -> int:
+    """The id of a process that has exited (for lock files and markers that name a dead writer)."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _unshare(script: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run a shell `script` in a private mount namespace (mounts vanish with it): bind mounts and mount points
+    without touching the machine's. Skips when the kernel or the sandbox does not allow it."""
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("user and mount namespaces are not available here (unshare)")
+    return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _cli(*argv) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(str(a)) for a in [sys.executable, "-m", "ram_studio", *argv])
+
+
+def _cache_layout(root: Path, model: Path, links: dict[str, str], blobs_to: Path | None = None) -> Path:
+    """A Hugging Face cache entry `root/models--org--x` whose snapshot holds `model`'s files as regular files,
+    plus links named in `links` (name -> link target); `blobs` is a link to `blobs_to` when given."""
+    repo = root / "models--org--x"
+    snap = repo / "snapshots" / "0123abcd"
+    snap.mkdir(parents=True)
+    if blobs_to is not None:
+        (repo / "blobs").symlink_to(blobs_to)
+    else:
+        (repo / "blobs").mkdir()
+    for f in model.iterdir():
+        if f.name not in links:
+            shutil.copyfile(f, snap / f.name)
+    for name, target in links.items():
+        (snap / name).symlink_to(target)
+    return snap
+
+
+# --- 1. a cache layout that reads anything --------------------------------------------------------------
+
+def test_blob_store_that_is_a_link_reads_nothing(capsys, models, tmp_path, monkeypatch):
+    """Issue 20, 1: `blobs -> /` made every file of the disk a "blob"; the process environment (HF_TOKEN) and
+    any readable file were copied into the output. The blob store must be a real folder of the repo."""
+    base, agents = models
+    monkeypatch.setenv("HF_TOKEN", "hf_TOPSECRET_TOKEN")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET")
+    snap = _cache_layout(tmp_path / "extracted", base, {
+        "tokenizer.json": "../../blobs/proc/self/environ",
+        "vocab.txt": "../../blobs/" + str(secret).lstrip("/")}, blobs_to=Path("/"))
+    out = tmp_path / "out"
+    for argv in (merge_argv(snap, agents, out), merge_argv(base, [snap, agents[1]], out), ["inspect", snap, *agents]):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and "blob store" in err and "is a link" in err, err
+        assert "TOPSECRET" not in err and not out.exists()
+    no_leftovers(tmp_path)
+
+
+def test_hard_links_bring_nothing_in(capsys, models, tmp_path):
+    """Issue 20, 1: a side file or a blob hard-linked to a file outside was copied. A file with more than one
+    link is read only when it is a blob of the repo's own store whose content matches its name."""
+    import hashlib
+
+    base, agents = models
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET")
+    os.link(secret, base / "vocab.txt")  # a plain folder: a hard link to a file outside
+    out = tmp_path / "out"
+    code, _, err = run(capsys, *merge_argv(base, agents, out))
+    assert code == 2 and "vocab.txt" in err and "hard link" in err and not out.exists(), err
+    (base / "vocab.txt").unlink()
+    shard = sorted(agents[0].glob("*.safetensors"))[0]  # a weight file hard-linked from elsewhere
+    os.link(shard, tmp_path / "elsewhere.safetensors")
+    code, _, err = run(capsys, "inspect", base, *agents)
+    assert code == 2 and "hard link" in err, err
+    (tmp_path / "elsewhere.safetensors").unlink()
+    # In a cache layout: a blob named by its own sha256 is the file the Hub gave, whatever links it has;
+    # a blob whose content does not match its name is not.
+    good = b'{"version": "1.0"}'
+    snap = _cache_layout(tmp_path / "hub", base, {})
+    blobs = snap.parent.parent / "blobs"
+    (blobs / hashlib.sha256(good).hexdigest()).write_bytes(good)
+    os.link(blobs / hashlib.sha256(good).hexdigest(), tmp_path / "dedup-copy")
+    (snap / "tokenizer.json").unlink()
+    (snap / "tokenizer.json").symlink_to(f"../../blobs/{hashlib.sha256(good).hexdigest()}")
+    code, _, err = run(capsys, *merge_argv(snap, agents, out))
+    assert code == 0 and (out / "tokenizer.json").read_bytes() == good, err
+    forged = blobs / ("0" * 64)
+    os.link(secret, forged)
+    (snap / "vocab.txt").symlink_to(f"../../blobs/{forged.name}")
+    code, _, err = run(capsys, *merge_argv(snap, agents, tmp_path / "out2"))
+    assert code == 2 and "vocab.txt" in err and "hard link" in err and "TOPSECRET" not in err, err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link-out", "too-large"])
+def test_side_files_are_checked_before_any_work(capsys, models, tmp_path, monkeypatch, kind):
+    """Issue 20, 8: a side file that may not be copied (a FIFO, a link out, an oversized file) was found only
+    after the whole merge ran. It is refused before any tensor is read."""
+    import merging.export as export
+    import merging.side_files as side_files
+
+    base, agents = models
+    target = base / "chat_template.jinja"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "link-out":
+        (tmp_path / "outside.jinja").write_text("{{ secret }}")
+        target.symlink_to(tmp_path / "outside.jinja")
+    else:
+        monkeypatch.setattr(side_files, "MAX_SIDE_FILE", 4)
+        target.write_text("more than four bytes")
+    monkeypatch.setattr(export, "stream_merge", lambda *a, **k: pytest.fail("the merge started"))
+    monkeypatch.setattr(export, "count_overlaps", lambda *a, **k: pytest.fail("the merge started"))
+    code, _, err = run(capsys, *merge_argv(base, agents, tmp_path / "out"))
+    assert code == 2 and "chat_template.jinja" in err, err
+    assert {"fifo": "not a regular file", "link-out": "outside the model folder", "too-large": "bytes"}[kind] in err
+
+
+def test_downloads_read_what_the_merge_wrote_never_the_path_again(models, tmp_path):
+    """Issue 20, 1: the app's zip was built at click time from whatever the output path named then (a folder
+    swapped for a link zipped the link's target). Downloads and uploads read the files the merge committed
+    (same folder, inode and size; SHA-256 for small outputs) or refuse."""
+    import io
+    import zipfile
+
+    from merging.export import merge_to_folder
+    from merging.recipe import MergeSpec
+    from merging.written import read_bytes, zip_bytes
+
+    base, agents = models
+    out = tmp_path / "merged"
+    res = merge_to_folder(MergeSpec(str(base), [str(a) for a in agents], "ram", out=str(out)))
+    wf = res.written
+    names = sorted(p.name for p in out.iterdir())
+    assert [f.name for f in wf.files] == names and all(f.sha256 for f in wf.files)
+    with zipfile.ZipFile(io.BytesIO(zip_bytes(wf))) as z:
+        assert sorted(z.namelist()) == [f"merged/{n}" for n in names]
+        assert all(z.read(f"merged/{n}") == (out / n).read_bytes() for n in names)
+    # The folder swapped for a link to another folder (with the same file names).
+    other = tmp_path / "other"
+    shutil.copytree(out, other)
+    (other / "README.md").write_text("someone else's files")
+    out.rename(tmp_path / "moved")
+    out.symlink_to(other)
+    for read in (lambda: zip_bytes(wf), lambda: read_bytes(wf, "README.md")):
+        with pytest.raises(RamStudioError, match="no longer what the merge wrote"):
+            read()
+    out.unlink()
+    (tmp_path / "moved").rename(out)
+    # A file replaced in place (same name and size, other content; or another inode).
+    card = (out / "README.md").read_bytes()
+    with open(out / "README.md", "r+b") as f:
+        f.write(b"X")
+    with pytest.raises(RamStudioError, match="no longer what the merge wrote"):
+        read_bytes(wf, "README.md")
+    (out / "README.md").unlink()  # another file under the name (its inode may even be reused): other bytes
+    (out / "README.md").write_bytes(card.replace(b"ram", b"RAM", 1))
+    with pytest.raises(RamStudioError, match="no longer what the merge wrote"):
+        zip_bytes(wf)
+    assert read_bytes(wf, "ram_recipe.json") == (out / "ram_recipe.json").read_bytes()
+
+
+# --- 2. nothing deleted that is not provably ours -------------------------------------------------------
+
+def test_an_input_that_looks_like_a_stale_partial_is_never_deleted(capsys, models, tmp_path):
+    """Issue 20, 2: an input named like a stale partial output next to the target was removed by the clean-up.
+    Only a leftover holding our marker, naming this target, host and a dead process, and holding no input, goes."""
+    import socket
+
+    from merging.placement import PARTIAL_MARKER
+
+    base, agents = models
+    dead = _dead_pid()
+    lookalike = shutil.copytree(agents[0], tmp_path / f".merged.partial-aaaaaaaa-{dead}")
+    before = checksums([lookalike])
+    host_of_input = tmp_path / f".merged.partial-bbbbbbbb-{dead}"  # forged marker, but it holds an input
+    inner = shutil.copytree(agents[1], host_of_input / "agent")
+    (host_of_input / PARTIAL_MARKER).write_text(json.dumps({"pid": dead, "host": socket.gethostname(),
+                                                            "target": "merged"}))
+    ours = tmp_path / f".merged.partial-cccccccc-{dead}"  # a real leftover of ours
+    ours.mkdir()
+    (ours / PARTIAL_MARKER).write_text(json.dumps({"pid": dead, "host": socket.gethostname(), "target": "merged"}))
+    (ours / "model.safetensors").write_bytes(b"half")
+    code, _, err = run(capsys, *merge_argv(base, [lookalike, inner], tmp_path / "merged"))
+    assert code == 0, err
+    assert checksums([lookalike]) == before and inner.is_dir() and not ours.exists()
+    assert not (tmp_path / "merged" / PARTIAL_MARKER).exists()
+
+
+# --- 3. outputs inside inputs without a symlink ---------------------------------------------------------
+
+def test_outputs_through_a_bind_mount_of_an_input_are_refused(models, tmp_path):
+    """Issue 20, 3: a bind mount of an input (other path string, same device and inode) let an output, an
+    `inspect --json` and an analysis file land inside the input."""
+    base, agents = models
+    view, above = tmp_path / "view", tmp_path / "above"
+    view.mkdir()
+    above.mkdir()
+    before = checksums([base.parent])
+    agents_args = " ".join(map(str, agents))
+    script = (f"mount --bind {agents[0]} {view} && mount --bind {base.parent} {above} && "
+              f"{_cli('merge', base, *agents, '--method', 'ram', '--out', view / 'merged', '--quiet')}; echo \"rc=$?\"; "
+              f"{_cli('merge', base, *agents, '--method', 'ram', '--out', above, '--quiet', '--overwrite')}; "
+              f"echo \"rc=$?\"; "
+              f"{_cli('inspect', base, *agents, '--json', view / 'report.json')}; echo \"rc=$?\"; "
+              f"{_cli('analyze', base, *agents, '--csv', view / 'stats.csv', '--quiet')}; echo \"rc=$?\"")
+    del agents_args
+    proc = _unshare(script)
+    assert proc.stdout.count("rc=2") == 4, (proc.stdout, proc.stderr)
+    assert proc.stderr.count("is inside the input") == 3 and "is the input" in proc.stderr or \
+        "contains the input" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert checksums([base.parent]) == before and not (agents[0] / "merged").exists()
+
+
+def test_an_empty_mount_point_is_refused_before_any_work(models, tmp_path):
+    """Issue 20, 8: an output that is an empty mount point failed only at the final rename."""
+    base, agents = models
+    out = tmp_path / "mnt"
+    out.mkdir()
+    proc = _unshare(f"mount -t tmpfs none {out} && "
+                    f"{_cli('merge', base, *agents, '--method', 'ram', '--out', out, '--quiet')}")
+    assert proc.returncode == 2 and "is a mount point" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a folder owned by another user")
+def test_a_folder_owned_by_another_user_is_never_replaced(capsys, models, tmp_path):
+    """Issue 20, 8: an empty world-writable (1777) folder owned by another user was silently replaced."""
+    base, agents = models
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    os.chown(shared, 65534, 65534)
+    for extra in ((), ("--overwrite",)):
+        code, _, err = run(capsys, *merge_argv(base, agents, shared, *extra))
+        assert code == 2 and "belongs to another user" in err, err
+    assert shared.is_dir() and os.stat(shared).st_uid == 65534 and not any(shared.iterdir())
+
+
+@pytest.mark.parametrize("where", ["is", "inside"])
+def test_the_analysis_cache_is_never_written_into_an_input(capsys, models, monkeypatch, where):
+    """Issue 20, 3: RAM_STUDIO_CACHE pointing at an input folder wrote the analysis cache into it."""
+    base, agents = models
+    before = checksums([base.parent])
+    monkeypatch.setenv("RAM_STUDIO_CACHE", str(agents[1] if where == "is" else agents[1] / "cache"))
+    code, _, err = run(capsys, "analyze", base, *agents, "--quiet")
+    assert code == 2 and "analysis cache folder" in err and "RAM_STUDIO_CACHE" in err, err
+    assert checksums([base.parent]) == before
+    code, _, err = run(capsys, "analyze", base, *agents, "--quiet", "--no-cache")  # no cache: nothing written there
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("name", ["/tmp/elsewhere", "../up", "a/b", "..", "x\x1b]0;title\x07"])
+def test_a_recipe_writes_only_into_a_plain_name(capsys, models, tmp_path, monkeypatch, name):
+    """Issue 20, 3: a recipe whose recorded output name was absolute or had `../` wrote there instead of ./NAME."""
+    base, agents = models
+    out = tmp_path / "m"
+    assert run(capsys, *merge_argv(base, agents, out))[0] == 0
+    doc = json.loads((out / "ram_recipe.json").read_text())
+    doc["spec"]["out"] = name
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    code, _, err = run(capsys, "run", bad, "--quiet")
+    assert code == 2 and "not a plain folder name" in err and "--out" in err and "\x1b" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "m", "models", "work"] and not any(work.iterdir())
+    code, _, err = run(capsys, "run", bad, "--quiet", "--out", work / "given")  # --out still works
+    assert code == 0, err
+
+
+def test_an_output_in_the_hub_cache_is_allowed_only_outside_inputs_with_a_warning(capsys, models, tmp_path,
+                                                                                  monkeypatch):
+    """Issue 20, 3: an output in the Hub cache outside every input's repo was accepted silently."""
+    from tests.app_helpers import reload_hub_client
+
+    base, agents = models
+    cache = tmp_path / "hf-cache"
+    (cache / "models--org--other").mkdir(parents=True)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    reload_hub_client()
+    try:
+        for out in (cache / "merged", cache / "models--org--other" / "merged"):
+            code, _, err = run(capsys, *merge_argv(base, agents, out))
+            assert code == 0 and "warning:" in err and "inside the Hugging Face cache" in err, err
+    finally:
+        monkeypatch.undo()
+        reload_hub_client()
+
+
+# --- 4. text from files is data --------------------------------------------------------------------------
+
+def test_terminal_lines_escape_paths_and_names(capsys, models, tmp_path):
+    """Issue 20, 4: the "wrote …" line printed raw escape sequences from --out (window title set, screen
+    cleared); every line the CLI prints is escaped."""
+    base, agents = models
+    out = tmp_path / "m\x1b]0;pwned\x07\x1b[2J\u202eevil"
+    code, stdout, err = main_capture(capsys, *merge_argv(base, agents, out))
+    assert code == 0, err
+    assert "\x1b" not in stdout + err and "\x07" not in stdout + err and "\u202e" not in stdout + err
+    assert "\\x1b]0;pwned\\x07" in stdout and "\\u202e" in stdout
+    code, stdout, err = main_capture(capsys, "run", out / "ram_recipe.json", "--out", str(out) + "-again", "--quiet")
+    assert code == 0 and "\x1b" not in stdout + err, err
+
+
+def main_capture(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+HOSTILE_TENSORS = ['=HYPERLINK("http://evil.example/x","click")', "+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A9)",
+                   "\tlead", "model.bidi\u202eevil.weight", "![x](http://127.0.0.2:9/b.png) [Click to fix](http://x)"]
+
+
+def _hostile_family(root: Path, names=HOSTILE_TENSORS, dtype=torch.float32) -> list[Path]:
+    g = torch.Generator().manual_seed(3)
+    base = {n: torch.randn(64, generator=g) for n in names}
+    folders = []
+    for i in range(3):
+        f = root / f"m{i}"
+        f.mkdir(parents=True)
+        t = base if i == 0 else {n: v + torch.randn(64, generator=g) * (torch.rand(64, generator=g) < 0.5)
+                                 for n, v in base.items()}
+        save_file({n: v.to(dtype) for n, v in t.items()}, f / "model.safetensors", metadata={"format": "pt"})
+        (f / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"]}))
+        folders.append(f)
+    return folders
+
+
+def test_csv_cells_never_run_as_formulas(capsys, tmp_path):
+    """Issue 20, 4: tensor names starting with = + - @ were written raw into CSV (formula injection), and
+    bidi characters raw."""
+    import csv
+
+    folders = _hostile_family(tmp_path)
+    out = tmp_path / "stats.csv"
+    code, _, err = run(capsys, "analyze", *folders, "--csv", out, "--quiet")
+    assert code == 0, err
+    text = out.read_text()
+    assert "\u202e" not in text and "\\u202e" in text
+    rows = list(csv.DictReader(text.splitlines()))
+    tensors = {r["tensor"] for r in rows}
+    assert len(tensors) == len(HOSTILE_TENSORS)
+    for cell in tensors:
+        assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), cell
+    assert "'=HYPERLINK(\"http://evil.example/x\",\"click\")" in tensors and "'-2+3" in tensors
+    assert all(not r["agent"].startswith(("=", "+", "-", "@")) for r in rows)
+
+
+# --- 5. nested and aliased data, lists longer than a merge takes ----------------------------------------
+
+def test_a_recipe_with_a_million_agents_is_refused_before_anything_is_opened(capsys, models, tmp_path, monkeypatch):
+    """Issue 20, 5: a recipe with 10^5 agents was refused after 145 s (quadratic); one with 10^6 (14.9 MB, under
+    the size cap) ran for 25 minutes. The agent count is checked first, before any model is looked at."""
+    import merging.checkpoint as checkpoint
+    import merging.refs as refs
+
+    base, agents = models
+    out = tmp_path / "m"
+    assert run(capsys, *merge_argv(base, agents, out))[0] == 0
+    doc = json.loads((out / "ram_recipe.json").read_text())
+    monkeypatch.setattr(checkpoint, "open_checkpoint", lambda *a, **k: pytest.fail("a model was opened"))
+    monkeypatch.setattr(refs, "parse_ref", lambda *a, **k: pytest.fail("a reference was parsed"))
+    for n in (100_000, 1_000_000):
+        doc["spec"]["agents"] = [f"m/{i}" for i in range(n)]
+        bad = tmp_path / f"r{n}.json"
+        bad.write_text(json.dumps(doc))
+        assert bad.stat().st_size < 16 << 20
+        code, _, err = run(capsys, "run", bad, "--out", tmp_path / "x", "--quiet")
+        assert code == 2 and f"{n:,} agents given" in err and "at most 64" in err, err
+    code, _, err = run(capsys, "merge", base, *[agents[0]] * 65, "--method", "ram", "--out", tmp_path / "y")
+    assert code == 2 and "at most 64" in err
+
+
+# --- 6. every float dtype we write is checked ------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"])
+def test_every_written_dtype_is_checked_finite_and_changed(capsys, tmp_path, dtype):
+    """Issue 20, 6: the finite and "changed" checks skipped F8_E4M3/F8_E5M2: `--lambda 1e6` wrote Inf with
+    exit 0, a real fp8 merge was refused as "changes nothing", and --allow-noop died with KeyError after writing."""
+    from merging.dtypes import ST_TO_TORCH
+
+    folders = _hostile_family(tmp_path / "in", names=["model.layers.0.mlp.up_proj.weight", "model.norm.weight"],
+                              dtype=ST_TO_TORCH[dtype])
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "merge", *folders, "--method", "task_arithmetic", "--lambda", "3e38", "--out", out,
+                       "--quiet")
+    assert code == 2 and ("is not finite" in err or "is beyond" in err) and not out.exists(), err
+    code, _, err = run(capsys, "merge", *folders, "--method", "task_arithmetic", "--out", out, "--quiet")
+    assert code == 0, err  # a real change is seen as one
+    merged = load_file(out / "model.safetensors")
+    assert all(t.dtype == ST_TO_TORCH[dtype] and bool(torch.isfinite(t.float()).all()) for t in merged.values())
+    code, _, err = run(capsys, "merge", *folders, "--method", "ram", "--eps", "1e9", "--out", tmp_path / "noop",
+                       "--quiet")
+    assert code == 2 and "changes nothing" in err, err
+    code, _, err = run(capsys, "merge", *folders, "--method", "ram", "--eps", "1e9", "--out", tmp_path / "noop",
+                       "--quiet", "--allow-noop")
+    assert code == 0 and "WARNING" in err and (tmp_path / "noop" / "README.md").exists(), err
+
+
+def test_agents_that_cancel_give_no_merge_only_rounding(capsys, tmp_path):
+    """Issue 20, 8: two agents that differ only in sign gave a model 1e-7 away from the base, accepted as a
+    real merge. A merge whose largest change is one step of the output dtype is refused like a no-op."""
+    g = torch.Generator().manual_seed(0)
+    base = {"model.layers.0.mlp.up_proj.weight": torch.randn(256, generator=g) * 0.02}
+    tau = {k: torch.randn(v.shape, generator=g) * 1e-3 for k, v in base.items()}
+    folders = []
+    for name, sign in (("base", 0), ("plus", 1), ("minus", -1)):
+        f = tmp_path / name
+        f.mkdir()
+        save_file({k: v + sign * tau[k] for k, v in base.items()}, f / "model.safetensors")
+        (f / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"]}))
+        folders.append(f)
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "merge", *folders, "--method", "task_arithmetic", "--out", out, "--quiet")
+    assert code == 2 and "at most one step" in err and not out.exists(), err
+    code, _, err = run(capsys, "merge", *folders, "--method", "task_arithmetic", "--out", out, "--quiet",
+                       "--allow-noop")
+    assert code == 0 and "WARNING" in err and "rounding" in (out / "README.md").read_text()
+
+
+# --- 8. rough edges answered before work ---------------------------------------------------------------
+
+def test_an_orphan_cache_file_of_a_killed_writer_is_removed(capsys, models, tmp_path, monkeypatch):
+    """Issue 20, 8: an orphan `.KEY.*.tmp` stayed in the analysis cache after a kill. The next writer removes
+    ours (this host, a dead writer); nothing else."""
+    from analysis.cache import _host
+
+    base, agents = models
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv("RAM_STUDIO_CACHE", str(cache))
+    dead = _dead_pid()
+    ours = cache / f".{'a' * 32}.{_host()}.{dead}.0123abcd.tmp"
+    other_host = cache / f".{'a' * 32}.elsewhere.{dead}.0123abcd.tmp"
+    alive = cache / f".{'a' * 32}.{_host()}.{os.getppid()}.0123abcd.tmp"
+    unknown = cache / ".notes.tmp"
+    for p in (ours, other_host, alive, unknown):
+        p.write_text("{")
+    code, _, err = run(capsys, "analyze", base, *agents, "--quiet")
+    assert code == 0, err
+    assert not ours.exists() and other_host.exists() and alive.exists() and unknown.exists()
+    assert len(list(cache.glob("*.json"))) == 1
+
+
+def test_a_recipe_with_relative_paths_never_becomes_hub_ids(capsys, models, tmp_path, monkeypatch):
+    """Issue 20, 8: a recipe with relative model paths run from another folder turned them into Hub ids and
+    tried the network."""
+    from tests.app_helpers import reload_hub_client
+
+    base, agents = models
+    monkeypatch.chdir(base.parent.parent)  # tmp_path: models are models/base, models/agent0, …
+    rel = [str(Path("models") / p.name) for p in (base, *agents)]
+    assert run(capsys, "merge", *rel, "--method", "ram", "--out", "first", "--quiet")[0] == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: a network attempt would show
+    reload_hub_client()
+    try:
+        code, _, err = run(capsys, "run", tmp_path / "first" / "ram_recipe.json", "--out", "again", "--quiet")
+    finally:
+        monkeypatch.undo()
+        reload_hub_client()
+    assert code == 2 and "was a local folder" in err and "models/base" in err and "Hub (" not in err, err
+    assert not (elsewhere / "again").exists()
+
+
+# --- 9. the same inputs give the same model ---------------------------------------------------------------
+
+@pytest.mark.parametrize("method", ["dare_ta", "dare_ties"])
+def test_same_models_under_any_spelling_give_byte_identical_merges(capsys, tmp_path, monkeypatch, method):
+    """Issue 20, 9: DARE's masks were keyed by the agent reference as typed, so `demo:code`,
+    `assets/demo/models/code` and `./assets/demo/models/code/` gave three different merges. Now by position."""
+    import hashlib
+
+    from merging.refs import demo_root
+
+    demo = demo_root()
+    names = ["code", "tool", "memory"]
+    copy = tmp_path / "elsewhere" / "copies"
+    for n in ["base", *names]:
+        shutil.copytree(demo / n, copy / n)
+    (tmp_path / "link").symlink_to(demo)
+    monkeypatch.chdir(ROOT)
+    rel = os.path.relpath(demo, ROOT)
+    spellings = {
+        "demo": ["demo:base", *[f"demo:{n}" for n in names]],
+        "absolute": [str(demo / n) for n in ["base", *names]],
+        "relative": [f"{rel}/{n}" for n in ["base", *names]],
+        "dotted": [f"./{rel}/{n}/" for n in ["base", *names]],
+        "symlink": [str(tmp_path / "link" / n) for n in ["base", *names]],
+        "copy": [str(copy / n) for n in ["base", *names]],
+    }
+    digests = {}
+    for label, refs in spellings.items():
+        out = tmp_path / f"out-{label}"
+        code, _, err = run(capsys, "merge", *refs, "--method", method, "--drop-rate", "0.3", "--out", out, "--quiet")
+        assert code == 0, err
+        digests[label] = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(out.glob("*.safetensors")))).hexdigest()
+    assert len(set(digests.values())) == 1, digests

@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import importlib.util
-import io
 import json
 import os
-import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -18,9 +16,12 @@ from merging.errors import RamStudioError
 from merging.methods import METHODS, get_method
 from merging.recipe import MergeSpec
 from merging.units import format_bytes, format_seconds
+from merging.written import read_bytes as read_written
+from merging.written import zip_bytes as zip_written
 
 JOB_KEY = "merge_job"
 START_ERROR_KEY = "merge_start_error"
+START_WARNING_KEY = "merge_start_warning"
 EVAL_KEY = "eval_rows"
 OUT_KEY = "merge_out"  # the output folder box
 OUT_CUSTOM = "merge_out_custom"  # the folder the user typed (None: follow the suggestion)
@@ -93,7 +94,9 @@ def start(sel: state.Selection, method: str, params: dict, out: str, shard: str,
     from merging.side_files import is_side_file
 
     get_method(method).resolve_params(params)  # readable error for a bad value, before any thread starts
-    check_output_folder(out, input_folders([sel.base, *sel.agents]), overwrite=overwrite, side_file_ok=is_side_file)
+    target = check_output_folder(out, input_folders([sel.base, *sel.agents]), overwrite=overwrite,
+                                 side_file_ok=is_side_file)
+    st.session_state[START_WARNING_KEY] = target.warnings  # e.g. an output inside the Hugging Face cache
     spec = MergeSpec(sel.base, list(sel.agents), method, params, out.strip(), dtype, shard, on_mismatch=policy)
     job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite, counts=state.cached_counts(sel, spec))
     st.session_state[JOB_KEY] = job.id
@@ -130,6 +133,7 @@ def results(job: jobs.Job, sel: state.Selection) -> None:
         state.show_error(RamStudioError(msg, hint), "The merge")
         return
     res = job.result
+    written = res.written  # what the merge committed: downloads read exactly that, never the path again
     st.success(f"Merged into {md_code(res.out)}: {len(res.files)} files, {format_bytes(res.bytes_written)} in "
                f"{res.seconds:.1f} s.", icon=":material/check_circle:")
     files = pd.DataFrame({"file": [f.name for f in res.files],
@@ -142,39 +146,31 @@ def results(job: jobs.Job, sel: state.Selection) -> None:
             st.dataframe(pd.DataFrame(res.lambdas), hide_index=True, width="stretch")
         for note in res.notes:
             st.caption(md(note))
-    card, recipe = res.out / "README.md", res.out / "ram_recipe.json"
     stats = {"out": str(res.out), "seconds": res.seconds, "bytes_written": res.bytes_written,
-             "files": [{"name": f.name, "bytes": f.stat().st_size} for f in res.files if f.exists()],
+             "files": [{"name": f.name, "bytes": f.size, "sha256": f.sha256} for f in written.files],
              "lambdas": res.lambdas, "notes": res.notes}
     c = st.columns(4)
-    if card.exists():
-        c[0].download_button("Model card", card.read_bytes(), "README.md", "text/markdown", key="dl_card",
-                             icon=":material/description:", width="stretch")
-    if recipe.exists():
-        c[1].download_button("Recipe", recipe.read_bytes(), "ram_recipe.json", "application/json", key="dl_recipe",
-                             icon=":material/receipt_long:", width="stretch")
+    for col, name, label, mime, key, icon in ((c[0], "README.md", "Model card", "text/markdown", "dl_card",
+                                               ":material/description:"),
+                                              (c[1], "ram_recipe.json", "Recipe", "application/json", "dl_recipe",
+                                               ":material/receipt_long:")):
+        if written.file(name) is not None:
+            with state.guard(f"Reading the {label.lower()}"):
+                col.download_button(label, read_written(written, name), name, mime, key=key, icon=icon,
+                                    width="stretch")
     c[2].download_button("Statistics", json.dumps(stats, indent=2).encode(), "merge_stats.json", "application/json",
                          key="dl_stats", icon=":material/analytics:", width="stretch")
     if res.bytes_written <= ZIP_LIMIT:
-        c[3].download_button("Zip of the model", lambda: zip_folder(res.out), f"{res.out.name}.zip",
+        c[3].download_button("Zip of the model", lambda: zip_written(written), f"{res.out.name}.zip",
                              "application/zip", key="dl_zip", icon=":material/folder_zip:", width="stretch")
     else:
         c[3].caption(f"No zip above {format_bytes(ZIP_LIMIT)}: copy the folder or push it to the Hub.")
-    push_form(res.out)
+    push_form(written)
     if sel.is_demo and importlib.util.find_spec("assets.demo.evaluate") is not None:
         evaluate_section(res.out, job.spec.method)
 
 
-def zip_folder(folder: Path) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for f in sorted(folder.iterdir()):
-            if f.is_file():
-                zf.write(f, f"{folder.name}/{f.name}")
-    return buf.getvalue()
-
-
-def push_form(folder: Path) -> None:
+def push_form(written) -> None:
     """Optional upload; the token is used for this one call and never kept (the form clears it)."""
     with st.expander("Push to the Hugging Face Hub"):
         with st.form("push", clear_on_submit=True, border=False):
@@ -184,23 +180,31 @@ def push_form(folder: Path) -> None:
             go = st.form_submit_button("Push", icon=":material/cloud_upload:")
         if go:
             with state.guard("The upload"):
-                push(folder, repo.strip(), private, token or os.environ.get("HF_TOKEN") or None)
+                push(written, repo.strip(), private, token or os.environ.get("HF_TOKEN") or None)
             del token
 
 
-def push(folder: Path, repo: str, private: bool, token: str | None) -> None:
+def push(written, repo: str, private: bool, token: str | None) -> None:
+    """Upload exactly the files the merge wrote (each opened and checked as it is sent), never the folder path."""
     import huggingface_hub as hf
+
+    from merging.written import open_file
 
     if not repo or "/" not in repo:
         raise RamStudioError("give the repository as owner/name.", "For example your-name/merged-agents.")
+    handles = [open_file(written, f) for f in written.files]  # refused here if anything changed
     try:
         api = hf.HfApi(token=token)
         api.create_repo(repo, private=private, exist_ok=True)
-        info = api.upload_folder(folder_path=str(folder), repo_id=repo, commit_message="Upload merge from RAM Studio")
+        info = api.create_commit(repo, [hf.CommitOperationAdd(f.name, h) for f, h in zip(written.files, handles)],
+                                 commit_message="Upload merge from RAM Studio")
     except Exception as exc:  # noqa: BLE001 — the client's errors never contain the token; show one line
         from merging.hub import hub_error
 
         raise hub_error(repo, None, exc) from None
+    finally:
+        for h in handles:
+            h.close()
     st.success(f"Pushed to {md(getattr(info, 'commit_url', repo))}", icon=":material/cloud_done:")
 
 
@@ -433,6 +437,8 @@ if START_ERROR_KEY in st.session_state:
     state.show_error(RamStudioError(*st.session_state[START_ERROR_KEY]), "Starting the merge")
     st.stop()  # the last job's results belong to an earlier attempt: do not show them under this error
 
+for message in st.session_state.get(START_WARNING_KEY) or []:
+    st.warning(md(message), icon=":material/warning:")
 if job is not None:
     st.divider()
     if mine_running:  # the same look at the job as the form's: never a disabled form without this panel
