@@ -365,3 +365,60 @@ def test_hub_connection_errors_say_what_failed(monkeypatch):
     monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
     err = hub_error("org/model", None, e.LocalEntryNotFoundError("outgoing traffic has been disabled"))
     assert "HF_HUB_OFFLINE" in str(err) and "not in the local Hugging Face cache" in err.message
+
+
+# --- issue 20: nested data, models evaluate cannot score ---------------------------------------------------
+
+DEEP = 100_000
+
+
+@pytest.mark.parametrize("where", ["config", "index", "header", "header-entry", "recipe"])
+def test_json_nested_100000_deep_is_one_line(capsys, family, tmp_path, where):
+    """Issue 20, 5: JSON nested 100,000 deep in config.json, a safetensors header, an index or a recipe gave a
+    RecursionError traceback (the app: "unexpected RecursionError"). The depth is checked before parsing."""
+    base, agents = family
+    deep = "[" * DEEP + "]" * DEEP
+    bad = copy_model(agents[1], tmp_path / "deep")
+    if where == "config":
+        (bad / "config.json").write_text('{"architectures": ["Qwen2ForCausalLM"], "x": ' + deep + "}")
+    elif where == "index":
+        (bad / "model.safetensors.index.json").write_text('{"metadata": ' + deep + ', "weight_map": {}}')
+    elif where.startswith("header"):
+        shard = first_shard(bad)
+        header, data = split_safetensors(shard)
+        text = json.dumps(header)
+        text = (text[:-1] + ', "__metadata__": ' + deep + "}") if where == "header" else \
+            text.replace('"shape": [', '"shape": ' + "[" * 1000, 1).replace("]", "]" * 1000, 1)
+        raw = text.encode()
+        raw += b" " * (-(len(raw) + 8) % 8)
+        shard.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
+    if where == "recipe":
+        out = tmp_path / "m"
+        assert main(["merge", str(base), *map(str, agents), "--method", "ram", "--out", str(out), "--quiet"]) == 0
+        capsys.readouterr()
+        recipe = tmp_path / "deep.json"
+        recipe.write_text('{"format": 2, "spec": {"base": "x", "agents": ' + deep + "}}")
+        code, err = run(capsys, "run", str(recipe), "--out", str(tmp_path / "r"), "--quiet")
+    else:
+        code, err = run(capsys, "merge", str(base), str(agents[0]), str(bad), "--method", "ram", "--out",
+                        str(tmp_path / "out"), "--quiet")
+    assert code == 2 and ("nested more than 64 levels" in err or "nested more than 8 levels" in err) \
+        and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("case", ["foreign tokenizer", "no tokenizer"])
+def test_evaluate_refuses_a_model_that_is_not_demo_compatible(capsys, family, tmp_path, case):
+    """Issue 20, 7: `evaluate` on a model that is not demo-compatible (a Qwen2.5-shaped folder) gave an
+    IndexError traceback with exit 1."""
+    from merging.refs import demo_root
+
+    base, _ = family
+    folder = copy_model(base, tmp_path / "qwen-shaped")
+    for f in folder.glob("tokenizer*"):
+        f.unlink()
+    (folder / "special_tokens_map.json").unlink(missing_ok=True)
+    if case == "foreign tokenizer":  # the demo's tokenizer has more tokens than this model has embedding rows
+        shutil.copy(demo_root() / "base" / "tokenizer.json", folder / "tokenizer.json")
+    code, err = run(capsys, "evaluate", str(folder), "--limit", "1")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert ("not a demo-compatible model" in err) if case == "foreign tokenizer" else ("no tokenizer.json" in err)

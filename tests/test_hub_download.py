@@ -224,3 +224,14 @@ def test_every_download_path_resumes(hub):
     with open_checkpoint("org/big") as ckpt:
         assert sha256(ckpt.folder / "model.safetensors") == hub.repos["org/big"].files["model.safetensors"].sha256
     assert hub.body_bytes("model.safetensors")[-1] == (f"bytes={kept}-", size - kept)
+
+
+@pytest.mark.parametrize("oid", ["../../../../escape", "ab/cd" + "0" * 60, "not-hex-at-all", ""])
+def test_a_forged_file_id_from_the_hub_is_one_line_and_writes_nothing(hub, oid):
+    """Issue 20, 7: a Hub endpoint returning an etag with '/' gave a ValueError traceback from plan_download
+    (and an id with '..' would name a blob path outside the cache). Ids, paths and sizes are checked first."""
+    hub.forged_oids = {"config.json": oid, "model.safetensors": oid}
+    r = cli(hub, "download", "org/base")
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert "Traceback" not in r.stderr and "not valid" in r.stderr
+    assert not [p for p in Path(hub.cache).rglob("*") if p.is_file()]

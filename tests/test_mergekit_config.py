@@ -182,3 +182,91 @@ def test_notes_say_what_differs(family):
     assert cfg.spec.out_dtype == "BF16" and cfg.spec.method == "ties"
     with pytest.raises(RamStudioError):
         parse_mergekit_yaml("merge_method: ram\n")
+
+
+# --- issue 23, point 7, and issue 20, point 5: hand-written numbers; nested and aliased YAML --------------
+
+HAND_WRITTEN = """\
+# written by hand, the way people write mergekit configs
+merge_method: ramplus_tl
+base_model: {base}
+models:
+  - model: {a0}
+  - model: {a1}
+parameters:
+  epsilon: 1e-5      # no dot: a string for YAML 1.1, a float for mergekit (pydantic)
+  r: 1E-1
+  alpha: .5
+dtype: float32
+"""
+
+
+def test_hand_written_scientific_notation_is_read_as_mergekit_reads_it(family, tmp_path, capsys):
+    """`epsilon: 1e-5` is what people write; PyYAML's YAML 1.1 resolver leaves it a string and mergekit's pydantic
+    models convert it to a float. So do we — the same merge as the same values written as floats."""
+    base, agents = family
+    text = HAND_WRITTEN.format(base=base, a0=agents[0], a1=agents[1])
+    assert yaml.safe_load(text)["parameters"]["epsilon"] == "1e-5"  # the resolver's view
+    spec = parse_mergekit_yaml(text)
+    assert spec.params == {"eps": 1e-5, "r": 0.1, "alpha": 0.5, "rho_scope": "tensor"}
+    out = tmp_path / "hand"
+    (tmp_path / "hand.yml").write_text(text)
+    assert main(["run", str(tmp_path / "hand.yml"), "--out", str(out), "--quiet"]) == 0, capsys.readouterr().err
+    direct = tmp_path / "direct"
+    assert main(["merge", str(base), *map(str, agents[:2]), "--method", "ram_plus", "--rho-scope", "tensor",
+                 "--eps", "1e-5", "--r", "0.1", "--alpha", "0.5", "--out-dtype", "float32", "--out", str(direct),
+                 "--quiet"]) == 0
+    assert shards(out) == shards(direct)
+
+
+@pytest.mark.parametrize("value", ["1e-5", " 1e-5 ", "1E5", "+.5", "5.", "1_0", "-0", "2.5e+3", "inf", "nan", "1e",
+                                   "0x10", "abc", "", "١", "1e-5e", "--1"])
+def test_numbers_in_strings_follow_pydantic(family, value):
+    """Every string mergekit's pydantic float accepts is accepted with the same value (non-finite ones are then
+    refused, as RAM Studio needs a number); every string it refuses is refused."""
+    from merging.errors import RamStudioError
+
+    base, agents = family
+    doc = {"merge_method": "task_arithmetic", "base_model": str(base),
+           "models": [{"model": str(a), "parameters": {"weight": 1.0}} for a in agents[:2]],
+           "parameters": {"lambda": value}}
+    pydantic = pytest.importorskip("pydantic")
+    try:
+        expected = pydantic.TypeAdapter(float).validate_python(value)
+    except pydantic.ValidationError:
+        expected = None
+    try:
+        got = parse_mergekit_yaml(yaml.safe_dump(doc)).params["lambda"]
+    except RamStudioError as exc:
+        assert expected is None or expected != expected or expected in (float("inf"), float("-inf")), (value, exc)
+        return
+    assert expected is not None and got == expected, (value, got, expected)
+
+
+def test_nested_and_aliased_yaml_is_refused_at_once(tmp_path, capsys):
+    """Issue 20, 5: YAML nested 100,000 deep gave a RecursionError; a 553-byte alias bomb took 56 s and 3.2 GB
+    before its error. Both are refused before anything is built."""
+    import time
+
+    bomb = "a: &a [" + ",".join(['"lol"'] * 9) + "]\n" + "".join(
+        f"{c}: &{c} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    assert len(bomb.encode()) < 600
+    cases = [("deep.yml", "merge_method: " + "[" * 100_000 + "]" * 100_000, "nested more than"),
+             ("deep-block.yml", "".join(" " * i + f"k{i}:\n" for i in range(300)) + " " * 300 + "v: 1\n",
+              "nested more than"),
+             ("bomb.yml", bomb, "alias")]
+    for name, text, fragment in cases:
+        (tmp_path / name).write_text(text)
+        start = time.monotonic()
+        code = main(["run", str(tmp_path / name), "--out", str(tmp_path / "out"), "--quiet"])
+        err = capsys.readouterr().err
+        assert code == 2 and fragment in err and err.count("\n") == 1 and "Traceback" not in err, (name, err)
+        assert time.monotonic() - start < 60  # a guard against a regression to the minutes it took, not a speed claim
+        assert not (tmp_path / "out").exists()
+
+
+def test_models_beyond_what_a_merge_takes_are_refused(family):
+    base, agents = family
+    doc = {"merge_method": "ram", "base_model": str(base), "models": [{"model": f"m/{i}"} for i in range(200)]}
+    with pytest.raises(RamStudioError, match="at most 64 agents"):
+        parse_mergekit_yaml(yaml.safe_dump(doc))

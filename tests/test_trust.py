@@ -731,18 +731,15 @@ def test_outputs_through_a_bind_mount_of_an_input_are_refused(models, tmp_path):
     view.mkdir()
     above.mkdir()
     before = checksums([base.parent])
-    agents_args = " ".join(map(str, agents))
     script = (f"mount --bind {agents[0]} {view} && mount --bind {base.parent} {above} && "
               f"{_cli('merge', base, *agents, '--method', 'ram', '--out', view / 'merged', '--quiet')}; echo \"rc=$?\"; "
               f"{_cli('merge', base, *agents, '--method', 'ram', '--out', above, '--quiet', '--overwrite')}; "
               f"echo \"rc=$?\"; "
               f"{_cli('inspect', base, *agents, '--json', view / 'report.json')}; echo \"rc=$?\"; "
               f"{_cli('analyze', base, *agents, '--csv', view / 'stats.csv', '--quiet')}; echo \"rc=$?\"")
-    del agents_args
     proc = _unshare(script)
     assert proc.stdout.count("rc=2") == 4, (proc.stdout, proc.stderr)
-    assert proc.stderr.count("is inside the input") == 3 and "is the input" in proc.stderr or \
-        "contains the input" in proc.stderr, proc.stderr
+    assert proc.stderr.count("is inside the input") == 3 and proc.stderr.count("contains the input") == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert checksums([base.parent]) == before and not (agents[0] / "merged").exists()
 
