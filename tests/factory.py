@@ -117,3 +117,31 @@ def join_safetensors(shard: Path, header: object, data: bytes) -> None:
     new = json.dumps(header).encode()
     new += b" " * (-(len(new) + 8) % 8)
     Path(shard).write_bytes(struct.pack("<Q", len(new)) + new + data)
+
+
+# Names that would be markup, links, images, templates, formulas or terminal controls if shown raw (issue 20).
+# Folder names cannot hold '/', so their URLs use the slash-less form browsers still load (https:host).
+HOSTILE_FOLDERS = ["base <a href=https:127.0.0.2:9>b", "![x](https:127.0.0.2:9)[Click to fix](https:127.0.0.2:9)",
+                   "<img src=https:127.0.0.2:9> www.evil.example %{x} $x$ :red[x]",
+                   "=cmd|' \u202eevil `code` *em* <script>alert(1)"]
+HOSTILE_TENSOR = ("model.![t](http://127.0.0.2:9/t.png) [Click to fix](http://127.0.0.2:9/p) "
+                  "<img src=http://127.0.0.2:9/i.png> %{y} $y$.weight")
+
+
+def make_hostile_family(root: Path, nan_in: int | None = None) -> tuple[Path, list[Path]]:
+    """A tiny base and three agents in folders named like HOSTILE_FOLDERS, every model with an extra tensor
+    named HOSTILE_TENSOR (agent `nan_in` holds a NaN there, to reach the error boxes)."""
+    base = make_base(root / HOSTILE_FOLDERS[0], shard=None)
+    agents = [make_agent(base, root / name, d, seed=200 + i) for i, (name, d) in
+              enumerate(zip(HOSTILE_FOLDERS[1:], (0.05, 0.4, 0.5)))]
+    g = torch.Generator().manual_seed(1)
+    extra = torch.randn(8, 4, generator=g)
+    for i, folder in enumerate([base, *agents]):
+        shard = folder / "model.safetensors"
+        tensors = load_file(shard)
+        t = extra + (0 if i == 0 else torch.randn(8, 4, generator=g) * 0.05)
+        if nan_in is not None and i == nan_in + 1:
+            t[3, 1] = float("nan")
+        tensors[HOSTILE_TENSOR] = t.to(torch.bfloat16)
+        save_file(tensors, shard, metadata={"format": "pt"})
+    return base, agents

@@ -896,3 +896,105 @@ def test_fig3_experiment_runs_on_the_selected_models(env, monkeypatch):
         at.run()
     assert any("cancelled" in plain(i.value) for i in at.info)
     assert len(calls) == 1 and not calls[0][0].exists()
+
+
+# --- issue 20: text from files is data, on every page ------------------------------------------------------
+
+RAW_MARKUP = ("![", "](", "<img", "<a ", "<script", "www.evil.example", "%{x}", "$x$", ":red[", "\u202e")
+
+
+def _outside_code_spans(markdown: str) -> str:
+    """What Markdown could interpret: code spans (shown verbatim) and backslash-escaped characters removed."""
+    import re
+
+    return re.sub(r"\\[!-/:-@\[-`{-~]", "", re.sub(r"(`+) .*? \1", "", markdown))
+
+
+def assert_no_markup(at: AppTest) -> None:
+    """No element shows file-derived text as markup: every Markdown sink (outside code spans, where nothing is
+    interpreted) holds it escaped, every plotly figure holds names as entities, the sidebar as HTML entities."""
+    kinds = ("markdown", "caption", "error", "warning", "info", "success", "title", "subheader", "header")
+    for kind in kinds:
+        for el in at.get(kind):
+            shown = _outside_code_spans(getattr(el, "value", "") or getattr(el.proto, "body", ""))
+            assert not any(m in shown for m in RAW_MARKUP), (kind, shown[:400])
+    for el in at.get("progress"):
+        assert not any(m in _outside_code_spans(el.proto.text) for m in RAW_MARKUP), el.proto.text
+    for table in at.table:
+        cells = [_outside_code_spans(str(v)) for v in [*table.value.index, *table.value.to_numpy().ravel()]]
+        assert not any(m in c for c in cells for m in RAW_MARKUP), cells[:10]
+    for chart in at.get("plotly_chart"):
+        texts: list[str] = []
+
+        def strings(v) -> None:
+            if isinstance(v, str):
+                texts.append(v)
+            elif isinstance(v, dict):
+                for x in v.values():
+                    strings(x)
+            elif isinstance(v, list):
+                for x in v:
+                    strings(x)
+
+        strings(json.loads(chart.proto.spec))
+        bad = [t for t in texts if any(m in t for m in ("<img", "<a ", "<script", "$x$", "\u202e", "%{x} $"))]
+        assert not bad, bad[:3]
+    sidebar = "".join(h.proto.body for h in at.sidebar.get("html"))
+    assert "<img" not in sidebar and "<a " not in sidebar and "<script" not in sidebar
+
+
+def test_hostile_names_render_as_text_on_every_page(env, tmp_path):
+    """Issue 20, 4: a tensor name like `![x](http://host/b.png) [Click to fix](http://host/p)` was rendered as
+    Markdown in the error box (a remote image, a phishing link); the same sink was in every st.markdown /
+    caption / error, table, plotly title and hover. Folder and tensor names full of markup go through every page
+    (charts, tables, the merge and its notes, error boxes) and stay text."""
+    from tests.factory import make_hostile_family
+
+    base, agents = make_hostile_family(tmp_path / "hostile")
+    at = new_app()
+    at.switch_page("views/models.py").run()
+    at.radio(key="model_source").set_value("Custom: local folders or Hub ids").run()
+    at.text_input(key="custom_base").set_value(str(base)).run()
+    at.text_area(key="custom_agents").set_value("\n".join(map(str, agents))).run()
+    at.button(key="use_models").click().run()
+    no_problems(at)
+    assert_no_markup(at)
+    for page in ("views/heterogeneity.py", "views/tune.py", "views/dilution.py"):
+        at.switch_page(page).run()
+        no_problems(at)
+        assert_no_markup(at)
+    at.switch_page("views/heterogeneity.py").run()
+    at.segmented_control(key="het_rho_by").set_value("tensor").run()  # the per-tensor table holds the tensor name
+    no_problems(at)
+    assert_no_markup(at)
+    at.switch_page("views/merge.py").run()
+    out = tmp_path / "out ![x](https:127.0.0.2:9) <img src=x>"
+    at.text_input(key="merge_out").set_value(str(out)).run()
+    at.button(key="start_merge").click().run()
+    wait_merge(at)
+    no_problems(at)
+    assert any("Merged into" in plain(s.value) for s in at.success)
+    assert_no_markup(at)
+    # An error box quoting the hostile tensor name: an agent holding a NaN there.
+    bad_base, bad_agents = make_hostile_family(tmp_path / "nan", nan_in=1)
+    from app import state as app_state
+
+    at.session_state[app_state.SEL_KEY] = app_state.Selection(str(bad_base), tuple(map(str, bad_agents)), "custom")
+    at.switch_page("views/heterogeneity.py").run()
+    assert not at.exception
+    assert at.error and any("holds NaN" in plain(e.value) and "Click to fix" in plain(e.value) for e in at.error)
+    assert_no_markup(at)
+
+
+def test_an_alias_bomb_pasted_into_the_yaml_panel_is_refused_at_once(env):
+    """Issue 20, 5: a 553-byte YAML alias bomb pasted into the mergekit panel froze the whole server for 91 s."""
+    bomb = "a: &a [" + ",".join(['"lol"'] * 9) + "]\n" + "".join(
+        f"{c}: &{c} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    at = new_app()
+    at.switch_page("views/merge.py").run()
+    at.text_area(key="mk_text").set_value(bomb).run()
+    start = time.time()
+    at.button(key="mk_load").click().run(timeout=30)
+    assert time.time() - start < 30  # a guard against the old minutes, not a speed claim
+    assert not at.exception
+    assert any("alias" in plain(e.value) for e in at.error)

@@ -238,3 +238,145 @@ def test_fuzz_mergekit_configs(family, data):
         doc["models"][0]["parameters"][data.draw(st.sampled_from(["weight", "density", "x"]))] = data.draw(json_values)
     text = yaml.safe_dump(doc) if op != "text" else data.draw(st.text(max_size=200))
     run_file(family, "config.yml", text)
+
+
+# --- issue 20: hostile names, nested and aliased documents, fp8 inputs -----------------------------------
+
+HOSTILE = ["![x](http://127.0.0.2:9/b.png)", "[Click to fix](http://127.0.0.2:9/p)", "<img src=x onerror=alert(1)>",
+           "\x1b]0;pwned\x07", "\x1b[2J", "=cmd|' /C calc'!A0", "+1+1", "-2", "@SUM(A1)", "\t", "\u202e", "\u2066",
+           "%{x}", "$x$", ":red[x]", "\r\n", "`", "*", "_", "www.evil.example", "\x00"]
+hostile_text = st.lists(st.sampled_from(HOSTILE) | st.text(max_size=6), min_size=1, max_size=4).map("".join)
+TERMINAL_CONTROLS = ("\x1b", "\x07", "\u202e", "\u2066", "\x00", "\r")
+
+
+def check_printed(*texts: str) -> None:
+    """Nothing read from a file reaches the terminal raw: no control or bidi character in what was printed
+    (the newline between lines is the only one)."""
+    for text in texts:
+        assert not any(c in text for c in TERMINAL_CONTROLS), repr(text[:300])
+
+
+@SETTINGS
+@given(data=st.data(), method=methods)
+def test_fuzz_hostile_names_in_headers_and_configs(family, data, method):
+    """Tensor names and config values with markup, escapes, formulas and bidi characters: the same outcome
+    rules, nothing raw on the terminal, CSV cells that never run, inputs untouched."""
+    import csv
+
+    from safetensors.torch import load_file, save_file
+
+    with Workspace(family) as ws:
+        renames = {}
+        first = ws.models[0]
+        names = sorted(load_file(sorted(first.glob("*.safetensors"))[0]).keys())
+        for name in data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True)):
+            renames[name] = data.draw(hostile_text)
+        for folder in ws.models:  # the same renames in every model, so the merge itself can still work
+            index = folder / "model.safetensors.index.json"
+            for shard in folder.glob("*.safetensors"):
+                tensors = load_file(shard)
+                save_file({renames.get(k, k): v for k, v in tensors.items()}, shard, metadata={"format": "pt"})
+            if index.exists():
+                doc = json.loads(index.read_text())
+                doc["weight_map"] = {renames.get(k, k): v for k, v in doc["weight_map"].items()}
+                index.write_text(json.dumps(doc))
+        cfg = ws.models[1] / "config.json"
+        doc = json.loads(cfg.read_text())
+        doc[data.draw(st.sampled_from(["architectures", "model_type", "torch_dtype"]))] = data.draw(hostile_text)
+        cfg.write_text(json.dumps(doc))
+        before = ws.hashes()
+        code, out, err = run_cli("merge", *ws.models, "--method", *method, "--out", ws.out, "--quiet")
+        check_outcome(code, err, ws.out)
+        check_printed(out, err)
+        code, out, err = run_cli("inspect", *ws.models)
+        check_outcome(code, err, None)
+        check_printed(out, err)
+        stats = ws.root / "stats.csv"
+        code, out, err = run_cli("analyze", *ws.models, "--csv", stats, "--quiet", "--no-cache")
+        check_outcome(code, err, None)
+        check_printed(out, err)
+        if code == 0:
+            for row in csv.reader(stats.read_text().splitlines()):
+                assert not any(cell.startswith(("=", "+", "@", "\t", "\r")) or
+                               (cell.startswith("-") and not _number(cell)) for cell in row), row
+                check_printed(*row)
+        assert ws.hashes() == before
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+@SETTINGS
+@given(data=st.data())
+def test_fuzz_hostile_names_in_recipes(family, recipe, data):
+    doc = json.loads(json.dumps(recipe))
+    field = data.draw(st.sampled_from(["base", "agents", "out", "method"]))
+    value = data.draw(hostile_text)
+    doc["spec"][field] = [value, value + "2"] if field == "agents" else value
+    base, agents = family
+    before = checksums([base, *agents])
+    root = Path(tempfile.mkdtemp(prefix="fuzz-run-"))
+    try:
+        path = root / "ram_recipe.json"
+        path.write_text(json.dumps(doc))
+        for extra in ([], ["--out", str(root / "out")]):
+            code, out, err = run_cli("run", path, "--quiet", *extra)
+            check_outcome(code, err, None)
+            check_printed(out, err)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert checksums([base, *agents]) == before
+
+
+@SETTINGS
+@given(data=st.data())
+def test_fuzz_nested_and_aliased_documents(family, recipe, data):
+    """JSON nested to any depth in config.json, an index or a recipe, and YAML nested or aliased: one clear
+    outcome, never a RecursionError, never minutes of expansion."""
+    depth = data.draw(st.integers(1, 200_000))
+    where = data.draw(st.sampled_from(["config", "index", "recipe", "yaml-nested", "yaml-alias"]))
+    nested = "[" * depth + "1" + "]" * depth
+    if where in ("config", "index"):
+        with Workspace(family) as ws:
+            target = ws.models[1] / ("config.json" if where == "config" else "model.safetensors.index.json")
+            doc = json.loads(target.read_text())
+            text = json.dumps(doc)
+            target.write_text(text[:-1] + ', "nested": ' + nested + "}")
+            merge_and_check(ws, ["ram"])
+    elif where == "recipe":
+        text = json.dumps(recipe)
+        run_file(family, "ram_recipe.json", text[:-1] + ', "nested": ' + nested + "}")
+    elif where == "yaml-nested":
+        run_file(family, "config.yml", "merge_method: " + "[" * min(depth, 300_000) + "]" * min(depth, 300_000))
+    else:
+        fan = data.draw(st.integers(2, 12))
+        levels = data.draw(st.integers(1, 9))
+        text = "a0: &a0 [" + ",".join(['"x"'] * fan) + "]\n" + "".join(
+            f"a{i + 1}: &a{i + 1} [" + ",".join([f"*a{i}"] * fan) + "]\n" for i in range(levels))
+        run_file(family, "config.yml", text)
+
+
+@SETTINGS
+@given(data=st.data(), method=methods)
+def test_fuzz_fp8_inputs(family, data, method):
+    """Models stored in F8_E4M3 / F8_E5M2 (merged in their own dtype): a finite, checked model with exit 0, or
+    one clear line — never Inf written, never a KeyError."""
+    from safetensors.torch import load_file, save_file
+
+    dtype = data.draw(st.sampled_from([torch.float8_e4m3fn, torch.float8_e5m2]))
+    scale = data.draw(st.sampled_from([1.0, 100.0, 1e4]))
+    with Workspace(family) as ws:
+        for folder in ws.models:
+            for shard in folder.glob("*.safetensors"):
+                tensors = load_file(shard)
+                save_file({k: (v.float() * scale).to(dtype) if v.is_floating_point() else v
+                           for k, v in tensors.items()}, shard, metadata={"format": "pt"})
+        extra = data.draw(st.sampled_from([[], ["--allow-noop"], ["--lambda", "1e6"]]))
+        if method[0] in ("ram", "ram_plus") and "--lambda" in extra:
+            extra = []
+        merge_and_check(ws, method, extra)
