@@ -9,7 +9,9 @@ import streamlit as st
 from app import charts, state
 from merging.escaping import printable
 
-st.set_page_config(page_title="RAM Studio", page_icon=":material/merge:", layout="wide")
+# An emoji favicon is drawn locally (a data: URL); a :material/…: page icon would be fetched from fonts.gstatic.com
+# on every page load, a request to a third party the app never needs.
+st.set_page_config(page_title="RAM Studio", page_icon="🔀", layout="wide")
 
 # Page scripts live in app/views/, not app/pages/: a `pages/` folder next to the entry point switches on
 # Streamlit's legacy (v1) navigation, which then fights st.navigation in the sidebar.

@@ -18,13 +18,21 @@ from merging.escaping import printable
 # Every ASCII punctuation character may be backslash-escaped in CommonMark; escaping all of them leaves no
 # construct (link, image, autolink, emphasis, HTML, heading, list, table, directive, math) to start.
 _MD_SPECIAL = re.compile(r"""([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])""")
+WORD_JOINER = "\u2060"
+# In escaped text: `www` before an escaped dot, an escaped colon before escaped slashes, anything before `\@`.
+_AUTOLINK = re.compile(r"(?i:www)(?=\\\.)|\\:(?=\\/\\/)|(?=\\@)")
 _PLOT_SPECIAL = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;", "%": "&#37;",
                  "$": "&#36;"}
 
 
 def md(text: object, limit: int | None = None) -> str:
-    """`text` for a Markdown sink: shown exactly as written, never interpreted."""
-    return _MD_SPECIAL.sub(r"\\\1", printable(text, limit))
+    """`text` for a Markdown sink: shown exactly as written, never interpreted.
+
+    Backslash escapes stop every construct but GFM's autolink literals (`www.`, `http://`, `a@b.c`), which
+    are found in the text after parsing: there a word joiner (U+2060, invisible) goes between `www` and
+    the dot, between `:` and `//`, and before `@`, so that no link is made."""
+    escaped = _MD_SPECIAL.sub(r"\\\1", printable(text, limit))
+    return _AUTOLINK.sub(lambda m: m.group(0) + WORD_JOINER, escaped)
 
 
 def md_code(text: object, limit: int | None = None) -> str:

@@ -51,4 +51,4 @@ def plain(markdown: str) -> str:
     text that comes from files or users (`app.markup.md`), and the page shows it without the backslashes."""
     import re
 
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace("\u2060", "")  # and its autolink breakers
