@@ -15,15 +15,16 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from .generation import MAX_NEW_TOKENS, generate
+from .generation import generate, max_new_tokens
 from .modeling import load_checkpoint
-from .tasks import TASKS, Example, eval_set, verify
+from .tasks import DEFAULT_SUITE, SUITES, TASKS, Example, TaskSuite, get_suite
 
 BATCH_SIZE = 64
 
 
 def greedy_outputs(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
-                   examples: Sequence[Example], batch_size: int = BATCH_SIZE) -> list[str]:
+                   examples: Sequence[Example], batch_size: int = BATCH_SIZE,
+                   suite: TaskSuite = DEFAULT_SUITE) -> list[str]:
     """Greedy-decode each example (batched, prompts sorted by length); outputs in input order."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i].prompt))
     outputs = [""] * len(examples)
@@ -31,7 +32,7 @@ def greedy_outputs(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
         idx = order[start:start + batch_size]
         batch = [examples[i] for i in idx]
         _, _, texts = generate(model, tokenizer, [e.prompt for e in batch],
-                               MAX_NEW_TOKENS[batch[0].task])
+                               max_new_tokens(batch[0].task, suite))
         for i, text in zip(idx, texts):
             outputs[i] = text
     return outputs
@@ -44,34 +45,39 @@ def is_habit(example: Example, output: str) -> bool:
 
 def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
                     tasks: Sequence[str] = TASKS, split: str = "test",
-                    limit: int | None = None) -> pd.DataFrame:
+                    limit: int | None = None, suite: TaskSuite = DEFAULT_SUITE) -> pd.DataFrame:
     """Tidy accuracy table for an already-loaded model (used during training too); `habit`
-    counts outputs that are the careless habit answer."""
+    counts outputs that are the careless habit answer; a suite with an answer envelope adds
+    `format_slip` (wrong only for the missing envelope: the answer or habit written bare)."""
     rows = []
     torch.manual_seed(0)
     for task in tasks:
-        examples = eval_set(task, split, limit)
-        outputs = greedy_outputs(model, tokenizer, examples)
+        examples = suite.eval_set(task, split, limit)
+        outputs = greedy_outputs(model, tokenizer, examples, suite=suite)
         frame = pd.DataFrame({"subset": [e.subset for e in examples],
-                              "ok": [verify(e, o) for e, o in zip(examples, outputs)],
-                              "habit": [is_habit(e, o) for e, o in zip(examples, outputs)]})
+                              "ok": [suite.verify(e, o) for e, o in zip(examples, outputs)],
+                              "habit": [is_habit(e, o) for e, o in zip(examples, outputs)],
+                              "format_slip": [suite.is_format_slip(e, o)
+                                              for e, o in zip(examples, outputs)]})
         groups = [("all", frame)]
         if task == "memory":
             groups += sorted(frame.groupby("subset"), key=lambda kv: int(kv[0]))
         for subset, grp in groups:
             rows.append({"task": task, "subset": subset, "n": len(grp),
-                         "correct": int(grp["ok"].sum()), "habit": int(grp["habit"].sum())})
-    df = pd.DataFrame(rows, columns=["task", "subset", "n", "correct", "habit"])
+                         "correct": int(grp["ok"].sum()), "habit": int(grp["habit"].sum()),
+                         "format_slip": int(grp["format_slip"].sum())})
+    columns = ["task", "subset", "n", "correct", "habit"] + (["format_slip"] if suite.enveloped else [])
+    df = pd.DataFrame(rows, columns=columns)
     df["accuracy"] = df["correct"] / df["n"]
     return df
 
 
 def evaluate_model(model_dir: Path, tasks: Sequence[str] = TASKS, split: str = "test",
-                   limit: int | None = None) -> pd.DataFrame:
+                   limit: int | None = None, suite: TaskSuite = DEFAULT_SUITE) -> pd.DataFrame:
     """Load a model folder (bf16 weights upcast to fp32) and return its tidy accuracy table."""
     torch.set_num_threads(max(1, torch.get_num_threads()))
     model, tokenizer = load_checkpoint(Path(model_dir))
-    return evaluate_loaded(model, tokenizer, tasks, split, limit)
+    return evaluate_loaded(model, tokenizer, tasks, split, limit, suite)
 
 
 def summary_row(df: pd.DataFrame) -> dict[str, float]:
@@ -110,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--split", default="test", choices=["train", "validation", "test"])
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--suite", default=None, choices=sorted(SUITES),
+                        help="task suite (default: the original demo tasks)")
     parser.add_argument("--json", dest="json_path", default=None)
     args = parser.parse_args(argv)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -118,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown task(s) {unknown}; choose from {list(TASKS)}")
     if not Path(args.model).is_dir():
         parser.error(f"model folder not found: {args.model}")
-    df = evaluate_model(Path(args.model), tasks, args.split, args.limit)
+    df = evaluate_model(Path(args.model), tasks, args.split, args.limit, get_suite(args.suite))
     print(df.to_string(index=False))
     if args.json_path:
         payload = {"model": str(args.model), "split": args.split, "results": df.to_dict("records"),

@@ -6,7 +6,14 @@ from typing import Sequence
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
+from .tasks import TaskSuite
+
 MAX_NEW_TOKENS: dict[str, int] = {"code": 8, "tool": 96, "memory": 4}
+
+
+def max_new_tokens(task: str, suite: TaskSuite | None = None) -> int:
+    """Generation budget of a task; a suite with an answer envelope adds its `extra_tokens`."""
+    return MAX_NEW_TOKENS[task] + (suite.extra_tokens if suite is not None else 0)
 
 
 def encode_prompts(tokenizer: PreTrainedTokenizerFast, prompts: Sequence[str]
