@@ -1,7 +1,11 @@
 """Score any demo-compatible model folder on the toy tasks with deterministic greedy decoding.
 
 Usage: python -m assets.demo.evaluate MODEL_DIR [--tasks code,tool,memory] [--split test]
-       [--limit N] [--json FILE]
+       [--limit N] [--suite demo|shared] [--json FILE]
+
+The task suite is the one the model folder names in its config.json (`ram_studio_demo_suite`,
+written by the build for the shared-skill trio and copied into every merge of it), unless --suite
+says otherwise; a folder without the key is scored on the original suite.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from .generation import generate, max_new_tokens
 from .modeling import load_checkpoint
-from .tasks import DEFAULT_SUITE, SUITES, TASKS, Example, TaskSuite, get_suite
+from .tasks import DEFAULT_SUITE, SUITE_CONFIG_KEY, SUITES, TASKS, Example, TaskSuite, get_suite
 
 BATCH_SIZE = 64
 
@@ -80,6 +84,30 @@ def evaluate_model(model_dir: Path, tasks: Sequence[str] = TASKS, split: str = "
     return evaluate_loaded(model, tokenizer, tasks, split, limit, suite)
 
 
+MAX_CONFIG_BYTES = 4 << 20
+
+
+def suite_of_folder(model_dir: Path) -> TaskSuite:
+    """The task suite a model folder's config.json names (the original suite when it names none).
+    Raises ValueError for an unreadable config or a suite name this demo does not know."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        return DEFAULT_SUITE
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ValueError(f"config.json is larger than {MAX_CONFIG_BYTES >> 20} MB")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"config.json is not readable JSON ({exc})") from None
+    name = config.get(SUITE_CONFIG_KEY) if isinstance(config, dict) else None
+    if name is None:
+        return DEFAULT_SUITE
+    if not isinstance(name, str) or name not in SUITES:
+        raise ValueError(f"config.json names an unknown task suite {str(name)[:40]!r} in "
+                         f"{SUITE_CONFIG_KEY}; expected one of {sorted(SUITES)}")
+    return SUITES[name]
+
+
 def summary_row(df: pd.DataFrame) -> dict[str, float]:
     """One wide row: accuracy (%) per task, per memory length, and the mean over the three tasks."""
     row: dict[str, float] = {}
@@ -117,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--split", default="test", choices=["train", "validation", "test"])
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--suite", default=None, choices=sorted(SUITES),
-                        help="task suite (default: the original demo tasks)")
+                        help="task suite (default: the one config.json names, else the original demo tasks)")
     parser.add_argument("--json", dest="json_path", default=None)
     args = parser.parse_args(argv)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -126,11 +154,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown task(s) {unknown}; choose from {list(TASKS)}")
     if not Path(args.model).is_dir():
         parser.error(f"model folder not found: {args.model}")
-    df = evaluate_model(Path(args.model), tasks, args.split, args.limit, get_suite(args.suite))
+    try:
+        suite = get_suite(args.suite) if args.suite else suite_of_folder(Path(args.model))
+    except ValueError as exc:
+        parser.error(str(exc))
+    df = evaluate_model(Path(args.model), tasks, args.split, args.limit, suite)
+    print(f"suite: {suite.name} ({suite.description})")
     print(df.to_string(index=False))
     if args.json_path:
-        payload = {"model": str(args.model), "split": args.split, "results": df.to_dict("records"),
-                   "summary": summary_row(df)}
+        payload = {"model": str(args.model), "split": args.split, "suite": suite.name,
+                   "results": df.to_dict("records"), "summary": summary_row(df)}
         Path(args.json_path).write_text(json.dumps(payload, indent=2) + "\n")
     return 0
 

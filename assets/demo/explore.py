@@ -204,7 +204,7 @@ def ensure_base(work: Path, name: str) -> Path:
     suite = get_suite(spec.suite)
     tok = build_tokenizer(spec.tokenizer, spec.vocab_size, spec.seed, spec.tokenizer_corpus,
                           spec.suite)
-    model = new_model(tok, spec.seed, **spec.model)
+    model = new_model(tok, spec.seed, suite=spec.suite, **spec.model)
     log_path = folder.parent / "warmup_log.csv"
     folder.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w", newline="") as fh:

@@ -133,11 +133,18 @@ def model_config(vocab_size: int, hidden: int = 96, layers: int = 3, heads: int 
         use_sliding_window=False)
 
 
-def new_model(tokenizer: PreTrainedTokenizerFast, seed: int, **arch: object) -> Qwen2ForCausalLM:
+def new_model(tokenizer: PreTrainedTokenizerFast, seed: int, suite: str | None = None,
+              **arch: object) -> Qwen2ForCausalLM:
     """A freshly initialised fp32 model (deterministic for a given seed); `arch` are the keyword
-    arguments of `model_config` (sizes, act, tie)."""
+    arguments of `model_config` (sizes, act, tie). A task suite other than the original one is
+    recorded in config.json (`tasks.SUITE_CONFIG_KEY`), so every agent trained from this base and
+    every merge of them (config.json is copied from the base) says which tasks score it."""
+    from .tasks import SUITE_CONFIG_KEY  # local import: tasks does not depend on modeling
+    config = model_config(len(tokenizer), **arch)
+    if suite not in (None, "demo"):
+        setattr(config, SUITE_CONFIG_KEY, suite)
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(model_config(len(tokenizer), **arch)).float()
+    return Qwen2ForCausalLM(config).float()
 
 
 def generation_config() -> GenerationConfig:

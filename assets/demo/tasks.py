@@ -370,6 +370,8 @@ SUITES: dict[str, TaskSuite] = {s.name: s for s in [
               format_weight=0.2, extra_tokens=4),
 ]}
 DEFAULT_SUITE = SUITES["demo"]
+# The key in a model's config.json that names its task suite (absent: the original `demo` suite).
+SUITE_CONFIG_KEY = "ram_studio_demo_suite"
 
 
 def get_suite(name: str | None) -> TaskSuite:
