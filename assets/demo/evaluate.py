@@ -77,9 +77,11 @@ def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
 
 
 def evaluate_model(model_dir: Path, tasks: Sequence[str] = TASKS, split: str = "test",
-                   limit: int | None = None, suite: TaskSuite = DEFAULT_SUITE) -> pd.DataFrame:
-    """Load a model folder (bf16 weights upcast to fp32) and return its tidy accuracy table."""
+                   limit: int | None = None, suite: TaskSuite | None = None) -> pd.DataFrame:
+    """Load a model folder (bf16 weights upcast to fp32) and return its tidy accuracy table, on
+    `suite` or else on the suite the folder's config.json names (`suite_of_folder`)."""
     torch.set_num_threads(max(1, torch.get_num_threads()))
+    suite = suite or suite_of_folder(Path(model_dir))
     model, tokenizer = load_checkpoint(Path(model_dir))
     return evaluate_loaded(model, tokenizer, tasks, split, limit, suite)
 
