@@ -206,13 +206,13 @@ def fingerprint_mismatches(recorded: list[dict[str, Any]], current: list[dict[st
 def check_local_inputs(spec: MergeSpec, doc: dict[str, Any]) -> None:
     """Inputs the recipe recorded as local folders must be local folders now: one that is missing here (a
     relative path run from another folder) is an error, never taken for a Hub id and fetched."""
-    from .refs import DEMO_PREFIX
+    from .refs import demo_prefix
 
     recorded = [i for i in doc.get("inputs", []) if isinstance(i, dict)]
     for ref, rec in zip([spec.base, *spec.agents], recorded):
         kind = rec.get("kind")
         if kind is None:  # recipes written before the kind was recorded: a Hub input has its commit
-            kind = "hub" if rec.get("commit") else ("demo" if ref.startswith(DEMO_PREFIX) else "local")
+            kind = "hub" if rec.get("commit") else ("demo" if demo_prefix(ref) else "local")
         if kind == "local" and not Path(ref).expanduser().exists():
             raise RamStudioError(
                 f"the recipe's input {printable(ref, 200)!r} was a local folder when the merge ran, and it does not "
