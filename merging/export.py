@@ -177,12 +177,12 @@ def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], i
         elif not engine.beyond_rounding:
             if not allow_noop:
                 raise RamStudioError(
-                    "this merge changes the weights by at most one step of the output dtype (rounding, not a merge: "
-                    f"for example agents whose updates cancel) ({_param_text(params)}).",
+                    "this merge changes the weights only by float32 rounding (no change exceeds 4 float32 epsilons "
+                    "of the weights' scale: for example agents whose updates cancel) "
+                    f"({_param_text(params)}).",
                     "Check the agents and the parameters; if their updates really are that small, write it "
                     "anyway with the CLI's --allow-noop.")
-            notes.append("WARNING: this merge changes the weights by at most one step of the output dtype (rounding "
-                         "only); written on request.")
+            notes.append("WARNING: this merge changes the weights only by float32 rounding; written on request.")
         index = sink.finish()
         if len(sink.names) > 1:
             (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
