@@ -339,7 +339,7 @@ def test_dark_mode_follows_the_browser(page, server):
         ctx.close()
 
 
-def test_hostile_names_never_make_a_remote_request_or_a_link(server):
+def test_hostile_names_never_make_a_remote_request_or_a_link(page, server):
     """Issue 20, 4: file-derived text rendered as Markdown loaded a remote image by itself (a tracking beacon)
     and showed a phishing link. Folder and tensor names full of markup go through every page — the Models
     report, every chart of Heterogeneity and Tune, Signal dilution, a merge and its results, and an error box
@@ -350,63 +350,57 @@ def test_hostile_names_never_make_a_remote_request_or_a_link(server):
     base, agents = make_hostile_family(server["tmp"] / "hostile")
     bad_base, bad_agents = make_hostile_family(server["tmp"] / "hostile-nan", nan_in=1)
     requests: list[str] = []
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-        ctx.on("request", lambda r: requests.append(r.url))
-        pg = ctx.new_page()
-        pg.set_default_timeout(60_000)
+    # A context of its own (a new session, its own request log) in the module's browser.
+    ctx = page.context.browser.new_context(viewport={"width": 1280, "height": 800})
+    ctx.on("request", lambda r: requests.append(r.url))
+    pg = ctx.new_page()
+    pg.set_default_timeout(60_000)
 
-        def check(where: str) -> None:
-            settle(pg)
-            foreign = [u for u in requests if not u.startswith((server["url"], "data:", "blob:", "about:"))]
-            assert not foreign, (where, foreign[:5])
-            links = pg.locator("a[href*='127.0.0.2'], a[href*='evil.example'], area[href*='127.0.0.2']")
-            images = pg.locator("img[src*='127.0.0.2'], img[src='x'], image[href*='127.0.0.2']")
-            assert links.count() == 0 and images.count() == 0, (where, [links.nth(i).evaluate("e => e.outerHTML")
-                                                                        for i in range(links.count())][:3])
-            assert pg.get_by_role("link", name="Click to fix").count() == 0, where
-            assert pg.locator("script:has-text('alert(1)')").count() == 0, where
+    def check(where: str) -> None:
+        settle(pg)
+        foreign = [u for u in requests if not u.startswith((server["url"], "data:", "blob:", "about:"))]
+        assert not foreign, (where, foreign[:5])
+        links = pg.locator("a[href*='127.0.0.2'], a[href*='evil.example'], area[href*='127.0.0.2']")
+        images = pg.locator("img[src*='127.0.0.2'], img[src='x'], image[href*='127.0.0.2']")
+        assert links.count() == 0 and images.count() == 0, (where, [links.nth(i).evaluate("e => e.outerHTML")
+                                                                    for i in range(links.count())][:3])
+        assert pg.get_by_role("link", name="Click to fix").count() == 0, where
+        assert pg.locator("script:has-text('alert(1)')").count() == 0, where
 
-        try:
-            goto(pg, server, "Models")
-            pg.get_by_text("Custom: local folders or Hub ids").click()
-            pg.get_by_role("textbox", name="Base model").fill(str(base))
-            pg.get_by_role("textbox", name="Agents (one per line)").fill("\n".join(map(str, agents)))
-            pg.keyboard.press("Control+Enter")
-            settle(pg)
-            pg.get_by_role("button", name="Use these models").click()
-            pg.get_by_text("Selected.").wait_for()
-            check("Models")
-            for title in ("Heterogeneity", "Tune", "Signal dilution"):
-                pg.locator('[data-testid="stSidebarNav"]').get_by_text(title, exact=True).click()
-                pg.get_by_role("heading", name=title, level=1).wait_for()
-                check(title)
-            pg.locator('[data-testid="stSidebarNav"]').get_by_text("Merge & export", exact=True).click()
-            pg.get_by_role("heading", name="Merge & export", level=1).wait_for()
-            box = pg.get_by_role("textbox", name="Output folder")
-            box.fill(str(server["tmp"] / "out ![x](https:127.0.0.2:9) <img src=x>"))
-            box.press("Enter")
-            settle(pg)
-            pg.get_by_role("button", name="Start merge").click()
-            pg.get_by_text("Merged into").wait_for(timeout=120_000)
-            check("Merge & export")
-            shoot(pg, "hostile-names-merge")
-            # An error box quoting the hostile tensor name (an agent with a NaN there).
-            goto(pg, server, "Models")
-            pg.get_by_text("Custom: local folders or Hub ids").click()
-            pg.get_by_role("textbox", name="Base model").fill(str(bad_base))
-            pg.get_by_role("textbox", name="Agents (one per line)").fill("\n".join(map(str, bad_agents)))
-            pg.keyboard.press("Control+Enter")
-            settle(pg)
-            pg.get_by_role("button", name="Use these models").click()
-            pg.get_by_text("Selected.").wait_for()
-            pg.locator('[data-testid="stSidebarNav"]').get_by_text("Heterogeneity", exact=True).click()
-            pg.get_by_text("holds NaN").first.wait_for()
-            assert pg.get_by_text("[Click to fix]", exact=False).count() >= 1  # the name is shown, as text
-            check("the error box")
-            shoot(pg, "hostile-names-error")
-        finally:
-            ctx.close()
-            browser.close()
+    def select(base: Path, agents: list[Path]) -> None:
+        goto(pg, server, "Models")
+        pg.get_by_text("Custom: local folders or Hub ids").click()
+        pg.get_by_role("textbox", name="Base model").fill(str(base))
+        pg.get_by_role("textbox", name="Agents (one per line)").fill("\n".join(map(str, agents)))
+        pg.keyboard.press("Control+Enter")
+        settle(pg)
+        pg.get_by_role("button", name="Use these models").click()
+        pg.get_by_text("Selected.").wait_for()
+
+    try:
+        select(base, agents)
+        check("Models")
+        for title in ("Heterogeneity", "Tune", "Signal dilution"):
+            pg.locator('[data-testid="stSidebarNav"]').get_by_text(title, exact=True).click()
+            pg.get_by_role("heading", name=title, level=1).wait_for()
+            check(title)
+        pg.locator('[data-testid="stSidebarNav"]').get_by_text("Merge & export", exact=True).click()
+        pg.get_by_role("heading", name="Merge & export", level=1).wait_for()
+        box = pg.get_by_role("textbox", name="Output folder")
+        box.fill(str(server["tmp"] / "out ![x](https:127.0.0.2:9) <img src=x>"))
+        box.press("Enter")
+        settle(pg)
+        pg.get_by_role("button", name="Start merge").click()
+        pg.get_by_text("Merged into").wait_for(timeout=120_000)
+        check("Merge & export")
+        shoot(pg, "hostile-names-merge")
+        # An error box quoting the hostile tensor name (an agent with a NaN there).
+        select(bad_base, bad_agents)
+        pg.locator('[data-testid="stSidebarNav"]').get_by_text("Heterogeneity", exact=True).click()
+        pg.get_by_text("holds NaN").first.wait_for()
+        assert pg.get_by_text("[Click to fix]", exact=False).count() >= 1  # the name is shown, as text
+        check("the error box")
+        shoot(pg, "hostile-names-error")
+    finally:
+        ctx.close()
     assert requests  # the recorder saw the app's own traffic
