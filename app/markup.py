@@ -32,7 +32,12 @@ def md(text: object, limit: int | None = None) -> str:
     are found in the text after parsing: there a word joiner (U+2060, invisible) goes between `www` and
     the dot, between `:` and `//`, and before `@`, so that no link is made."""
     escaped = _MD_SPECIAL.sub(r"\\\1", printable(text, limit))
-    return _AUTOLINK.sub(lambda m: m.group(0) + WORD_JOINER, escaped)
+    escaped = _AUTOLINK.sub(lambda m: m.group(0) + WORD_JOINER, escaped)
+    # White space at the ends as entities: four leading spaces would start a code block, trailing ones vanish.
+    body = escaped.strip()
+    lead = escaped[:len(escaped) - len(escaped.lstrip())]
+    trail = escaped[len(lead) + len(body):]
+    return "".join(f"&#{ord(c)};" for c in lead) + body + "".join(f"&#{ord(c)};" for c in trail)
 
 
 def md_code(text: object, limit: int | None = None) -> str:

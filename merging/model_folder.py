@@ -58,6 +58,19 @@ def checked_blob_store(real_folder: Path) -> Path | None:
     return store
 
 
+def _refuse_linked_snapshot(folder: Path, real_folder: Path) -> None:
+    """A snapshot folder (`…/models--org--name/snapshots/REV`) that is itself a link must resolve inside its own
+    cached repo (the Hub client never links snapshot folders; an archive could link one anywhere)."""
+    given = Path(os.path.abspath(folder))
+    if hub_blob_store(given) is None or not os.path.islink(given):
+        return
+    repo = given.parent.parent.resolve()
+    if not _inside(real_folder, repo):
+        raise RamStudioError(f"{given} is a cached snapshot that links to {real_folder}, outside its repo {repo}.",
+                             "A Hugging Face cache entry keeps its snapshots inside the repo folder; this one is "
+                             "damaged or was made to read files from elsewhere. Download the model again.")
+
+
 def is_plain_name(name: object) -> bool:
     """A file name with no folder part: not absolute, no '/', '\\', '..', NUL or control characters."""
     return (isinstance(name, str) and 0 < len(name) <= 255 and name not in (".", "..")
@@ -103,6 +116,7 @@ def check_file(folder: Path, name: str, *, max_bytes: int | None = None) -> File
     except OSError as exc:
         raise RamStudioError(f"cannot read {path}: {exc.strerror or exc}.") from None
     real_folder = folder.resolve()
+    _refuse_linked_snapshot(folder, real_folder)
     store = checked_blob_store(real_folder)
     real = path.resolve() if stat.S_ISLNK(lst.st_mode) else real_folder / name
     in_store = store is not None and _inside(real, store) and real != store

@@ -51,4 +51,5 @@ def plain(markdown: str) -> str:
     text that comes from files or users (`app.markup.md`), and the page shows it without the backslashes."""
     import re
 
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace("\u2060", "")  # and its autolink breakers
+    shown = re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace("\u2060", "")  # and its autolink breakers
+    return re.sub(r"&#(\d+);", lambda m: chr(int(m.group(1))), shown)  # white space at the ends, as entities

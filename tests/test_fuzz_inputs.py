@@ -380,3 +380,39 @@ def test_fuzz_fp8_inputs(family, data, method):
         if method[0] in ("ram", "ram_plus") and "--lambda" in extra:
             extra = []
         merge_and_check(ws, method, extra)
+
+
+@settings(max_examples=_DEEP or 300, deadline=None, derandomize=not _DEEP, database=None)
+@given(text=st.lists(st.sampled_from(HOSTILE + ["    ", "  ", "1. ", "# ", "> ", "- ", "---", "&amp;", "&#x41;",
+                                             "<!--", "\\", "http://x.y", "a@b.co"]) | st.text(max_size=12),
+                     max_size=6).map("".join))
+def test_fuzz_markup_escaping_shows_exactly_the_text(text):
+    """The app's escaping (app/markup.py), as a property: Markdown parsed from `md(text)` (CommonMark, by
+    markdown-it) is one paragraph of plain text that reads exactly `printable(text)` — no link, image, HTML,
+    emphasis or code — and holds no raw GFM autolink trigger; `md_code(text)` is exactly one code span of it;
+    `plot_text(text)` holds no '<', '%{' or '$' and decodes back to it."""
+    import html
+
+    from markdown_it import MarkdownIt
+
+    from app.markup import WORD_JOINER, md, md_code, plot_text
+    from merging.escaping import printable
+
+    shown = printable(text)
+    parser = MarkdownIt("commonmark")
+    for source, kind in ((md(text), "text"), (md_code(text), "code_inline")):
+        blocks = parser.parse(source)
+        if not shown.strip():
+            continue
+        inline = [t for t in blocks if t.type == "inline"]
+        assert len(inline) == 1, (text, source, [t.type for t in blocks])
+        children = inline[0].children
+        assert {c.type for c in children} <= {kind, "softbreak"} and children, (text, [c.type for c in children])
+        rendered = "".join(c.content for c in children).replace(WORD_JOINER, "")
+        if kind == "text":
+            assert rendered == shown, (text, rendered)
+            assert "www." not in source.lower() and "://" not in source, source
+        else:
+            assert rendered.strip() == shown.strip(), (text, rendered)
+    label = plot_text(text)
+    assert "<" not in label and "%{" not in label and "$" not in label and html.unescape(label) == shown

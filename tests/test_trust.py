@@ -590,6 +590,23 @@ def test_blob_store_that_is_a_link_reads_nothing(capsys, models, tmp_path, monke
     no_leftovers(tmp_path)
 
 
+def test_a_snapshot_folder_linked_out_of_its_repo_is_refused(capsys, models, tmp_path):
+    """Issue 20, 1 (the root may not be a link): a snapshot folder of a cache entry that links elsewhere —
+    e.g. to a folder holding secrets next to model files — is refused; one linking inside its repo is fine."""
+    base, agents = models
+    repo = tmp_path / "hub" / "models--org--x"
+    (repo / "snapshots").mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    elsewhere = shutil.copytree(base, tmp_path / "elsewhere")
+    (repo / "snapshots" / "rev").symlink_to(elsewhere)
+    code, _, err = run(capsys, "inspect", repo / "snapshots" / "rev", *agents)
+    assert code == 2 and "links to" in err and "outside its repo" in err, err
+    inside = shutil.copytree(base, repo / "snapshots" / "real")
+    (repo / "snapshots" / "alias").symlink_to(inside)
+    code, _, err = run(capsys, "inspect", repo / "snapshots" / "alias", *agents)
+    assert code == 0, err
+
+
 def test_hard_links_bring_nothing_in(capsys, models, tmp_path):
     """Issue 20, 1: a side file or a blob hard-linked to a file outside was copied. A file with more than one
     link is read only when it is a blob of the repo's own store whose content matches its name."""
