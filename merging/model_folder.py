@@ -58,7 +58,7 @@ def checked_blob_store(real_folder: Path) -> Path | None:
     return store
 
 
-def _refuse_linked_snapshot(folder: Path, real_folder: Path) -> None:
+def refuse_linked_snapshot(folder: Path, real_folder: Path) -> None:
     """A snapshot folder (`…/models--org--name/snapshots/REV`) that is itself a link must resolve inside its own
     cached repo (the Hub client never links snapshot folders; an archive could link one anywhere)."""
     given = Path(os.path.abspath(folder))
@@ -116,7 +116,7 @@ def check_file(folder: Path, name: str, *, max_bytes: int | None = None) -> File
     except OSError as exc:
         raise RamStudioError(f"cannot read {path}: {exc.strerror or exc}.") from None
     real_folder = folder.resolve()
-    _refuse_linked_snapshot(folder, real_folder)
+    refuse_linked_snapshot(folder, real_folder)
     store = checked_blob_store(real_folder)
     real = path.resolve() if stat.S_ISLNK(lst.st_mode) else real_folder / name
     in_store = store is not None and _inside(real, store) and real != store

@@ -58,6 +58,9 @@ def parse_ref(text: str) -> ModelRef:
     except (OSError, ValueError):  # a name too long for the file system, or with a NUL: no such path
         exists = False
     if exists:
+        from .model_folder import refuse_linked_snapshot
+
+        refuse_linked_snapshot(path, path.resolve())  # before the link is resolved away
         return ModelRef(text, "local", path=path.resolve())
     m = _HUB_RE.match(text)
     if m and not text.startswith((".", "/", "~")):
