@@ -358,6 +358,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     with _stop_on_signal() as stop:
         _prefetch([args.model], args.quiet, stop)
     ckpt = open_checkpoint(args.model)  # safetensors only: a pickle-only or adapter folder is refused here
+    if args.lm_eval is None and not args.suite:  # the demo's tasks: the suite the model's config.json names
+        evaluator = build_evaluator(args, suite_folder=ckpt.folder)
     out = None
     if args.json:
         inputs = [(ckpt.ref.raw, ckpt.folder)] + ([("--include-path", Path(args.include_path))] if args.include_path else [])
@@ -375,12 +377,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             frame = None
             scores = evaluator.score(loaded, args.split, limit=args.limit, cancel=stop,
                                      progress=None if args.quiet else progress_printer("evaluate"))
-    print(f"{printable(args.model)} · {evaluator.name} · {args.split} split"
+    suite = getattr(evaluator, "suite", None)
+    print(f"{printable(args.model)} · {evaluator.name}" + (f" (suite {suite.name})" if suite else "") + f" · {args.split} split"
           + (f" · first {args.limit} examples per task" if args.limit else "") + f" · {scores.seconds:.1f} s")
     print(_table(display_frame(frame, scores)))
     print(f"average over {len(scores.scores)} task(s): {scores.average:.2f} %")
     if out is not None:
         doc = {"model": args.model, "folder": str(ckpt.folder), "evaluator": evaluator.name,
+               "suite": suite.name if suite else None,
                "fingerprint": evaluator.fingerprint(), "tasks": list(evaluator.tasks), "split": args.split,
                "limit": args.limit, "scores": scores.scores, "average": scores.average, "n": scores.n,
                "detail": scores.detail, "seconds": round(scores.seconds, 3)}

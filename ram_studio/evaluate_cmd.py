@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from merging.errors import RamStudioError, printable
-
-DEMO_TASKS = "code,tool,memory"
-
 
 def add_evaluator_options(sp: argparse.ArgumentParser) -> None:
     """--tasks | --lm-eval [--include-path] and the harness's backend settings."""
     sp.add_argument("--tasks", default=None, metavar="TASK[,TASK]",
-                    help=f"demo tasks to score, comma-separated (default {DEMO_TASKS}); the demo's built-in "
+                    help="demo tasks to score, comma-separated (default code,tool,memory); the demo's built-in "
                          "evaluator: greedy decoding, the tasks' verifiers")
+    sp.add_argument("--suite", default=None, choices=["demo", "shared"],
+                    help="the demo's task suite: demo (the original tasks) or shared (answers in one common envelope); "
+                         "default: the suite the model's config.json names (every demo-shared: model and its merges), "
+                         "else demo")
     sp.add_argument("--lm-eval", dest="lm_eval", default=None, metavar="TASK[,TASK]",
                     help="score on lm-evaluation-harness tasks instead (task or group names, comma-separated; "
                          "needs ram-studio[eval]); e.g. ram_demo_tool with --include-path assets/demo/lm_eval_tasks")
@@ -30,13 +32,17 @@ def add_evaluator_options(sp: argparse.ArgumentParser) -> None:
                     help="lm-eval batch size (default 64 on the CPU, auto on a GPU)")
 
 
-def build_evaluator(args: argparse.Namespace):
+def build_evaluator(args: argparse.Namespace, suite_folder: Path | None = None):
     """The evaluator the options ask for (DemoEvaluator or LmEvalEvaluator); a RamStudioError for a bad option or
-    an unknown task, before any model is loaded."""
+    an unknown task, before any model is loaded. The demo's suite: --suite, else the one `suite_folder`'s
+    config.json names, else the original tasks."""
     if args.lm_eval is not None:
         if args.tasks is not None:
             raise RamStudioError("--tasks (demo tasks) and --lm-eval (harness tasks) exclude each other.",
                                  "Give one of them.")
+        if args.suite is not None:
+            raise RamStudioError("--suite chooses the demo's task suite: it goes with the demo tasks, not --lm-eval.",
+                                 "Drop --suite.")
         from evaluation.lm_eval_backend import LmEvalEvaluator
 
         batch = args.batch_size
@@ -52,10 +58,22 @@ def build_evaluator(args: argparse.Namespace):
     if args.include_path is not None:
         raise RamStudioError("--include-path is a folder of lm-eval tasks: it goes with --lm-eval.",
                              "Add --lm-eval TASKS, or drop --include-path.")
+    from assets.demo.evaluate import suite_of_folder
     from assets.demo.evaluator import DemoEvaluator
+    from assets.demo.tasks import get_suite
 
-    names = [t.strip() for t in (args.tasks or DEMO_TASKS).split(",") if t.strip()]
-    return DemoEvaluator(names)
+    if args.suite is not None:
+        suite = get_suite(args.suite)
+    elif suite_folder is not None:
+        try:
+            suite = suite_of_folder(suite_folder)
+        except ValueError as exc:
+            raise RamStudioError(f"cannot tell the task suite of {suite_folder}: {exc}.",
+                                 "Pass --suite demo or --suite shared.") from None
+    else:
+        suite = get_suite(None)
+    names = [t.strip() for t in (args.tasks or ",".join(suite.tasks)).split(",") if t.strip()]
+    return DemoEvaluator(names, suite=suite)
 
 
 def progress_printer(label: str):

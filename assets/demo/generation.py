@@ -3,7 +3,7 @@
 `generate` is transformers' `generate` (the RL rollouts sample through it, so the demo build stays as it
 was). `greedy_texts` is the evaluator's fast path: the same greedy decoding written out for the Qwen2/Llama
 architecture with a preallocated KV cache — every prompt of a task in one decoding batch, the prompts
-prefilled in chunks of similar length (little padding), finished rows dropped from the batch — and the same
+prefilled by prompt length (no padding), finished rows dropped from the batch — and the same
 completions as `generate(..., sample=False)` (tests/test_fast_decoding.py compares them).
 """
 from __future__ import annotations
@@ -14,7 +14,13 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from .tasks import MAX_NEW_TOKENS  # noqa: F401  (re-exported: the RL rollouts' budgets)
+from .tasks import MAX_NEW_TOKENS, TaskSuite  # MAX_NEW_TOKENS re-exported: the RL rollouts' budgets
+
+
+def max_new_tokens(task: str, suite: TaskSuite | None = None) -> int:
+    """Generation budget of a task; a suite with an answer envelope adds its `extra_tokens`."""
+    return MAX_NEW_TOKENS[task] if suite is None else suite.max_new_tokens[task]
+
 
 # Bytes a prefill chunk's activations, and a decoding group's KV cache, may take (rows are split beyond).
 CHUNK_BYTES = 256 << 20
