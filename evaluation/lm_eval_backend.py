@@ -77,7 +77,7 @@ def task_manager(tasks: Sequence[str], include_path: Path | None = None):
         manager = TaskManager(include_path=str(include_path) if include_path else None)
     unknown = [t for t in tasks if t not in manager.all_tasks]
     if unknown:
-        close = sorted({m for t in unknown for m in difflib.get_close_matches(t, manager.all_tasks, n=3)})
+        close = list(dict.fromkeys(m for t in unknown for m in difflib.get_close_matches(t, manager.all_tasks, n=3)))
         where = f" (with --include-path {include_path})" if include_path else ""
         hint = f"Did you mean {', '.join(close)}? " if close else ""
         raise RamStudioError(f"lm-eval knows no task {', '.join(map(repr, unknown))}{where}.",

@@ -95,7 +95,7 @@ def display_frame(frame, scores):
 
     if frame is not None:
         shown = frame[["task", "subset", "n", "correct"]].copy()
-        shown["accuracy %"] = (100 * frame["accuracy"]).round(2)
+        shown["accuracy %"] = (100 * frame["accuracy"]).map("{:.2f}".format)
         return shown
     return pd.DataFrame({"task": list(scores.scores), "n": [scores.n.get(t, 0) for t in scores.scores],
-                         "score %": [round(v, 2) for v in scores.scores.values()]})
+                         "score %": [f"{v:.2f}" for v in scores.scores.values()]})
