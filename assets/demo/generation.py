@@ -64,9 +64,11 @@ def greedy_texts(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, pro
     (`fast_decoding_supported`), else transformers' `generate` (`reference_greedy_texts`)."""
     if not prompts:
         return []
-    if fast_decoding_supported(model):
+    if fast_decoding_supported(model) and (tokenizer.pad_token_id is not None or tokenizer.eos_token_id is not None):
         with _cpu_threads(model):
-            return _fast_greedy(model, tokenizer, prompts, max_new_tokens)
+            texts = _fast_greedy(model, tokenizer, prompts, max_new_tokens)
+        if texts is not None:
+            return texts
     return reference_greedy_texts(model, tokenizer, prompts, max_new_tokens)
 
 
@@ -221,9 +223,10 @@ def _groups(lengths: list[int], limit: int, cost) -> list[list[int]]:
 
 @torch.no_grad()
 def _fast_greedy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, prompts: Sequence[str],
-                 max_new_tokens: int) -> list[str]:
+                 max_new_tokens: int) -> list[str] | None:
     """Greedy decoding with a KV cache: rows sorted by token length, split into decoding groups that fit
-    CACHE_BYTES; each group prefilled in chunks of similar length, then decoded as one batch."""
+    CACHE_BYTES; each group prefilled by prompt length, then decoded as one batch. None when a prompt encodes
+    to no token at all (transformers' `generate` decides what that means)."""
     dec = _Decoder(model)
     device = dec.param.device
     eos = tokenizer.eos_token_id
@@ -231,6 +234,8 @@ def _fast_greedy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, pro
     encoded = tokenizer(list(prompts))["input_ids"]
     order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
     lengths = [len(encoded[i]) for i in order]
+    if lengths[0] == 0 or max_new_tokens < 1:
+        return None
     per_col = 2 * len(dec.layers) * dec.kv_heads * dec.head_dim * dec.param.element_size()
     groups = _groups(lengths, CACHE_BYTES, lambda rows, longest: rows * (longest + max_new_tokens) * per_col)
     tables = dec.rope_tables(lengths[-1] + max_new_tokens)
