@@ -472,7 +472,7 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
     from ram_studio.evaluate_cmd import add_evaluator_options
 
     add_evaluator_options(sp)
-    sp.add_argument("--split", default="test", choices=["validation", "test"],
+    sp.add_argument("--split", default="test", metavar="validation|test",
                     help="which split to score (default test); lm-eval: validation scores each task's TASK_validation "
                          "companion or its own validation split")
     sp.add_argument("--limit", type=int, default=None, metavar="N",

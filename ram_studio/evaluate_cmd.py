@@ -14,7 +14,7 @@ def add_evaluator_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--tasks", default=None, metavar="TASK[,TASK]",
                     help="demo tasks to score, comma-separated (default code,tool,memory); the demo's built-in "
                          "evaluator: greedy decoding, the tasks' verifiers")
-    sp.add_argument("--suite", default=None, choices=["demo", "shared"],
+    sp.add_argument("--suite", default=None, metavar="demo|shared",
                     help="the demo's task suite: demo (the original tasks) or shared (answers in one common envelope); "
                          "default: the suite the model's config.json names (every demo-shared: model and its merges), "
                          "else demo")
@@ -24,7 +24,7 @@ def add_evaluator_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--include-path", default=None, metavar="DIR",
                     help="a folder of lm-eval task YAML files (as lm_eval's --include_path); when it holds every "
                          "task asked for, lm-eval's built-in tasks are not read")
-    sp.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto",
+    sp.add_argument("--backend", default="auto", metavar="auto|hf|vllm",
                     help="lm-eval backend: hf (transformers, the model held in memory) or vllm; auto = vllm when it "
                          "is installed and a GPU is present, else hf")
     sp.add_argument("--device", default="auto", help="lm-eval device: auto (CUDA when present), cpu or cuda")
@@ -63,7 +63,10 @@ def build_evaluator(args: argparse.Namespace, suite_folder: Path | None = None):
     from assets.demo.tasks import get_suite
 
     if args.suite is not None:
-        suite = get_suite(args.suite)
+        try:
+            suite = get_suite(args.suite)
+        except ValueError:
+            raise RamStudioError(f"unknown task suite {printable(args.suite, 40)!r}.", "Choose --suite demo or shared.") from None
     elif suite_folder is not None:
         try:
             suite = suite_of_folder(suite_folder)

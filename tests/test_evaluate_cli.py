@@ -74,6 +74,8 @@ def test_bad_input_is_one_line_and_writes_nothing(capsys, tmp_path: Path) -> Non
         (["evaluate", qwen / "base", "--limit", "2"], "not a demo-compatible model"),
         (["evaluate", "demo:base", "--tasks", "code,poetry"], "unknown demo task(s) poetry"),
         (["evaluate", "demo:base", "--limit", "0"], "--limit 0"),
+        (["evaluate", "demo:base", "--split", "train"], "no train split"),
+        (["evaluate", "demo:base", "--suite", "poetry"], "unknown task suite"),
         (["evaluate", "demo:base", "--include-path", TASKS_DIR], "goes with --lm-eval"),
         (["evaluate", "demo:base", "--tasks", "code", "--lm-eval", "ram_demo_code"], "exclude each other"),
         (["evaluate", "demo:base", "--json", MODELS / "base" / "scores.json"], "inside the input"),
