@@ -9,6 +9,7 @@ completions as `generate(..., sample=False)` (tests/test_fast_decoding.py compar
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Iterator, Sequence
 
 import torch
@@ -231,7 +232,7 @@ def _fast_greedy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, pro
     device = dec.param.device
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    encoded = tokenizer(list(prompts))["input_ids"]
+    encoded = _encoded(tokenizer, prompts)
     order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
     lengths = [len(encoded[i]) for i in order]
     if lengths[0] == 0 or max_new_tokens < 1:
@@ -246,6 +247,24 @@ def _fast_greedy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, pro
         for i, text in zip(group, tokenizer.batch_decode(completion, skip_special_tokens=True)):
             texts[order[i]] = text
     return texts
+
+
+# Token ids of prompt lists already seen, per tokenizer (a sweep decodes the same prompts for every candidate).
+_ENCODED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _encoded(tokenizer: PreTrainedTokenizerFast, prompts: Sequence[str]) -> list[list[int]]:
+    """The prompts' token ids (no padding), remembered for this tokenizer object."""
+    key = tuple(prompts)
+    try:
+        seen = _ENCODED.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer that cannot be weakly referenced: encode every time
+        return tokenizer(list(prompts))["input_ids"]
+    if key not in seen:
+        if len(seen) >= 16:
+            seen.clear()
+        seen[key] = tokenizer(list(prompts))["input_ids"]
+    return seen[key]
 
 
 def _decode_group(dec: _Decoder, rows: list[list[int]], max_new: int, eos: int | None, pad: int,
