@@ -10,20 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from ram_studio.cli import main
+from tests.test_trust import run  # in-process CLI run: a failure is one `error: …` line, no traceback
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "assets" / "demo" / "models"
 TASKS_DIR = ROOT / "assets" / "demo" / "lm_eval_tasks"
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    """In-process CLI run; a failure is exactly one `error: …` line and never a traceback."""
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    if code != 0:
-        assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    return code, out, err
 
 
 def test_demo_tasks_table_and_json(capsys, tmp_path: Path) -> None:
