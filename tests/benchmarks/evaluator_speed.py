@@ -7,7 +7,8 @@
 2. Scoring one loaded model on the validation split (what a sweep does per candidate), in this process: the
    fast decoder against the decoding it replaced (transformers' `generate` in length-sorted batches of 64),
    for the base and the three agents; the scores must be equal.
-Medians and minimums are printed; timings on a shared machine are noisy (the load average is recorded).
+Medians and minimums of wall and CPU time are printed (CPU time is the steadier one on a shared machine; the
+load average is recorded). The generate path keeps torch's thread setting, as the evaluator did before.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,16 +35,19 @@ def old_tree(rev: str, into: Path) -> Path:
     return into
 
 
-def cli_seconds(tree: Path) -> float:
-    """Wall time of one `ram-studio evaluate demo:tool --split test` in a fresh process run from `tree`."""
+def cli_seconds(tree: Path) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of one `ram-studio evaluate demo:tool --split test` in a fresh
+    process run from `tree`."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(tree)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "ram_studio", "evaluate", "demo:tool", "--split", "test"],
                           cwd=tree, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-2000:])
-    return seconds
+    return seconds, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def scoring_seconds(repeat: int) -> dict:
@@ -57,15 +62,15 @@ def scoring_seconds(repeat: int) -> dict:
         model = ev.load(MODELS / name)
         for _ in range(repeat):
             evaluate.greedy_texts = reference_greedy_texts
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             want = ev.score(model, "validation").scores
-            old.append(time.perf_counter() - t0)
+            old.append((time.perf_counter() - t0, time.process_time() - c0))
             evaluate.greedy_texts = greedy_texts
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             got = ev.score(model, "validation").scores
-            fast.append(time.perf_counter() - t0)
+            fast.append((time.perf_counter() - t0, time.process_time() - c0))
             same &= got == want
-    return {"fast_s": fast, "generate_s": old, "same_scores": same}
+    return {"fast_wall_cpu": fast, "generate_wall_cpu": old, "same_scores": same}
 
 
 def summary(xs: list[float]) -> str:
@@ -88,12 +93,17 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeat):  # interleaved, so that load changes hit both alike
             old.append(cli_seconds(before))
             new.append(cli_seconds(ROOT))
-    result["cli_test_split"] = {"before": old, "after": new}
-    print(f"ram-studio evaluate demo:tool --split test: before ({args.before}) {summary(old)}; after {summary(new)}")
+    result["cli_test_split"] = {"before_wall_cpu": old, "after_wall_cpu": new}
+    for what, i in (("wall", 0), ("CPU", 1)):
+        print(f"ram-studio evaluate demo:tool --split test, {what}: before ({args.before}) "
+              f"{summary([x[i] for x in old])}; after {summary([x[i] for x in new])}")
     scoring = scoring_seconds(args.repeat)
     result["validation_scoring"] = scoring
-    print(f"score one loaded model on validation (450 examples): generate {summary(scoring['generate_s'])}; "
-          f"fast decoder {summary(scoring['fast_s'])}; same scores: {scoring['same_scores']}")
+    for what, i in (("wall", 0), ("CPU", 1)):
+        print(f"score one loaded model on validation (450 examples), {what}: generate "
+              f"{summary([x[i] for x in scoring['generate_wall_cpu']])}; fast decoder "
+              f"{summary([x[i] for x in scoring['fast_wall_cpu']])}")
+    print(f"same scores: {scoring['same_scores']}")
     result["load_after"] = os.getloadavg()
     print(f"load average before {result['load_before']}, after {result['load_after']}; "
           f"{result['cpus']} CPUs, torch threads {result['torch_threads']}")
