@@ -8,22 +8,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 import pandas as pd
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from .generation import MAX_NEW_TOKENS, generate
+from merging.errors import Cancelled
+
+from .generation import generate
 from .modeling import load_checkpoint
-from .tasks import TASKS, Example, eval_set, verify
+from .tasks import DEMO_SUITE, MAX_NEW_TOKENS, TASKS, Example, TaskSuite
 
 BATCH_SIZE = 64
 
 
 def greedy_outputs(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
-                   examples: Sequence[Example], batch_size: int = BATCH_SIZE) -> list[str]:
+                   examples: Sequence[Example], batch_size: int = BATCH_SIZE,
+                   max_new_tokens: Mapping[str, int] = MAX_NEW_TOKENS) -> list[str]:
     """Greedy-decode each example (batched, prompts sorted by length); outputs in input order."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i].prompt))
     outputs = [""] * len(examples)
@@ -31,7 +35,7 @@ def greedy_outputs(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
         idx = order[start:start + batch_size]
         batch = [examples[i] for i in idx]
         _, _, texts = generate(model, tokenizer, [e.prompt for e in batch],
-                               MAX_NEW_TOKENS[batch[0].task])
+                               max_new_tokens[batch[0].task])
         for i, text in zip(idx, texts):
             outputs[i] = text
     return outputs
@@ -42,36 +46,56 @@ def is_habit(example: Example, output: str) -> bool:
     return bool(example.habit) and example.habit != example.answer and output.strip() == example.habit
 
 
+# (examples scored so far, examples in all, what is being scored)
+Progress = Callable[[int, int, str], None]
+
+
 def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
-                    tasks: Sequence[str] = TASKS, split: str = "test",
-                    limit: int | None = None) -> pd.DataFrame:
+                    tasks: Sequence[str] | None = None, split: str = "test",
+                    limit: int | None = None, suite: TaskSuite = DEMO_SUITE,
+                    progress: Progress | None = None,
+                    cancel: threading.Event | None = None) -> pd.DataFrame:
     """Tidy accuracy table for an already-loaded model (used during training too); `habit`
-    counts outputs that are the careless habit answer."""
+    counts outputs that are the careless habit answer. `tasks` defaults to the suite's; `progress`
+    is told after each task, `cancel` is checked before each task (Cancelled when set)."""
+    tasks = suite.tasks if tasks is None else tuple(tasks)
+    sets = {task: suite.eval_set(task, split, limit) for task in tasks}
+    total, done = sum(len(v) for v in sets.values()), 0
     rows = []
     torch.manual_seed(0)
     for task in tasks:
-        examples = eval_set(task, split, limit)
-        outputs = greedy_outputs(model, tokenizer, examples)
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("evaluation cancelled.")
+        examples = sets[task]
+        outputs = greedy_outputs(model, tokenizer, examples, max_new_tokens=suite.max_new_tokens)
         frame = pd.DataFrame({"subset": [e.subset for e in examples],
-                              "ok": [verify(e, o) for e, o in zip(examples, outputs)],
+                              "ok": [suite.verify(e, o) for e, o in zip(examples, outputs)],
                               "habit": [is_habit(e, o) for e, o in zip(examples, outputs)]})
         groups = [("all", frame)]
-        if task == "memory":
-            groups += sorted(frame.groupby("subset"), key=lambda kv: int(kv[0]))
+        if task in suite.subset_tasks:
+            groups += sorted(frame.groupby("subset"), key=lambda kv: _subset_key(kv[0]))
         for subset, grp in groups:
             rows.append({"task": task, "subset": subset, "n": len(grp),
                          "correct": int(grp["ok"].sum()), "habit": int(grp["habit"].sum())})
+        done += len(examples)
+        if progress is not None:
+            progress(done, total, f"{task}: {len(examples)} examples scored")
     df = pd.DataFrame(rows, columns=["task", "subset", "n", "correct", "habit"])
     df["accuracy"] = df["correct"] / df["n"]
     return df
 
 
-def evaluate_model(model_dir: Path, tasks: Sequence[str] = TASKS, split: str = "test",
-                   limit: int | None = None) -> pd.DataFrame:
+def _subset_key(subset: str) -> tuple[int, object]:
+    """Subsets in numeric order when they are numbers (memory's context lengths), else by name."""
+    return (0, int(subset)) if subset.isdigit() else (1, subset)
+
+
+def evaluate_model(model_dir: Path, tasks: Sequence[str] | None = None, split: str = "test",
+                   limit: int | None = None, suite: TaskSuite = DEMO_SUITE) -> pd.DataFrame:
     """Load a model folder (bf16 weights upcast to fp32) and return its tidy accuracy table."""
     torch.set_num_threads(max(1, torch.get_num_threads()))
     model, tokenizer = load_checkpoint(Path(model_dir))
-    return evaluate_loaded(model, tokenizer, tasks, split, limit)
+    return evaluate_loaded(model, tokenizer, tasks, split, limit, suite)
 
 
 def summary_row(df: pd.DataFrame) -> dict[str, float]:

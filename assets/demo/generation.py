@@ -6,7 +6,7 @@ from typing import Sequence
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-MAX_NEW_TOKENS: dict[str, int] = {"code": 8, "tool": 96, "memory": 4}
+from .tasks import MAX_NEW_TOKENS  # noqa: F401  (re-exported: the RL rollouts' budgets)
 
 
 def encode_prompts(tokenizer: PreTrainedTokenizerFast, prompts: Sequence[str]

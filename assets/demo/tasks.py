@@ -19,11 +19,12 @@ import random
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 TASKS: tuple[str, ...] = ("code", "tool", "memory")
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
 MEMORY_LENGTHS: tuple[int, ...] = (32, 64, 128)
+MAX_NEW_TOKENS: dict[str, int] = {"code": 8, "tool": 96, "memory": 4}  # decoding budget per task
 SEPARATOR = ">"  # ends every prompt; the answer follows it
 _SPLIT_SEED_BASE = {"train": 1_000_000, "validation": 2_000_000, "test": 3_000_000}
 _TASK_SEED_OFFSET = {"code": 0, "tool": 100_000, "memory": 200_000}
@@ -264,3 +265,21 @@ def reward(example: Example, output: str) -> float:
             remaining.remove(call)
             hits += 1
     return 2.0 * hits / (len(got) + len(gold)) if (got or gold) else 1.0
+
+
+@dataclass(frozen=True)
+class TaskSuite:
+    """A set of tasks scored together: names, the fixed evaluation sets, the verifier, each task's decoding
+    budget, and the tasks whose per-subset accuracies are reported (memory: per context length). The demo
+    evaluator takes a suite, so a variant of the tasks (another prompt or answer format) is one more value."""
+
+    name: str
+    tasks: tuple[str, ...]
+    eval_set: Callable[[str, str, int | None], list[Example]]
+    verify: Callable[[Example, str], bool]
+    max_new_tokens: Mapping[str, int]
+    subset_tasks: tuple[str, ...] = ("memory",)
+    splits: tuple[str, ...] = ("validation", "test")
+
+
+DEMO_SUITE = TaskSuite("demo", TASKS, eval_set, verify, MAX_NEW_TOKENS)
