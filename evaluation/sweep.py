@@ -249,19 +249,20 @@ def run_sweep(spec: SweepSpec, executor: Executor, *, store: ScoreStore | None =
                 executor.run(todo, on_result, cancel, on_examples)
 
         selected: dict[str, Candidate] = {}
-        seen: dict[Candidate, int] = {}
+        seen: dict[Candidate, tuple[int, int]] = {}  # each candidate's place: (its grid, its place in the grid)
         notes: list[str] = []
         for i, stage in enumerate(plan):
             jobs = []
             for grid in stage:
+                g = spec.grids.index(grid)
                 if any(ref not in selected for ref in grid.refs.values()):
                     missing = [r for r in grid.refs.values() if r not in selected]
                     notes.append(f"{grid.text}: skipped, no {', '.join(missing)} candidate could be scored")
                     state["total"] -= grid.size()
                     continue
-                for c in grid.expand(selected):
+                for pos, c in enumerate(grid.expand(selected)):
                     if c not in seen:
-                        seen[c] = len(seen)
+                        seen[c] = (g, pos)
                         jobs.append(Job(spec.select_on, c))
                     else:
                         state["total"] -= 1
@@ -295,9 +296,10 @@ def run_sweep(spec: SweepSpec, executor: Executor, *, store: ScoreStore | None =
     for e in entries:
         e.selected = e.candidate in chosen
         e.best = e.candidate is not None and e.candidate == best
-    # selection split in sweep order, then the report split: chosen candidates, then base and agents
+    # the selection split, then the report split; candidates in the order of the grids (each grid's in its
+    # own order), then the base and the agents
     entries.sort(key=lambda e: (e.split != spec.select_on, e.kind != CANDIDATE,
-                                seen.get(e.candidate, 0) if e.kind == CANDIDATE else labels.index(e.label)))
+                                seen[e.candidate] if e.kind == CANDIDATE else (labels.index(e.label), 0)))
     state["phase"], state["current"] = "done", ""
     report()
     return SweepResult(spec, entries, selected, best, context, time.perf_counter() - t0, notes + context.get("notes", []))
