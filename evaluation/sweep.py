@@ -193,105 +193,138 @@ class Executor:
         pass
 
 
+class Scoring:
+    """Jobs scored on a started executor through the store: a stored result is reused, a new one is stored the
+    moment it exists. Keeps the entries and reports progress (`phase`, scorings done of `total`)."""
+
+    def __init__(self, spec: SweepSpec, executor: Executor, store: ScoreStore, progress: SweepProgressFn | None,
+                 cancel: threading.Event | None, total: int) -> None:
+        self.spec, self.executor, self.store, self.progress, self.cancel = spec, executor, store, progress, cancel
+        self.entries: list[Entry] = []
+        self.phase, self.done, self.total, self.current = "open", 0, total, ""
+        self.t0 = time.perf_counter()
+        self.context: dict[str, Any] = {}
+
+    def report(self, examples_done: int = 0, examples_total: int = 0) -> None:
+        if self.progress is not None:
+            self.progress(SweepProgress(self.phase, self.done, self.total, self.current, examples_done,
+                                        examples_total, time.perf_counter() - self.t0, list(self.entries)))
+
+    def start(self) -> dict[str, Any]:
+        """Open the inputs on the executor (progress as `open`); the context every score depends on."""
+        def opening(text: str, done: int, total: int) -> None:
+            self.current = text
+            self.report(done, total)
+
+        self.report()
+        self.context = self.executor.start(self.spec, self.cancel, opening)
+        return self.context
+
+    def key(self, job: Job) -> dict[str, Any]:
+        what = ({"method": job.candidate.method, "params": job.candidate.param_dict} if job.candidate
+                else {"model": self.context["fingerprints"][job.index]})
+        return score_key(self.context["key"], what, job.split)
+
+    def score(self, jobs: list[Job], phase: str) -> list[Entry]:
+        """Score `jobs` (stored ones from the store); returns their entries, in the order they came."""
+        self.phase = phase
+        labels = self.context["labels"]
+        first = len(self.entries)
+        todo = []
+        for job in jobs:
+            hit = self.store.get(self.key(job))
+            if hit is not None:
+                self.entries.append(_entry(job, hit, labels, resumed=True))
+                self.done += 1
+            else:
+                todo.append(job)
+        self.report()
+
+        def on_result(job: Job, result: dict[str, Any]) -> None:
+            self.store.put(self.key(job), result)
+            self.entries.append(_entry(job, result, labels, resumed=False))
+            self.done += 1
+            self.current = ""
+            self.report()
+
+        def on_examples(done: int, total: int, text: str) -> None:
+            self.current = text
+            self.report(done, total)
+
+        if todo:
+            self.executor.run(todo, on_result, self.cancel, on_examples)
+        return self.entries[first:]
+
+
+def measure(spec: SweepSpec, candidates: list[Candidate], split: str, executor: Executor, *,
+            store: ScoreStore | None = None, progress: SweepProgressFn | None = None,
+            cancel: threading.Event | None = None) -> list[Entry]:
+    """Score given candidates on one split (no selection): e.g. the Tune page's settings A and B. `spec`
+    gives the models and the evaluator (its grids are not used)."""
+    if split not in tuple(spec.evaluator.splits()):
+        raise RamStudioError(f"the split {printable(split, 40)!r} does not exist for these tasks.",
+                             f"Splits available: {', '.join(spec.evaluator.splits())}.")
+    scoring = Scoring(spec, executor, store or ScoreStore(), progress, cancel, len(candidates))
+    try:
+        scoring.start()
+        return scoring.score([Job(split, c) for c in candidates], "measure")
+    except KeyboardInterrupt:
+        raise Cancelled("interrupted.") from None
+    finally:
+        executor.close()
+
+
 def run_sweep(spec: SweepSpec, executor: Executor, *, store: ScoreStore | None = None,
               progress: SweepProgressFn | None = None, cancel: threading.Event | None = None) -> SweepResult:
     """Run the protocol (see the module docstring); raises Cancelled when `cancel` is set (scores so far kept)."""
-    t0 = time.perf_counter()
     plan = stages(spec.grids)
     check_splits(spec.evaluator, spec.select_on, spec.report_on)
-    store = store or ScoreStore()
-    entries: list[Entry] = []
-    state = {"phase": "open", "done": 0, "total": sum(g.size() for g in spec.grids), "current": ""}
-
-    def report(examples_done: int = 0, examples_total: int = 0) -> None:
-        if progress is not None:
-            progress(SweepProgress(state["phase"], state["done"], state["total"], state["current"], examples_done,
-                                   examples_total, time.perf_counter() - t0, list(entries)))
-
-    def opening(text: str, done: int, total: int) -> None:
-        state["current"] = text
-        report(done, total)
-
-    report()
+    run = Scoring(spec, executor, store or ScoreStore(), progress, cancel, sum(g.size() for g in spec.grids))
+    selected: dict[str, Candidate] = {}
+    seen: dict[Candidate, tuple[int, int]] = {}  # each candidate's place: (its grid, its place in the grid)
+    notes: list[str] = []
+    order = [g.method for g in spec.grids]
     try:
-        context = executor.start(spec, cancel, opening)
-        labels = context["labels"]
-
-        def key(job: Job) -> dict[str, Any]:
-            what = ({"method": job.candidate.method, "params": job.candidate.param_dict} if job.candidate
-                    else {"model": context["fingerprints"][job.index]})
-            return score_key(context["key"], what, job.split)
-
-        def score(jobs: list[Job], phase: str) -> None:
-            state["phase"] = phase
-            todo = []
-            for job in jobs:
-                hit = store.get(key(job))
-                if hit is not None:
-                    entries.append(_entry(job, hit, labels, resumed=True))
-                    state["done"] += 1
-                else:
-                    todo.append(job)
-            report()
-
-            def on_result(job: Job, result: dict[str, Any]) -> None:
-                store.put(key(job), result)
-                entries.append(_entry(job, result, labels, resumed=False))
-                state["done"] += 1
-                state["current"] = ""
-                report()
-
-            def on_examples(done: int, total: int, text: str) -> None:
-                state["current"] = text
-                report(done, total)
-
-            if todo:
-                executor.run(todo, on_result, cancel, on_examples)
-
-        selected: dict[str, Candidate] = {}
-        seen: dict[Candidate, tuple[int, int]] = {}  # each candidate's place: (its grid, its place in the grid)
-        notes: list[str] = []
+        labels = run.start()["labels"]
         for i, stage in enumerate(plan):
             jobs = []
             for grid in stage:
-                g = spec.grids.index(grid)
                 if any(ref not in selected for ref in grid.refs.values()):
                     missing = [r for r in grid.refs.values() if r not in selected]
                     notes.append(f"{grid.text}: skipped, no {', '.join(missing)} candidate could be scored")
-                    state["total"] -= grid.size()
+                    run.total -= grid.size()
                     continue
                 for pos, c in enumerate(grid.expand(selected)):
                     if c not in seen:
-                        seen[c] = (g, pos)
+                        seen[c] = (spec.grids.index(grid), pos)
                         jobs.append(Job(spec.select_on, c))
                     else:
-                        state["total"] -= 1
-            score(jobs, "select")
+                        run.total -= 1
+            run.score(jobs, "select")
             finished = {g.method for g in stage} - {g.method for later in plan[i + 1:] for g in later}
-            chosen_from = [e for e in entries if e.split == spec.select_on]
-            for method in sorted(finished, key=lambda m: [g.method for g in spec.grids].index(m)):
+            chosen_from = [e for e in run.entries if e.split == spec.select_on]
+            for method in sorted(finished, key=order.index):
                 pick = select(method, chosen_from, spec.select_on)
                 if pick is None:
                     notes.append(f"{method}: no candidate could be scored, so none is selected")
                 else:
                     selected[method] = pick
-        valid = {e.candidate: e for e in entries if e.kind == CANDIDATE and e.split == spec.select_on}
+        valid = {e.candidate: e for e in run.entries if e.kind == CANDIDATE and e.split == spec.select_on}
         best = None
-        for method in [g.method for g in spec.grids]:
+        for method in order:
             c = selected.get(method)
             if c is not None and (best is None or valid[c].average > valid[best].average):
                 best = c
-        reports = [Job(spec.report_on, c) for c in dict.fromkeys(selected[m] for m in selected)]
+        reports = [Job(spec.report_on, selected[m]) for m in sorted(selected, key=order.index)]
         if spec.references:
             reports += [Job(spec.report_on, index=i) for i in range(len(labels))]
-        state["total"] += len(reports)
-        score(reports, "report")
-    except Cancelled:
-        raise
+        run.total += len(reports)
+        run.score(reports, "report")
     except KeyboardInterrupt:
         raise Cancelled("sweep interrupted.") from None
     finally:
         executor.close()
+    entries = run.entries
     chosen = set(selected.values())
     for e in entries:
         e.selected = e.candidate in chosen
@@ -300,6 +333,7 @@ def run_sweep(spec: SweepSpec, executor: Executor, *, store: ScoreStore | None =
     # own order), then the base and the agents
     entries.sort(key=lambda e: (e.split != spec.select_on, e.kind != CANDIDATE,
                                 seen[e.candidate] if e.kind == CANDIDATE else (labels.index(e.label), 0)))
-    state["phase"], state["current"] = "done", ""
-    report()
-    return SweepResult(spec, entries, selected, best, context, time.perf_counter() - t0, notes + context.get("notes", []))
+    run.phase, run.current = "done", ""
+    run.report()
+    return SweepResult(spec, entries, selected, best, run.context, time.perf_counter() - run.t0,
+                       notes + run.context.get("notes", []))
