@@ -103,6 +103,14 @@ class Grid:
         return out
 
 
+def candidate(method: str, params: dict[str, Any], given: Iterable[str] | None = None) -> Candidate:
+    """One candidate from a method and parameter values (checked and completed by the declaration); `given`
+    (default: the keys of `params`) are the ones its label shows."""
+    m = get_method(method)
+    resolved = m.resolve_params(params)
+    return Candidate(m.name, tuple(resolved.items()), tuple(params if given is None else given))
+
+
 def _values(method: str, name: str, raw: list[Any]) -> tuple[Any, ...]:
     """The values of one axis, each checked against the parameter's declaration (or one `@METHOD`)."""
     m = get_method(method)
