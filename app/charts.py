@@ -450,6 +450,22 @@ def short_text(text: str, limit: int = 18) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def short_labels(names: list[str], limit: int = 18) -> list[str]:
+    """Distinct short labels for `names`: the start and an ellipsis; where two would read the same (e.g.
+    Qwen2.5-7B-Instruct and Qwen2.5-7B-Instruct-ToolRL-grpo-cold), the start and the end around it."""
+    out = [short_text(n, limit) for n in names]
+    for i, n in enumerate(names):
+        if out.count(out[i]) > 1 and len(n) > limit:
+            head = (limit - 1) // 2
+            out[i] = n[:head] + "…" + n[-(limit - 1 - head):]
+    seen: dict[str, int] = {}
+    for i, label in enumerate(out):  # still equal (or equal names): number them
+        seen[label] = seen.get(label, 0) + 1
+        if out.count(label) > 1:
+            out[i] = f"{label} ({seen[label]})"
+    return out
+
+
 def short_candidate(method: str, params: dict[str, object], given: list[str]) -> str:
     """`TIES λ=1 d=0.2` for `ties lambda=1.0 density=0.2`: method and the swept parameters, abbreviated."""
     def value(v: object) -> str:

@@ -13,8 +13,9 @@ from tests.factory import checksums, make_family
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    """Every test gets its own analysis cache, so results never leak between tests."""
+    """Every test gets its own analysis cache and sweep score store, so results never leak between tests."""
     monkeypatch.setenv("RAM_STUDIO_CACHE", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv("RAM_STUDIO_SWEEP_CACHE", str(tmp_path_factory.mktemp("sweeps")))
 
 
 def _unchanged_at_the_end(folders):

@@ -151,15 +151,19 @@ def evaluator_section(sel: state.Selection, disabled: bool):
     """The demo's tasks (on the demo) and how many examples per task; returns (evaluator or None, limit)."""
     st.subheader("Evaluation")
     if not sel.is_demo:
-        st.info("Scoring in the app uses the demo's tasks, which only models built from the demo base can take. "
-                "For your own agents run the sweep from the command line with lm-evaluation-harness tasks: "
-                "`ram-studio sweep BASE AGENT… --try \"ram_plus r=0,0.1\" --lm-eval TASKS`.", icon=":material/info:")
-        return None, None
-    from assets.demo.evaluator import DemoEvaluator
+        st.caption("The app scores with the demo's tasks, which only models built from the demo base can take (its "
+                   "tokenizer and tasks). For other agents run the sweep from the command line with "
+                   "lm-evaluation-harness tasks: `ram-studio sweep BASE AGENT… --try \"ram_plus r=0,0.1\" "
+                   "--lm-eval TASKS`.")
     from assets.demo.evaluate import suite_of_folder
+    from assets.demo.evaluator import DemoEvaluator
     from merging.refs import resolve
 
-    suite = suite_of_folder(resolve(sel.base))
+    try:
+        suite = suite_of_folder(resolve(sel.base, download=False))
+    except (RamStudioError, ValueError) as exc:
+        st.info(f"The demo's tasks cannot score these models: {printable(exc, 200)}", icon=":material/info:")
+        return None, None
     c = st.columns([3, 1])
     tasks = c[0].multiselect("Demo tasks", list(suite.tasks), default=list(suite.tasks), key="sweep_tasks",
                              disabled=disabled, help=f"Task suite: {suite.name} ({suite.description}).")
@@ -266,10 +270,10 @@ def results(res: SweepResult, sel: state.Selection) -> None:
     with bars:
         rows = [{"name": e.label, "short": charts.short_candidate(e.method, e.params, list(e.candidate.given)),
                  **e.scores, "average": e.average} for e in test]
-        rows += [{"name": e.label, "short": charts.short_text(e.label), **e.scores, "average": e.average}
-                 for e in res.references()]
+        rows += [{"name": e.label, "short": e.label, **e.scores, "average": e.average} for e in res.references()]
         if rows:
             df = pd.DataFrame(rows)
+            df["short"] = charts.short_labels(list(df["short"]))
             charts.show(charts.sweep_task_bars(df, tasks, agents), df,
                         f"{spec.report_on.capitalize()} accuracy of each method's chosen candidate next to the base and "
                         "the agents (hover for full names).", "sweep_chosen", title="Chosen candidates and the agents",
@@ -310,7 +314,10 @@ def results(res: SweepResult, sel: state.Selection) -> None:
                         "(★ chosen).", "sweep_time", title="Score against merge time",
                         params={"split": spec.select_on})
     st.subheader("Every score")
-    st.dataframe(entries_frame(res.entries), hide_index=True, width="stretch", key="sweep_all")
+    every = entries_frame(res.entries)
+    st.dataframe(every.style.format(precision=2, subset=[c for c in every.columns if c not in
+                                                          ("candidate", "split", "chosen", "note")]),
+                 hide_index=True, width="stretch", key="sweep_all")
     c = st.columns(2)
     c[0].download_button("JSON", (json.dumps(result_json(res, "local"), indent=2) + "\n").encode(), "sweep.json",
                          "application/json", key="sweep_dl_json", icon=":material/download:", width="stretch")
