@@ -454,10 +454,10 @@ def short_labels(names: list[str], limit: int = 18) -> list[str]:
     """Distinct short labels for `names`: the start and an ellipsis; where two would read the same (e.g.
     Qwen2.5-7B-Instruct and Qwen2.5-7B-Instruct-ToolRL-grpo-cold), the start and the end around it."""
     out = [short_text(n, limit) for n in names]
-    for i, n in enumerate(names):
-        if out.count(out[i]) > 1 and len(n) > limit:
-            head = (limit - 1) // 2
-            out[i] = n[:head] + "…" + n[-(limit - 1 - head):]
+    clash = [out.count(label) > 1 for label in out]
+    head = (limit - 1) // 2
+    out = [n[:head] + "…" + n[-(limit - 1 - head):] if c and len(n) > limit else label
+           for n, label, c in zip(names, out, clash)]
     seen: dict[str, int] = {}
     for i, label in enumerate(out):  # still equal (or equal names): number them
         seen[label] = seen.get(label, 0) + 1
@@ -485,11 +485,18 @@ def _bottom_legend(fig: go.Figure, height: int) -> go.Figure:
 
 
 def _task_colors(tasks: list[str], agents: list[str]) -> dict[str, str]:
-    """A task is coloured like the agent trained on it (same name), the others from what is left; the
-    average is grey."""
+    """A task is coloured like the agent trained on it (same name); when no agent is named after the tasks,
+    the tasks take the palette in order; the average is grey."""
     colors = agent_colors(agents)
-    spare = [c for c in ["#555555", "#999999", *AGENT_PALETTE] if c not in colors.values()]
-    return {t: colors.get(t) or spare[i % len(spare)] for i, t in enumerate(tasks)} | {"average": NEUTRAL}
+    if not any(t in colors for t in tasks):
+        colors = {}
+    spare = [c for c in AGENT_PALETTE if c not in colors.values()]
+    out, k = {}, 0
+    for t in tasks:
+        if t not in colors:
+            colors[t], k = spare[k % len(spare)], k + 1
+        out[t] = colors[t]
+    return out | {"average": NEUTRAL}
 
 
 def sweep_param_lines(df: pd.DataFrame, param: str, tasks: list[str], agents: list[str]) -> go.Figure:

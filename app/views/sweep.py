@@ -104,16 +104,15 @@ def demo_grid_texts() -> list[str]:
 
 def candidates_section(disabled: bool, sel: state.Selection) -> None:
     st.subheader("Candidates")
-    c = st.columns(3)
-    if sel.is_demo:
-        c[0].button("The paper's search (Table 11)", key="sweep_preset_table11", disabled=disabled,
-                    icon=":material/table_chart:", on_click=lambda: load_grids(demo_grid_texts()),
-                    help=f"The demo's mini Table 1 search ({GRID_FILE}): TA λ; TIES λ × density; DARE's drop rate at "
-                         "the chosen λ; averaging, RAM and RAM+ at their defaults. 45 candidates.")
-    c[1].button("Ablation over r (Table 2)", key="sweep_preset_table2", disabled=disabled, icon=":material/tune:",
-                on_click=lambda: load_grids([TABLE2]), help=f"`{TABLE2}`: RAM (r = 0) and RAM+ at four strengths.")
-    c[2].button("Clear", key="sweep_clear", disabled=disabled, icon=":material/delete_sweep:",
-                on_click=lambda: load_grids([]))
+    c = st.container(horizontal=True)
+    c.button("The paper's search (Table 11)", key="sweep_preset_table11", disabled=disabled,
+             icon=":material/table_chart:", on_click=lambda: load_grids(demo_grid_texts()),
+             help=f"The demo's mini Table 1 search ({GRID_FILE}, the paper's Table 11 ranges): TA λ; TIES λ × density; "
+                  "DARE's drop rate at the chosen λ; averaging, RAM and RAM+ at their defaults. 45 candidates.")
+    c.button("Ablation over r (Table 2)", key="sweep_preset_table2", disabled=disabled, icon=":material/tune:",
+             on_click=lambda: load_grids([TABLE2]), help=f"`{TABLE2}`: RAM (r = 0) and RAM+ at four strengths.")
+    c.button("Clear", key="sweep_clear", disabled=disabled, icon=":material/delete_sweep:",
+             on_click=lambda: load_grids([]))
     checked = parsed()
     if checked:
         rows = pd.DataFrame({"grid": [g.text for g in checked], "candidates": [g.size() for g in checked]})
@@ -332,10 +331,7 @@ st.markdown("What does a setting do to the merged model's **scores**? Each candi
             "the model `ram-studio merge` would write) and scored on the **validation** split; each method's best is "
             "then scored on **test**, next to the base and the agents — settings are never chosen on test (the "
             "paper's protocol, Appendix D.2).")
-sel = state.selection()
-if sel is None:
-    state.no_selection_note()
-    st.stop()
+sel = state.selection_or_stop()
 mgr = jobs.manager()
 task = mgr.task(st.session_state.get(JOB_KEY))
 running = task is not None and task.running

@@ -53,17 +53,15 @@ def tables(res: SweepResult) -> tuple[pd.DataFrame, pd.DataFrame]:
     for e in res.candidates(res.spec.report_on):
         rows.append({"model": e.method, "params": e.settings, "val_avg": round(valid[e.candidate].average, 2),
                      **row(e)})
-    table = pd.DataFrame(rows)
-    memory = sorted([c for c in table.columns if c.startswith("memory@")], key=lambda c: int(c[7:]))
-    table = table[["model", "params", "code", "tool", "memory", *memory, "avg", "val_avg"]]
     trials = [{"method": e.method, "params": e.settings, **row(e, "val_"),
                **{k: e.params[k] for k in e.candidate.given}} for e in valid.values() if e.kind == CANDIDATE]
-    return table, pd.DataFrame(trials)
+    return pd.DataFrame(rows), pd.DataFrame(trials)
 
 
-def write(res: SweepResult, out_dir: Path) -> pd.DataFrame:
-    """table1.csv, table1.md and table1_validation_search.csv."""
-    table, trials = tables(res)
+def save(table: pd.DataFrame, trials: pd.DataFrame, out_dir: Path) -> pd.DataFrame:
+    """table1.csv (columns in order), table1.md and table1_validation_search.csv; returns the table."""
+    memory = sorted([c for c in table.columns if c.startswith("memory@")], key=lambda c: int(c[7:]))
+    table = table[["model", "params", "code", "tool", "memory", *memory, "avg", "val_avg"]]
     out_dir.mkdir(parents=True, exist_ok=True)
     trials.to_csv(out_dir / "table1_validation_search.csv", index=False)
     table.to_csv(out_dir / "table1.csv", index=False)
@@ -86,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     t0 = time.time()
     res = sweep(args.models.resolve(), args.limit, args.executor, ScoreStore(read=not args.no_resume))
-    table = write(res, args.out.resolve())
+    table = save(*tables(res), args.out.resolve())
     print(format_table(table.set_index("model").drop(columns=["params", "val_avg"])))
     print(f"[table1] done in {time.time() - t0:.0f} s")
     return 0

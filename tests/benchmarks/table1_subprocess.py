@@ -17,6 +17,7 @@ from typing import Sequence
 import pandas as pd
 
 from assets.demo.evaluate import evaluate_model, format_table, summary_row
+from assets.demo.table1 import save
 from assets.demo.fig3 import merge  # the core CLI in a subprocess (DARE: its default seed 0)
 from assets.demo.tasks import TASKS
 
@@ -92,19 +93,8 @@ def run(models: Path, out_dir: Path, val_limit: int | None, test_limit: int | No
             rows.append({"model": method, "params": rec["params"], "val_avg": rec["val_avg"], **row})
             print(f"  {method}: test avg {row['avg']:.2f} ({rec['params']})", flush=True)
         trials = pd.DataFrame(search.trials).drop(columns=["folder"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    trials.to_csv(out_dir / "table1_validation_search.csv", index=False)
-    table = pd.DataFrame(rows)
-    cols = ["model", "params", "code", "tool", "memory"] + \
-        sorted([c for c in table.columns if c.startswith("memory@")], key=lambda c: int(c[7:])) + \
-        ["avg", "val_avg"]
-    table = table[cols]
-    table.to_csv(out_dir / "table1.csv", index=False)
+    table = save(pd.DataFrame(rows), trials, out_dir)  # the same files as the sweep's table1.py writes
     md = format_table(table.set_index("model").drop(columns=["params", "val_avg"]))
-    notes = "\n".join(f"- {r.model}: {r.params}" for r in table.itertuples() if r.params)
-    (out_dir / "table1.md").write_text(
-        "Mini Table 1 (demo, test split, accuracy %; hyper-parameters chosen on validation)\n\n"
-        + md + "\n\nChosen settings:\n" + notes + "\n")
     print(md)
     print(f"[table1] done in {time.time() - t0:.0f} s")
     return table
