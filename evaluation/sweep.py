@@ -302,7 +302,9 @@ def run_sweep(spec: SweepSpec, executor: Executor, *, store: ScoreStore | None =
                         run.total -= 1
             run.score(jobs, "select")
             finished = {g.method for g in stage} - {g.method for later in plan[i + 1:] for g in later}
-            chosen_from = [e for e in run.entries if e.split == spec.select_on]
+            # in the sweep's order, whatever order the executor returned them in: ties go to the first
+            chosen_from = sorted((e for e in run.entries if e.split == spec.select_on and e.candidate in seen),
+                                 key=lambda e: seen[e.candidate])
             for method in sorted(finished, key=order.index):
                 pick = select(method, chosen_from, spec.select_on)
                 if pick is None:
