@@ -38,6 +38,20 @@ def load(folder: Path) -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, use_safetensors=True).eval()
 
 
+@pytest.fixture(scope="module")
+def cli_demo(tmp_path_factory):
+    """The CLI's merge of the demo for (method, params), made once per module (both input modes compare to it)."""
+    root, made = tmp_path_factory.mktemp("cli"), {}
+
+    def get(method: str, params: dict) -> Path:
+        key = (method, repr(sorted(params.items())))
+        if key not in made:
+            made[key] = cli_merge(DEMO_REFS, root / f"m{len(made)}", method, params)
+        return made[key]
+
+    return get
+
+
 def cli_merge(refs: list[str], out: Path, method: str, params: dict) -> Path:
     flags = []
     for k, v in params.items():
@@ -58,8 +72,10 @@ def test_every_method_is_covered():
 
 
 @pytest.mark.parametrize("mode", ["resident", "stream"])
-def test_demo_candidates_equal_cli_merges(tmp_path, mode, monkeypatch):
-    assert main(["analyze", *DEMO_REFS, "--quiet"]) == 0  # the cached analysis the CLI's merge then uses
+def test_demo_candidates_equal_cli_merges(cli_demo, mode, monkeypatch, tmp_path_factory):
+    # the cached analysis the CLI's merge uses (made for the first mode; the module's CLI merges are kept)
+    monkeypatch.setenv("RAM_STUDIO_CACHE", str(tmp_path_factory.getbasetemp() / "sweep-merge-analysis"))
+    assert main(["analyze", *DEMO_REFS, "--quiet"]) == 0
     passes = []
     real = cand.count_overlaps
     monkeypatch.setattr(cand, "count_overlaps", lambda *a, **k: passes.append(a[2]) or real(*a, **k))
@@ -69,7 +85,7 @@ def test_demo_candidates_equal_cli_merges(tmp_path, mode, monkeypatch):
     for i, (method, params) in enumerate(CASES):
         made = ins.merge_into(module, method, params)
         assert made.changed
-        assert_same(module, cli_merge(DEMO_REFS, tmp_path / f"m{i}", method, params))
+        assert_same(module, cli_demo(method, params))
     assert passes == [1e-5], "global ρ at ε = 1e-6 must take the analysis's counts, not a counting pass"
 
 
@@ -102,7 +118,7 @@ def test_resident_inputs_are_never_changed(tmp_path):
         assert all(torch.equal(first[k], v) for k, v in module.state_dict().items())
 
 
-def test_gpu_style_torch_path_matches(tmp_path, monkeypatch):
+def test_gpu_style_torch_path_matches(cli_demo, monkeypatch):
     """The code a GPU runs (torch ops, float32 resident inputs, whole tensors assembled) on the CPU."""
     monkeypatch.setenv("RAM_STUDIO_KERNELS", "torch")
     monkeypatch.setenv("RAM_STUDIO_GPU_STYLE", "1")
@@ -111,10 +127,10 @@ def test_gpu_style_torch_path_matches(tmp_path, monkeypatch):
     ins = CandidateInputs(DEMO_REFS[0], DEMO_REFS[1:], mode="resident")
     ins.reader = ResidentReader(ins.base, ins.agents, device=ins.device, widen=True)
     module = load(DEMO / "base")
-    for i, (method, params) in enumerate([("ties", {"density": 0.2}), ("dare_ta", {"drop_rate": 0.4}),
-                                          ("ram_plus", {"r": 0.1})]):
+    for method, params in [("ties", {"lambda": 1.0, "density": 0.2}), ("dare_ta", {"lambda": 1.0, "drop_rate": 0.3, "seed": 3}),
+                           ("ram_plus", {"r": 0.1, "alpha": 2.0})]:  # the same merges as above
         ins.merge_into(module, method, params)
-        assert_same(module, cli_merge(DEMO_REFS, tmp_path / f"g{i}", method, params))
+        assert_same(module, cli_demo(method, params))
 
 
 def test_a_non_finite_candidate_is_refused_like_a_merge(tmp_path):
