@@ -518,7 +518,8 @@ def sweep_param_lines(df: pd.DataFrame, param: str, tasks: list[str], agents: li
         fig.add_scatter(x=[x], y=[best["average"]], mode="markers", name="best average",
                         marker=dict(symbol="star", size=16, color=NEUTRAL, line=dict(color="white", width=1)),
                         hovertemplate=f"best average: %{{y:.2f}}%<br>{best['candidate']}<extra></extra>")
-    fig.update_xaxes(title=f"{param} ({PARAM_SHORT.get(param, param)})", type="linear" if numeric else "category")
+    short = PARAM_SHORT.get(param, param)
+    fig.update_xaxes(title=param if short == param else f"{param} ({short})", type="linear" if numeric else "category")
     fig.update_yaxes(title="accuracy (%)", rangemode="tozero")
     return _bottom_legend(fig, 380)
 
