@@ -143,6 +143,17 @@ def check_splits(evaluator: Evaluator, select_on: str, report_on: str) -> None:
                              "Report on another split than the one you select on.")
 
 
+def check_agents(grids: list[Grid], agents: list[str]) -> None:
+    """Every method of the sweep can merge this many agents (else one clear line before anything runs)."""
+    from merging.methods import get_method
+
+    for g in grids:
+        need = get_method(g.method).min_agents
+        if len(agents) < need:
+            raise RamStudioError(f"{g.method} merges at least {need} agents; the sweep has {len(agents)}.",
+                                 "Add agents, or drop that grid.")
+
+
 def select(method: str, entries: list[Entry], split: str) -> Candidate | None:
     """The best candidate of `method` by average score on `split`, ties going to the first in sweep order.
 
@@ -279,6 +290,7 @@ def run_sweep(spec: SweepSpec, executor: Executor, *, store: ScoreStore | None =
     """Run the protocol (see the module docstring); raises Cancelled when `cancel` is set (scores so far kept)."""
     plan = stages(spec.grids)
     check_splits(spec.evaluator, spec.select_on, spec.report_on)
+    check_agents(spec.grids, spec.agents)
     run = Scoring(spec, executor, store or ScoreStore(), progress, cancel, sum(g.size() for g in spec.grids))
     selected: dict[str, Candidate] = {}
     seen: dict[Candidate, tuple[int, int]] = {}  # each candidate's place: (its grid, its place in the grid)

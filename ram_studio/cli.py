@@ -415,7 +415,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     """Score merge candidates, choose per method on validation, report the chosen on test (evaluation/sweep.py)."""
     from evaluation.grid import parse_try, read_grid_file, stages
     from evaluation.keep import KEEP, check_root, keep_models
-    from evaluation.sweep import SweepSpec, check_splits
+    from evaluation.sweep import SweepSpec, check_agents, check_splits
 
     grids = [parse_try(t) for t in args.try_ or []]
     for path in args.grids or []:
@@ -427,6 +427,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise RamStudioError(f"unknown --keep {args.keep!r}.", f"Use one of {', '.join(KEEP)}.")
     evaluator = _evaluator(args)
     check_splits(evaluator, args.select_on, args.report_on)
+    check_agents(grids, list(args.agents))
     from merging.placement import check_output_file, input_folders
 
     protected = input_folders([args.base, *args.agents])

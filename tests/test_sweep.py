@@ -210,6 +210,11 @@ def run_cli(*argv: str, cwd: Path | None = None) -> tuple[int, str]:
     return code, err.getvalue()
 
 
+def test_too_few_agents_is_one_line(tmp_path):
+    code, err = run_cli("demo:base", "demo:code", "--try", "ties density=0.2", "--json", str(tmp_path / "o.json"))
+    assert code == 2 and "ties merges at least 2 agents; the sweep has 1" in err and not (tmp_path / "o.json").exists()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--try", "ties lambda=2,-0.5"], "invalid lambda=-0.5"),
     (["--try", "ties lambda="], "empty grid"),
@@ -219,6 +224,7 @@ def run_cli(*argv: str, cwd: Path | None = None) -> tuple[int, str]:
     (["--try", "average", "--keep", "some"], "unknown --keep"),
     (["--grids", "missing.yaml"], "does not exist"),
     (["--try", "average", "--include-path", "x"], "--include-path goes with --lm-eval"),
+    (["--try", "ties density=0.2", "--try", "ram r=0.1"], "ram has no parameter 'r'"),
 ])
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, argv, message):
     keep = [] if "--keep" in argv else ["--keep", "best"]
