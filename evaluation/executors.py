@@ -83,7 +83,7 @@ class Worker:
             on_examples: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
         """Merge (or load) and score one job; a merge the engine refuses (e.g. a non-finite output) is a result
         with `error`, not a failure of the sweep."""
-        module = self.loaded.module
+        module, loaded = self.loaded.module, self.loaded
         t0 = time.perf_counter()
         out: dict[str, Any] = {}
         if job.candidate is not None:
@@ -96,7 +96,10 @@ class Worker:
                 return {"error": str(exc), "merge_s": time.perf_counter() - t0}
             out.update(merge_s=made.seconds, changed=made.changed, lambdas=made.lambdas)
         else:
-            self.inputs.load_model_into(module, job.index)
+            try:
+                self.inputs.load_model_into(module, job.index)
+            except RamStudioError:  # shaped unlike the base (a mismatch policy let it in): load it on its own
+                loaded = self.setup.evaluator.load([self.inputs.base, *self.inputs.agents][job.index].folder)
             out.update(merge_s=time.perf_counter() - t0)
         what = job.candidate.label if job.candidate is not None else ([self.inputs.base.label, *self.inputs.labels]
                                                                       [job.index])
@@ -106,7 +109,7 @@ class Worker:
                 on_examples(done, total, f"{what} on {job.split}: {text}" if text else f"{what} on {job.split}")
 
         t1 = time.perf_counter()
-        scores = self.setup.evaluator.score(self.loaded, job.split, limit=self.setup.limit, progress=examples,
+        scores = self.setup.evaluator.score(loaded, job.split, limit=self.setup.limit, progress=examples,
                                             cancel=cancel)
         out.update(scores=dict(scores.scores), detail=dict(scores.detail), n=dict(scores.n),
                    average=scores.average, eval_s=scores.seconds or (time.perf_counter() - t1))

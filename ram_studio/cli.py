@@ -564,7 +564,8 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
     sp.add_argument("--select-on", default="validation", help="the split candidates are chosen on (never test)")
     sp.add_argument("--report-on", default="test", help="the split the chosen candidates are reported on")
     sp.add_argument("--limit", type=int, help="score at most N examples per task and split")
-    sp.add_argument("--keep", default="none", help="write which models: best (overall), all, or none (default)")
+    sp.add_argument("--keep", default="none", metavar="best|all|none",
+                    help="which models to write: the best overall, all scored, or none (default)")
     sp.add_argument("--out", default="merged-models", help="folder for kept models (default ./merged-models)")
     sp.add_argument("--executor", choices=["local", "ray"], default="local",
                     help="local (this process) or ray (Ray tasks: one worker per GPU, else per CPU; joins $RAY_ADDRESS)")
