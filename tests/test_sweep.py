@@ -337,3 +337,19 @@ def test_a_failing_candidate_is_reported_not_fatal(tmp_path):
     assert len(bad) == 1 and "not finite" in bad[0].error and bad[0].params["lambda"] == 3e38
     assert res.selected["task_arithmetic"].param_dict["lambda"] == 1.0
     assert torch.isnan(torch.tensor(bad[0].average))
+
+
+def test_references_shaped_unlike_the_base_are_scored_on_their_own(tmp_path):
+    """--on-mismatch base lets in an agent with a larger vocabulary: candidates merge as a merge would, and the
+    agent's own reference row loads it as it is."""
+    from tests.factory import make_agent, make_base
+
+    base = make_base(tmp_path / "base", shard=None)
+    small = make_agent(base, tmp_path / "small", 0.3, seed=1)
+    big = make_base(tmp_path / "big", shard=None, seed=2, vocab=97)
+    spec = SweepSpec(str(base), [str(small), str(big)], [parse_try("task_arithmetic lambda=0.5,1")], WeightProbe(),
+                     on_mismatch="base")
+    res = run_sweep(spec, LocalExecutor(), store=ScoreStore(tmp_path / "store"))
+    refs = {e.label: e for e in res.references()}
+    assert set(refs) == {"base", "small", "big"} and all(e.ok for e in refs.values())
+    assert len({e.average for e in refs.values()}) == 3  # three different models were scored
