@@ -26,16 +26,22 @@ class WorkerSetup:
 
     base: str
     agents: list[str]
-    evaluator: Evaluator
+    evaluator: Evaluator | None
     limit: int | None = None
     on_mismatch: str = "error"
     device: str = "auto"
     inputs: str = "auto"
+    make_evaluator: Callable[[], Evaluator] | None = None
 
     @classmethod
-    def of(cls, spec: SweepSpec) -> "WorkerSetup":
-        return cls(spec.base, list(spec.agents), spec.evaluator, spec.limit, spec.on_mismatch, spec.device,
-                   spec.inputs)
+    def of(cls, spec: SweepSpec, remote: bool = False) -> "WorkerSetup":
+        """The setup of `spec`; for a `remote` worker the evaluator is built there when the spec says how."""
+        ship = None if remote and spec.make_evaluator is not None else spec.evaluator
+        return cls(spec.base, list(spec.agents), ship, spec.limit, spec.on_mismatch, spec.device, spec.inputs,
+                   spec.make_evaluator if remote else None)
+
+    def build_evaluator(self) -> Evaluator:
+        return self.evaluator if self.evaluator is not None else self.make_evaluator()
 
 
 def _versions() -> dict[str, str]:
@@ -58,15 +64,16 @@ class Worker:
                          p.total)
 
         self.setup = setup
+        self.evaluator = setup.build_evaluator()
         self.inputs = CandidateInputs(setup.base, setup.agents, on_mismatch=setup.on_mismatch, device=setup.device,
                                       mode=setup.inputs, cancel=cancel, progress=opening)
         if progress is not None:
             progress("loading the base into the evaluator", 0, 0)
-        self.loaded = setup.evaluator.load(self.inputs.base.folder)
+        self.loaded = self.evaluator.load(self.inputs.base.folder)
 
     def context(self) -> dict[str, Any]:
         """Labels, fingerprints and the resume key's context (everything a score depends on but the job)."""
-        ev = self.setup.evaluator
+        ev = self.evaluator
         ins = self.inputs
         return {
             "labels": [ins.base.label, *ins.labels],
@@ -99,7 +106,7 @@ class Worker:
             try:
                 self.inputs.load_model_into(module, job.index)
             except RamStudioError:  # shaped unlike the base (a mismatch policy let it in): load it on its own
-                loaded = self.setup.evaluator.load([self.inputs.base, *self.inputs.agents][job.index].folder)
+                loaded = self.evaluator.load([self.inputs.base, *self.inputs.agents][job.index].folder)
             out.update(merge_s=time.perf_counter() - t0)
         what = job.candidate.label if job.candidate is not None else ([self.inputs.base.label, *self.inputs.labels]
                                                                       [job.index])
@@ -109,8 +116,7 @@ class Worker:
                 on_examples(done, total, f"{what} on {job.split}: {text}" if text else f"{what} on {job.split}")
 
         t1 = time.perf_counter()
-        scores = self.setup.evaluator.score(loaded, job.split, limit=self.setup.limit, progress=examples,
-                                            cancel=cancel)
+        scores = self.evaluator.score(loaded, job.split, limit=self.setup.limit, progress=examples, cancel=cancel)
         out.update(scores=dict(scores.scores), detail=dict(scores.detail), n=dict(scores.n),
                    average=scores.average, eval_s=scores.seconds or (time.perf_counter() - t1))
         return out
@@ -200,7 +206,7 @@ class RayExecutor(Executor):
         remote = ray.remote(WorkerActor)
         if progress is not None:
             progress(f"starting {n} Ray worker(s), each reading the inputs", 0, 0)
-        setup = WorkerSetup.of(spec)
+        setup = WorkerSetup.of(spec, remote=True)
         self.actors = [remote.options(**options).remote(setup) for _ in range(n)]
         contexts = self._get([a.context.remote() for a in self.actors], cancel)
         if any(c["key"] != contexts[0]["key"] for c in contexts):

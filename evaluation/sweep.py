@@ -83,6 +83,8 @@ class SweepSpec:
     device: str = "auto"
     inputs: str = "auto"  # auto | resident | stream (evaluation/candidates.py)
     references: bool = True  # score the base and the agents on the report split too
+    # Builds the evaluator where a worker runs (a Ray worker: its own device); None: workers use `evaluator`.
+    make_evaluator: Callable[[], Evaluator] | None = None
 
 
 @dataclass

@@ -2,6 +2,8 @@
 no token file, its files under the test's tmp); the table equals the local executor's."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from assets.demo.evaluator import DemoEvaluator
@@ -35,7 +37,9 @@ def view(res) -> list[tuple]:
 
 
 def test_ray_table_equals_local(local_ray, tmp_path):
-    spec = SweepSpec(DEMO[0], DEMO[1:], [parse_try(g) for g in GRIDS], DemoEvaluator(["code", "memory"]), limit=6)
+    # each Ray worker builds its own evaluator (on its own device), the driver keeps one for splits and keys
+    spec = SweepSpec(DEMO[0], DEMO[1:], [parse_try(g) for g in GRIDS], DemoEvaluator(["code", "memory"]), limit=6,
+                     make_evaluator=functools.partial(DemoEvaluator, ["code", "memory"]))
     local = run_sweep(spec, LocalExecutor(), store=ScoreStore(tmp_path / "local"))
     seen = []
     remote = run_sweep(spec, RayExecutor(), store=ScoreStore(tmp_path / "ray-store"),
