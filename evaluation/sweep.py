@@ -280,7 +280,8 @@ def measure(spec: SweepSpec, candidates: list[Candidate], split: str, executor: 
     scoring = Scoring(spec, executor, store or ScoreStore(), progress, cancel, len(candidates))
     try:
         scoring.start()
-        return scoring.score([Job(split, c) for c in candidates], "measure")
+        got = {e.candidate: e for e in scoring.score([Job(split, c) for c in candidates], "measure")}
+        return [got[c] for c in candidates]  # in the order asked for (stored ones come back first)
     except KeyboardInterrupt:
         raise Cancelled("interrupted.") from None
     finally:

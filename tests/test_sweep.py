@@ -353,3 +353,16 @@ def test_references_shaped_unlike_the_base_are_scored_on_their_own(tmp_path):
     refs = {e.label: e for e in res.references()}
     assert set(refs) == {"base", "small", "big"} and all(e.ok for e in refs.values())
     assert len({e.average for e in refs.values()}) == 3  # three different models were scored
+
+
+def test_measure_returns_the_candidates_in_the_order_asked(tmp_path):
+    from evaluation.grid import candidate
+    from evaluation.sweep import measure
+
+    a, b = candidate("ram_plus", {"r": 0.1}), candidate("ram_plus", {"r": 0.3})
+    spec = SweepSpec(DEMO[0], DEMO[1:], [], WeightProbe())
+    store = ScoreStore(tmp_path / "store")
+    measure(spec, [b], "validation", LocalExecutor(), store=store)  # b is stored, a is not
+    got = measure(spec, [a, b], "validation", LocalExecutor(), store=store)
+    assert [e.candidate for e in got] == [a, b] and [e.resumed for e in got] == [False, True]
+    assert got[0].label == "ram_plus r=0.1" and got[0].params["alpha"] == 2.0
