@@ -12,7 +12,7 @@ import streamlit as st
 from app import charts, jobs, state
 from evaluation.grid import Grid, grids_from_yaml, parse_try, stages
 from evaluation.report import csv_bytes, result_frame, result_json
-from evaluation.sweep import CANDIDATE, REFERENCE, SweepResult
+from evaluation.sweep import SweepResult
 from merging.errors import RamStudioError, printable
 from merging.methods import METHODS, get_method
 from merging.units import format_seconds
