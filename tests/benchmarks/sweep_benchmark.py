@@ -79,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         doc["new"] = {**new, "times_evaluate": new["wall_s"] / unit}
         print(f"new path (in-memory sweep): {new['wall_s']:.1f} s = {new['wall_s'] / unit:.1f} × evaluate", flush=True)
         doc["new"]["same_as_committed"] = {t: _same(work / "new" / t, RESULTS / t) for t in TABLES}
+        stored = [json.loads(f.read_text())["result"] for f in (work / "store").glob("*.json")]
+        doc["new"]["scorings"] = len(stored)  # where the sweep's time went, from its stored scores
+        doc["new"]["merge_s_total"] = sum(r.get("merge_s", 0.0) for r in stored)
+        doc["new"]["eval_s_total"] = sum(r.get("eval_s", 0.0) for r in stored)
         if not args.skip_old:
             old = _measure([py, "-m", "tests.benchmarks.table1_subprocess", "--out", str(work / "old")],
                            work / "old.log", env)
