@@ -223,7 +223,7 @@ def test_too_few_agents_is_one_line(tmp_path):
     (["--try", "average", "--limit", "0"], "--limit must be a positive"),
     (["--try", "average", "--keep", "some"], "unknown --keep"),
     (["--grids", "missing.yaml"], "does not exist"),
-    (["--try", "average", "--include-path", "x"], "--include-path goes with --lm-eval"),
+    (["--try", "average", "--include-path", "x"], "it goes with --lm-eval"),
     (["--try", "ties density=0.2", "--try", "ram r=0.1"], "ram has no parameter 'r'"),
 ])
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, argv, message):
