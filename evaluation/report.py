@@ -92,16 +92,18 @@ def summary_lines(res: SweepResult) -> list[str]:
     """What the terminal shows at the end: the selection table, the choices, the report table."""
     tasks = list(dict.fromkeys(k for e in res.entries for k in e.scores))
     width = max([len(printable(e.label, 60)) for e in res.entries] + [9])
+    cols = {t: max(6, len(printable(t, 24))) for t in tasks}
 
     def line(e: Entry) -> str:
         mark = "*" if e.best else ("+" if e.selected else " ")
         if e.error:
             return f"{mark} {printable(e.label, 60):{width}s}  failed: {printable(e.error, 160)}"
-        cells = "  ".join(f"{e.scores.get(t, float('nan')):6.2f}" for t in tasks)
+        cells = "  ".join(f"{e.scores.get(t, float('nan')):{cols[t]}.2f}" for t in tasks)
         return (f"{mark} {printable(e.label, 60):{width}s}  {cells}  {e.average:6.2f}  "
                 f"{e.merge_s:6.2f} s  {e.eval_s:6.2f} s{'  (stored)' if e.resumed else ''}")
 
-    head = f"  {'':{width}s}  " + "  ".join(f"{printable(t, 6):>6s}" for t in tasks) + "     avg   merge     eval"
+    head = f"  {'':{width}s}  " + "  ".join(f"{printable(t, 24):>{cols[t]}s}" for t in tasks) + \
+        "     avg   merge     eval"
     out = []
     for split in dict.fromkeys(e.split for e in res.entries):
         rows = [e for e in res.entries if e.split == split]

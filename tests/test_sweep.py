@@ -124,7 +124,12 @@ class WeightProbe:
         return "weight-probe-1"
 
     def load(self, folder: Path):
-        return DemoEvaluator().load(folder)
+        from transformers import AutoModelForCausalLM
+
+        from evaluation.base import LoadedModel
+
+        module = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, use_safetensors=True)
+        return LoadedModel(module=module.eval(), tokenizer=None, source=Path(folder))
 
     def score(self, model, split: str, *, limit=None, progress=None, cancel=None) -> Scores:
         total = sum(float(p.detach().double().sum()) for p in model.module.parameters())
@@ -366,3 +371,17 @@ def test_measure_returns_the_candidates_in_the_order_asked(tmp_path):
     got = measure(spec, [a, b], "validation", LocalExecutor(), store=store)
     assert [e.candidate for e in got] == [a, b] and [e.resumed for e in got] == [False, True]
     assert got[0].label == "ram_plus r=0.1" and got[0].params["alpha"] == 2.0
+
+
+def test_a_sweep_on_lm_eval_tasks(tmp_path):
+    """--lm-eval: the harness scores every candidate in memory; validation (the TASK_validation companion) and test
+    report under the same task name, so each task is one column of the table."""
+    code, err = run_cli(*DEMO, "--try", "task_arithmetic lambda=0.5,1.0", "--lm-eval", "ram_demo_code",
+                        "--include-path", str(REPO / "assets/demo/lm_eval_tasks"), "--limit", "8",
+                        "--json", str(tmp_path / "s.json"), "--csv", str(tmp_path / "s.csv"))
+    assert code == 0, err
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert doc["sweep"]["evaluator"] == "lm-eval"
+    assert {tuple(c["scores"]) for c in doc["candidates"]} == {("ram_demo_code",)}
+    assert [c["split"] for c in doc["candidates"]] == ["validation", "validation", "test"]
+    assert list(pd.read_csv(tmp_path / "s.csv").columns).count("ram_demo_code") == 1
