@@ -155,3 +155,35 @@ def test_tune_scores_settings_a_and_b(env):
     assert list(table.columns) == ["A", "B", "B − A"] and list(table.index) == ["code", "tool", "memory", "average"]
     (caption,) = [c.value for c in at.caption if c.value.startswith("Accuracy (%) on the validation split")]
     assert "A: ram_plus eps=1e-05 r=0.1" in caption and "merged in" in caption
+
+
+def test_a_sweep_on_lm_eval_tasks_from_the_page(env):
+    at = sweep_page()
+    at.button(key="sweep_preset_table2").click().run()
+    at.radio(key="sweep_evaluator").set_value("lm-evaluation-harness").run()
+    assert at.button(key="sweep_start").disabled  # no task named yet
+    at.text_input(key="sweep_lm_tasks").set_value("ram_demo_memory").run()
+    at.text_input(key="sweep_lm_include").set_value(str(APP_MAIN.parent.parent / "assets/demo/lm_eval_tasks")).run()
+    at.number_input(key="sweep_limit").set_value(4).run()
+    at.button(key="sweep_start").click().run()
+    wait(at, "sweep_start")
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    assert at.success[0].value.startswith("5 candidates scored on validation, the 1 chosen on test")
+    every = at.dataframe[-1].value
+    assert "ram_demo_memory" in every.columns and len(every) == 5 + 1 + 4
+
+
+def test_lm_eval_tasks_without_a_validation_split_are_refused_before_starting(env, tmp_path):
+    import shutil
+
+    folder = shutil.copytree(APP_MAIN.parent.parent / "assets/demo/lm_eval_tasks", tmp_path / "tasks")
+    for f in folder.glob("*_validation.yaml"):
+        f.unlink()
+    at = sweep_page()
+    at.button(key="sweep_preset_table2").click().run()
+    at.radio(key="sweep_evaluator").set_value("lm-evaluation-harness").run()
+    at.text_input(key="sweep_lm_tasks").set_value("ram_demo_code").run()
+    at.text_input(key="sweep_lm_include").set_value(str(folder)).run()
+    at.button(key="sweep_start").click().run()
+    assert any("validation" in e.value for e in at.error), [e.value for e in at.error]
+    assert not at.get("progress")

@@ -146,14 +146,47 @@ def candidates_section(disabled: bool, sel: state.Selection) -> None:
 
 # ---------------------------------------------------------------- running
 
+EVALUATORS = ("Demo tasks", "lm-evaluation-harness")
+
+
+@st.cache_resource(show_spinner="Reading the lm-eval task index…", max_entries=8)
+def lm_eval_evaluator(tasks: tuple[str, ...], include_path: str):
+    """An lm-eval evaluator for these tasks (building one reads the harness's task index: kept per server)."""
+    from evaluation.lm_eval_backend import LmEvalEvaluator
+
+    return LmEvalEvaluator(list(tasks), include_path or None)
+
+
 def evaluator_section(sel: state.Selection, disabled: bool):
-    """The demo's tasks (on the demo) and how many examples per task; returns (evaluator or None, limit)."""
+    """The demo's tasks or lm-evaluation-harness tasks, and how many examples per task; returns (evaluator or
+    None, limit)."""
     st.subheader("Evaluation")
-    if not sel.is_demo:
-        st.caption("The app scores with the demo's tasks, which only models built from the demo base can take (its "
-                   "tokenizer and tasks). For other agents run the sweep from the command line with "
-                   "lm-evaluation-harness tasks: `ram-studio sweep BASE AGENT… --try \"ram_plus r=0,0.1\" "
-                   "--lm-eval TASKS`.")
+    c = st.columns([3, 1])
+    kind = c[0].radio("Evaluator", EVALUATORS, index=0 if sel.is_demo else 1, horizontal=True, key="sweep_evaluator",
+                      disabled=disabled, help="The demo's tasks score only models built from the demo base (its "
+                                              "tokenizer and tasks); lm-evaluation-harness scores any causal LM.")
+    limit = c[1].number_input("Examples per task (0: all)", min_value=0, value=0, step=10, key="sweep_limit",
+                              disabled=disabled, help="Fewer examples: a faster, noisier sweep.")
+    limit = int(limit) or None
+    if kind == EVALUATORS[1]:
+        c = st.columns(2)
+        names = c[0].text_input("lm-eval tasks (comma-separated)", key="sweep_lm_tasks", disabled=disabled,
+                                placeholder="e.g. arc_easy,hellaswag — or ram_demo_tool with the demo's task folder",
+                                help="Task or group names. Selection needs a validation split apart from the one "
+                                     "reported (a task's own, or a TASK_validation task in the include path).")
+        include = c[1].text_input("Include path (optional)", key="sweep_lm_include", disabled=disabled,
+                                  placeholder="a folder of task YAML files, e.g. assets/demo/lm_eval_tasks")
+        tasks = tuple(t.strip() for t in names.split(",") if t.strip())
+        if not tasks:
+            st.caption("Name at least one lm-eval task.")
+            return None, limit
+        try:
+            return lm_eval_evaluator(tasks, include.strip()), limit
+        except ImportError:
+            st.info("lm-evaluation-harness is not installed: `pip install 'ram-studio[eval]'`.", icon=":material/info:")
+        except RamStudioError as exc:
+            state.show_error(exc, "The lm-eval tasks")
+        return None, limit
     from assets.demo.evaluate import suite_of_folder
     from assets.demo.evaluator import DemoEvaluator
     from merging.refs import resolve
@@ -163,15 +196,12 @@ def evaluator_section(sel: state.Selection, disabled: bool):
     except (RamStudioError, ValueError) as exc:
         st.info(f"The demo's tasks cannot score these models: {printable(exc, 200)}", icon=":material/info:")
         return None, None
-    c = st.columns([3, 1])
-    tasks = c[0].multiselect("Demo tasks", list(suite.tasks), default=list(suite.tasks), key="sweep_tasks",
-                             disabled=disabled, help=f"Task suite: {suite.name} ({suite.description}).")
-    limit = c[1].number_input("Examples per task (0: all)", min_value=0, value=0, step=10, key="sweep_limit",
-                              disabled=disabled, help="Fewer examples: a faster, noisier sweep.")
+    tasks = st.multiselect("Demo tasks", list(suite.tasks), default=list(suite.tasks), key="sweep_tasks",
+                           disabled=disabled, help=f"Task suite: {suite.name} ({suite.description}).")
     if not tasks:
         st.warning("Choose at least one task.", icon=":material/warning:")
         return None, None
-    return DemoEvaluator(tasks, suite=suite), (int(limit) or None)
+    return DemoEvaluator(tasks, suite=suite), limit
 
 
 def run_job(sel: state.Selection, texts: list[str], evaluator, limit: int | None, task: jobs.Task) -> SweepResult:
@@ -352,6 +382,9 @@ go = row.button("Start sweep", type="primary", icon=":material/play_arrow:", key
 row.caption(f"{n} candidates on validation, then each method's best on test." if texts else "")
 if go:
     try:
+        from evaluation.sweep import check_splits
+
+        check_splits(evaluator, "validation", "test")  # e.g. lm-eval tasks without a validation split: said now
         task = mgr.submit_task("sweep", jobs.session_id(), f"a sweep of {n} candidates",
                                lambda t, s=sel, g=texts, e=evaluator, k=limit: run_job(s, g, e, k, t))
     except RamStudioError as exc:
