@@ -21,6 +21,7 @@ pages = [
     st.Page(PAGES / "heterogeneity.py", title="Heterogeneity", icon=":material/scatter_plot:", default=True),
     st.Page(PAGES / "tune.py", title="Tune", icon=":material/tune:"),
     st.Page(PAGES / "dilution.py", title="Signal dilution", icon=":material/school:"),
+    st.Page(PAGES / "sweep.py", title="Sweep", icon=":material/query_stats:"),
     st.Page(PAGES / "merge.py", title="Merge & export", icon=":material/merge:"),
 ]
 nav = st.navigation(pages)

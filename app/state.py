@@ -145,6 +145,15 @@ def tuned() -> dict:
 
 show_error, guard = errors.show_error, errors.guard
 
+def selection_or_stop() -> Selection:
+    """The current selection, or (none: the demo is missing) a note saying how to choose models, and stop."""
+    sel = selection()
+    if sel is None:
+        no_selection_note()
+        st.stop()
+    return sel
+
+
 def no_selection_note() -> None:
     st.info("No models selected yet: the bundled demo was not found. Choose models on the **Models** page "
             "(or build the demo: `python -m assets.demo.build`).", icon=":material/info:")

@@ -229,7 +229,14 @@ class LmEvalEvaluator:
         finally:
             if hasattr(lm, "watch"):
                 lm.watch(None, None)
-        return _scores(out, loaded["tasks"], split, time.perf_counter() - t0)
+        scores = _scores(out, loaded["tasks"], split, time.perf_counter() - t0)
+        # A TASK_validation companion reports under its test task's name, so that one task is one column
+        # whatever the split (a sweep's tables compare candidates across splits).
+        suffix = "_validation"
+        renamed = {k: (k[:-len(suffix)] if k.endswith(suffix) and k not in drop_test else k) for k in scores.scores}
+        scores.scores = {renamed[k]: v for k, v in scores.scores.items()}
+        scores.n = {renamed.get(k, k): v for k, v in scores.n.items()}
+        return scores
 
 
 def _scores(out: dict, tasks: dict, split: str, seconds: float) -> Scores:

@@ -35,12 +35,13 @@ class OverlapCounts:
 def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, device: torch.device,
                    chunk_elems: int = DEFAULT_CHUNK_ELEMS, progress: ProgressFn | None = None,
                    cancel: threading.Event | None = None, fingerprinter: Fingerprinter | None = None,
-                   read_threads: int | None = None) -> OverlapCounts:
+                   read_threads: int | None = None, reader=None) -> OverlapCounts:
     """Stream every float tensor once and count, per agent, its shared and unique elements at ε.
 
     On the CPU one fused kernel gives counts and max |τ| per chunk. On the torch path (a GPU) both are
     summed on the device and read once at the end, so no chunk waits for the device; a NaN or Inf
-    found there is then located by a second look at the inputs (error path only)."""
+    found there is then located by a second look at the inputs (error path only). `reader`: inputs held in
+    memory (merging.resident), read instead of the files."""
     labels = [a.label for a in agents]
     n = len(agents)
     total = torch.zeros(n, 2, dtype=torch.int64, device=device)
@@ -52,7 +53,7 @@ def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, de
     for data, chunk, _last, fused in float_chunks(base, agents, phase="count", device=device,
                                                   chunk_elems=chunk_elems, progress=progress, cancel=cancel,
                                                   fingerprinter=fingerprinter, read_threads=read_threads,
-                                                  kernels=("count_and_peak",)):
+                                                  kernels=("count_and_peak",), reader=reader):
         if not chunk.numel:
             continue
         if fused:  # counts and max |τ| in one pass over the chunk

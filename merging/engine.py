@@ -82,7 +82,8 @@ def tensor_order(base: Checkpoint) -> list[str]:
 def build_inputs(data: ChunkData, lanes: Lanes, fused: bool) -> tuple[ChunkInputs, Any]:
     """The chunk, converted to float32 on the device (lazily on the CPU: the fused kernels read the stored
     values), and the event after which its staging buffer may be reused (None: once the caller is done)."""
-    chunk = ChunkInputs(data.base, data.agents, lanes.device, keep_agents=fused, stage=data.stage)
+    # Resident inputs (a sweep's) serve many merges: τ is then never computed in place over them.
+    chunk = ChunkInputs(data.base, data.agents, lanes.device, keep_agents=fused or data.resident, stage=data.stage)
     if lanes.cuda and data.stage is not None:
         models, event = lanes.upload(data.stage)
         chunk.set_models(models)
@@ -135,12 +136,13 @@ def _reader(base: Checkpoint, agents: list[Checkpoint], fingerprinter: Fingerpri
 def float_chunks(base: Checkpoint, agents: list[Checkpoint], *, phase: str, device: torch.device,
                  chunk_elems: int = DEFAULT_CHUNK_ELEMS, progress: ProgressFn | None = None,
                  cancel: threading.Event | None = None, fingerprinter: Fingerprinter | None = None,
-                 read_threads: int | None = None, kernels: tuple[str, ...] = ()
+                 read_threads: int | None = None, kernels: tuple[str, ...] = (), reader: Any = None
                  ) -> Iterator[tuple[ChunkData, ChunkInputs, bool, bool]]:
     """Every float tensor of the base, chunk by chunk and aligned with the agents, read ahead on reader
     threads: (stored data, its ChunkInputs, whether it is the tensor's last chunk, whether to use the
     fused `kernels` for it). The single-pass readers (the counting pass, the analysis) share this;
-    progress is reported in bytes of input. Data and inputs are valid until the next chunk is asked for."""
+    progress is reported in bytes of input. Data and inputs are valid until the next chunk is asked for.
+    A `reader` given (e.g. merging.resident.ResidentReader) is used instead of reading the files, and left open."""
     chunk_elems = chunk_elems_for(device, chunk_elems, DEFAULT_CHUNK_ELEMS)
     names = [n for n in tensor_order(base) if base.tensors[n].dtype in FLOAT_CODES]
     spans = [s for n in names for s in row_spans(n, base.tensors[n].shape, chunk_elems)]
@@ -149,7 +151,8 @@ def float_chunks(base: Checkpoint, agents: list[Checkpoint], *, phase: str, devi
     last_of = {n: row_spans(n, base.tensors[n].shape, chunk_elems)[-1].start for n in names}
     dtype = prepare_kernels(device, kernels, [base, *agents]) if kernels else "f32"
     lanes = Lanes(device)
-    reader = _reader(base, agents, fingerprinter, lanes, read_threads)
+    own_reader = reader is None
+    reader = _reader(base, agents, fingerprinter, lanes, read_threads) if own_reader else reader
     try:
         for span, data in reader.stream((s, s) for s in spans):
             try:
@@ -163,7 +166,8 @@ def float_chunks(base: Checkpoint, agents: list[Checkpoint], *, phase: str, devi
                 data.release(uploaded)
             tracker.advance(span.numel * per_elem[span.tensor], span.tensor, tensor_finished=last)
     finally:
-        reader.close()
+        if own_reader:
+            reader.close()
     tracker.advance(0, "", force=True)
 
 
@@ -254,11 +258,12 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                  chunk_elems: int = DEFAULT_CHUNK_ELEMS,
                  progress: ProgressFn | None = None, cancel: threading.Event | None = None,
                  fingerprinter: Fingerprinter | None = None, read_threads: int | None = None,
-                 write_threads: int | None = None) -> EngineResult:
+                 write_threads: int | None = None, reader: Any = None) -> EngineResult:
     """Merge every tensor of `base` with `agents` into `sink`; raises MergeCancelled when `cancel` is set.
 
     Every output chunk is checked (finite, and whether it differs from the base) before it is written,
-    at its offset, by the writer threads."""
+    at its offset, by the writer threads. A `reader` given (a sweep's merging.resident.ResidentReader, built
+    with the same chunk size) serves the inputs instead of the files, and is left open."""
     chunk_elems = chunk_elems_for(device, chunk_elems, DEFAULT_CHUNK_ELEMS)
     labels = [a.label for a in agents]
     rounds = len(method.passes(params)) + 1
@@ -266,7 +271,8 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     dtype = prepare_kernels(device, wanted + GUARD_KERNELS, [base, *agents])
     fused = False
     lanes = Lanes(device)
-    reader = _reader(base, agents, fingerprinter, lanes, read_threads)
+    own_reader = reader is None
+    reader = _reader(base, agents, fingerprinter, lanes, read_threads) if own_reader else reader
     out_pool = BufferPool(pinned=lanes.cuda, keep=6)
     blame = ", ".join(f"{p.name}={params[p.name]:g}" for p in method.params if p.float32)
     guard = OutputGuard(", ".join(x for x in (blame, f"output dtype {out_dtype}" if out_dtype else "") if x)
@@ -371,7 +377,8 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
         sink.abort()
         raise
     finally:
-        reader.close()
+        if own_reader:
+            reader.close()
     tracker.advance(0, "", force=True)
     return EngineResult(peaks.values(), guard.changed, guard.beyond_rounding)
 

@@ -148,7 +148,7 @@ def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], i
     if eps is not None and counts is None:
         oc = count_overlaps(ins.base, ins.agents, eps, device=device, chunk_elems=spec.chunk_elems,
                             progress=count_progress, cancel=cancel, fingerprinter=prints)
-        _refuse_idle(ins.labels, oc.max_abs_tau)
+        refuse_idle_agents(ins.labels, oc.max_abs_tau)
         identities = _identities(models, prints.finish(), ins.labels, expected_inputs)  # before any write
         counts = oc.as_lists()
     shared = method.prepare(params, counts if eps is not None else None, ins.labels)
@@ -164,7 +164,7 @@ def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], i
         engine = stream_merge(ins.base, ins.agents, method, params, shared, sink, out_dtype=spec.out_dtype,
                               device=device, chunk_elems=spec.chunk_elems, progress=progress, cancel=cancel,
                               fingerprinter=prints)
-        _refuse_idle(ins.labels, engine.max_abs_tau)
+        refuse_idle_agents(ins.labels, engine.max_abs_tau)
         if identities is None:
             identities = _identities(models, prints.finish(), ins.labels, expected_inputs)
         if not engine.changed:
@@ -214,7 +214,8 @@ def _check_disk(target: FolderTarget, needed: int) -> None:
                              f"{format_bytes(free)} are free.", "Free some space or choose another output folder.")
 
 
-def _refuse_idle(labels: list[str], peaks: list[float]) -> None:
+def refuse_idle_agents(labels: list[str], peaks: list[float]) -> None:
+    """An agent equal to the base (max |τ| = 0) would contribute nothing: refused, naming it."""
     idle = [label for label, peak in zip(labels, peaks) if peak == 0.0]
     if idle:
         raise RamStudioError(f"agent {', '.join(idle)} is identical to the base: it would contribute nothing.",

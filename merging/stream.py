@@ -108,7 +108,8 @@ class ChunkData:
     """Stored-dtype data of one span: base and each agent (None where an agent counts as unchanged).
 
     `stage` is (1 + N, E) in one stored dtype (base first; an unchanged agent's row repeats the base)
-    when every model stores the tensor alike, else None. `release()` hands the staging buffer back."""
+    when every model stores the tensor alike, else None. `release()` hands the staging buffer back.
+    `resident` data (merging/resident.py) is kept for later merges: it must never be changed in place."""
 
     span: Span
     base: torch.Tensor
@@ -116,6 +117,7 @@ class ChunkData:
     stage: torch.Tensor | None = None
     _slab: torch.Tensor | None = field(default=None, repr=False)
     _pool: BufferPool | None = field(default=None, repr=False)
+    resident: bool = False
 
     def release(self, event: Any = None) -> None:
         """The buffer may be reused (after `event`, a CUDA event, when given); the tensors are invalid then."""

@@ -1,4 +1,4 @@
-"""Command line: `ram-studio inspect | analyze | merge | run | evaluate | methods`.
+"""Command line: `ram-studio inspect | analyze | merge | run | evaluate | sweep | methods`.
 
 Method flags (--eps, --r, --lambda, …) are generated from the methods' parameter declarations. Heavy
 modules are imported inside the commands, so `--help` and argument errors answer at once.
@@ -437,6 +437,119 @@ def _refuse_unless_demo_compatible(ckpt) -> None:
                              f"embedding {embed.shape[0]:,} rows.", hint)
 
 
+def _sweep_printer(quiet: bool):
+    """Sweep progress on stderr: phase, scorings done, the one running and its examples, elapsed."""
+    from merging.units import format_seconds
+
+    tty = sys.stderr.isatty()
+    last = {"done": -1, "phase": ""}
+
+    def show(p) -> None:
+        if quiet:
+            return
+        phase = {"open": "opening", "select": "selection split", "report": "report split", "done": "done"}[p.phase]
+        now = f"  {printable(p.current, 100)}" if p.current else ""
+        examples = f" ({p.examples_done}/{p.examples_total})" if p.examples_total and p.phase != "open" else ""
+        line = f"sweep: {phase} {p.done}/{p.total} scored{examples}{now}  [{format_seconds(p.elapsed)}]"
+        if tty:
+            sys.stderr.write("\r\033[K" + line + ("\n" if p.phase == "done" else ""))
+        elif p.done != last["done"] or p.phase != last["phase"]:
+            sys.stderr.write(line + "\n")
+        last.update(done=p.done, phase=p.phase)
+        sys.stderr.flush()
+
+    return show
+
+
+def _local_folder(ref: str) -> Path | None:
+    """The folder a model reference names when it is on this machine already (nothing is downloaded)."""
+    from merging.refs import resolve
+
+    try:
+        return resolve(ref, download=False)
+    except RamStudioError:
+        return None
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Score merge candidates, choose per method on validation, report the chosen on test (evaluation/sweep.py)."""
+    # tqdm reads its settings once, when first imported: lm-eval's and transformers' bars stay off, as in evaluate.
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from evaluation.grid import parse_try, read_grid_file, stages
+    from evaluation.keep import KEEP, check_root, keep_models
+    from evaluation.sweep import SweepSpec, check_agents, check_splits
+
+    grids = [parse_try(t) for t in args.try_ or []]
+    for path in args.grids or []:
+        grids += read_grid_file(path)
+    stages(grids)  # empty grids, unknown or circular @METHOD references: refused before anything runs
+    if args.limit is not None and args.limit <= 0:
+        raise RamStudioError("--limit must be a positive number of examples per task.", "E.g. --limit 50.")
+    if args.keep not in KEEP:
+        raise RamStudioError(f"unknown --keep {args.keep!r}.", f"Use one of {', '.join(KEEP)}.")
+    import functools
+
+    from ram_studio.evaluate_cmd import build_evaluator
+
+    make_evaluator = functools.partial(build_evaluator, args, suite_folder=_local_folder(args.base))
+    evaluator = make_evaluator()  # the demo's tasks follow the suite the base names; bad options: one line
+    check_splits(evaluator, args.select_on, args.report_on)
+    check_agents(grids, list(args.agents))
+    from merging.placement import check_output_file, input_folders, protected_paths
+
+    protected = input_folders([args.base, *args.agents])
+    if args.include_path:
+        protected += protected_paths([("--include-path", Path(args.include_path))])
+    outputs = {}
+    for flag, path in (("json", args.json), ("csv", args.csv)):
+        if path:
+            outputs[flag] = check_output_file(path, protected, overwrite=args.overwrite)
+    root = Path(args.out)
+    if args.keep != "none":
+        check_root(root, args.base, list(args.agents))
+    from evaluation.executors import EXECUTORS
+    from evaluation.report import csv_bytes, result_frame, result_json, summary_lines
+    from evaluation.store import ScoreStore
+    from evaluation.sweep import run_sweep
+    from merging.placement import write_file_atomically
+
+    spec = SweepSpec(args.base, list(args.agents), grids, evaluator, args.select_on, args.report_on, args.limit,
+                     args.on_mismatch, args.device, args.inputs, references=not args.no_references,
+                     make_evaluator=make_evaluator)
+    store = ScoreStore(read=not args.no_resume)
+    executor = EXECUTORS[args.executor]()
+    entries = []
+
+    def progress(p) -> None:
+        entries[:] = p.entries
+        show(p)
+
+    show = _sweep_printer(args.quiet)
+    with _stop_on_signal() as stop:
+        _prefetch([args.base, *args.agents], args.quiet, stop)
+        try:
+            res = run_sweep(spec, executor, store=store, progress=progress, cancel=stop)
+        except Cancelled:
+            fresh = sum(1 for e in entries if not e.resumed)
+            raise Cancelled(f"sweep interrupted: {len(entries)} scoring(s) kept ({fresh} new) in {store.folder}; "
+                            "nothing else was written.", "Run the same command again to resume from them.") from None
+        kept = keep_models(res, args.keep, root, overwrite=args.overwrite, cancel=stop) if args.keep != "none" else []
+    for line in summary_lines(res):
+        print(line)
+    for k in kept:
+        print(f"kept {k.out}")
+    if "json" in outputs:
+        doc = result_json(res, executor.name)
+        doc["kept"] = [str(k.out) for k in kept]
+        write_file_atomically(outputs["json"], (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode())
+        print(f"wrote {outputs['json']}")
+    if "csv" in outputs:
+        write_file_atomically(outputs["csv"], csv_bytes(result_frame(res)))
+        print(f"wrote {outputs['csv']}")
+    return 0
+
+
 def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser:
     """The parser; without `method_flags_for_merge` the merge command lacks its method flags, which
     saves importing the methods (and torch) for the other commands and for `--help`."""
@@ -506,6 +619,35 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
 
     sp = sub.add_parser("methods", help="list merge methods and their parameters")
     sp.set_defaults(func=cmd_methods)
+
+    sp = sub.add_parser("sweep", help="score merge candidates: choose each method's best on validation, report the "
+                                      "chosen on test", description="Merge every candidate in memory and score it "
+                        "on the selection split; each method's best (by average) is then scored on the report split, "
+                        "next to the base and the agents. Scores are kept as they come: an interrupted sweep resumes.")
+    models(sp)
+    sp.add_argument("--try", dest="try_", action="append", metavar='"METHOD name=v1,v2 name=v3"',
+                    help="a grid: a method and values per parameter (repeat for more grids); a value @METHOD takes "
+                         "that method's chosen value, e.g. \"dare_ta lambda=@task_arithmetic drop_rate=0.1,0.5\"")
+    sp.add_argument("--grids", action="append", metavar="FILE.yaml", help="grids from a YAML file (grids: [...])")
+    from ram_studio.evaluate_cmd import add_evaluator_options
+
+    add_evaluator_options(sp)  # --tasks | --lm-eval [--include-path], --suite, --backend, --device, --batch-size
+    sp.add_argument("--select-on", default="validation", help="the split candidates are chosen on (never test)")
+    sp.add_argument("--report-on", default="test", help="the split the chosen candidates are reported on")
+    sp.add_argument("--limit", type=int, help="score at most N examples per task and split")
+    sp.add_argument("--keep", default="none", metavar="best|all|none",
+                    help="which models to write: the best overall, all scored, or none (default)")
+    sp.add_argument("--out", default="merged-models", help="folder for kept models (default ./merged-models)")
+    sp.add_argument("--executor", choices=["local", "ray"], default="local",
+                    help="local (this process) or ray (Ray tasks: one worker per GPU, else per CPU; joins $RAY_ADDRESS)")
+    sp.add_argument("--json", help="write every score as JSON")
+    sp.add_argument("--csv", help="write the tidy table as CSV")
+    sp.add_argument("--overwrite", action="store_true", help="replace existing --json/--csv files and kept folders")
+    sp.add_argument("--no-resume", action="store_true", help="score everything again (new scores are still stored)")
+    sp.add_argument("--no-references", action="store_true", help="do not score the base and the agents")
+    sp.add_argument("--inputs", choices=["auto", "resident", "stream"], default="auto", help=argparse.SUPPRESS)
+    sp.add_argument("--quiet", action="store_true")
+    sp.set_defaults(func=cmd_sweep)
 
     sp = sub.add_parser("evaluate", help="score a model on the demo's tasks or on lm-evaluation-harness tasks",
                         description="Score one model: on the demo's code/tool/memory tasks (greedy decoding, the "

@@ -27,8 +27,9 @@ def build_demo(root: Path) -> Path:
 
 
 def app_env(tmp: Path, use_real_demo: bool | None = None) -> dict[str, str]:
-    """Environment for the app under test: isolated analysis cache, offline Hub, demo root if needed."""
-    env = {"RAM_STUDIO_CACHE": str(tmp / "cache"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    """Environment for the app under test: isolated analysis and sweep caches, offline Hub, demo root if needed."""
+    env = {"RAM_STUDIO_CACHE": str(tmp / "cache"), "RAM_STUDIO_SWEEP_CACHE": str(tmp / "sweeps"), "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1"}
     if use_real_demo is None:
         use_real_demo = real_demo_complete() and not os.environ.get("RAM_STUDIO_TEST_TINY_DEMO")
     if not use_real_demo:

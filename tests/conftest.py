@@ -13,8 +13,9 @@ from tests.factory import checksums, make_family
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    """Every test gets its own analysis cache, so results never leak between tests."""
+    """Every test gets its own analysis cache and sweep score store, so results never leak between tests."""
     monkeypatch.setenv("RAM_STUDIO_CACHE", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv("RAM_STUDIO_SWEEP_CACHE", str(tmp_path_factory.mktemp("sweeps")))
 
 
 def _unchanged_at_the_end(folders):
@@ -32,6 +33,20 @@ def bundled_demo_untouched():
     from merging.refs import BUNDLED_DEMO_ROOT
 
     yield from _unchanged_at_the_end([BUNDLED_DEMO_ROOT] if BUNDLED_DEMO_ROOT.is_dir() else [])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def repository_root_untouched():
+    """No test writes into the checkout's root (a recipe's `./NAME` once landed there): its entries are listed
+    before the run and must be the same after it; test artifacts go to their own ignored folder."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    ignored = {"test-artifacts", ".hypothesis", ".pytest_cache", "ram_studio.egg-info"}
+    before = {p.name for p in root.iterdir()}
+    yield
+    new = sorted({p.name for p in root.iterdir()} - before - ignored)
+    assert not new, f"tests wrote into the repository root: {[ascii(n) for n in new[:5]]}"
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,12 @@
-"""Screenshots of every page for the README: `python -m tests.make_screenshots [--out assets/images]`.
+"""Screenshots of every page for the README: `python -m tests.make_screenshots [--out assets/images] [--pages a,b]
+[--long-names]`.
 
-Starts `streamlit run app/main.py` on the bundled demo (isolated analysis cache, Hub offline), opens every page
-in headless chromium at 1400 px, once with the browser set to light and once to dark, runs a merge so the
-Merge page shows its results, and saves full-page PNGs as app-<page>-<light|dark>.png.
+Starts `streamlit run app/main.py` on the bundled demo (isolated analysis cache and sweep store, Hub offline), opens
+every page in headless chromium at 1400 px, once with the browser set to light and once to dark, runs a merge so
+the Merge page shows its results and a sweep so the Sweep page shows its results, and saves full-page PNGs as
+app-<page>-<light|dark>.png. `--long-names` first selects copies of the demo models named like the paper's
+(Qwen2.5-7B-Instruct, ReasonFlux-Coder-7B, …), to check that the charts stay readable with them (files are then
+named app-<page>-long-names-<scheme>.png).
 """
 from __future__ import annotations
 
@@ -17,7 +21,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {"models": "Models", "heterogeneity": "Heterogeneity", "tune": "Tune", "dilution": "Signal dilution",
-         "merge": "Merge & export"}
+         "sweep": "Sweep", "merge": "Merge & export"}
+# The sweep the Sweep page's screenshot shows: the r ablation next to two baselines' searches.
+SWEEP_YAML = ("grids:\n  - ram_plus r=0,0.05,0.1,0.15,0.2\n  - task_arithmetic lambda=0.3,0.5,0.7,1.0\n"
+              "  - ties lambda=0.5,1.0 density=0.1,0.2,0.3\n")
+SWEEP_EXAMPLES = 40  # per task and split: readable differences, a couple of minutes on a CPU
+LONG_NAMES = {"base": "Qwen2.5-7B-Instruct", "code": "ReasonFlux-Coder-7B",
+              "tool": "Qwen2.5-7B-Instruct-ToolRL-grpo-cold", "memory": "RL-MemoryAgent-7B"}
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 
@@ -48,6 +58,43 @@ def full_page(pg, path: Path, width: int) -> None:
                                              dither=Image.Dither.NONE).save(path, optimize=True)
 
 
+def run_sweep(pg) -> None:
+    """Load SWEEP_YAML into the Sweep page, score SWEEP_EXAMPLES examples per task, wait for the results."""
+    pg.get_by_text("Grids as YAML").click()
+    pg.get_by_role("textbox", name="Paste grids (YAML) to replace these").fill(SWEEP_YAML)
+    pg.get_by_role("button", name="Load the pasted grids").click()
+    settle(pg)
+    pg.get_by_text("Grids as YAML").click()  # closed again
+    box = pg.get_by_role("spinbutton", name="Examples per task (0: all)")
+    box.fill(str(SWEEP_EXAMPLES))
+    box.press("Enter")
+    settle(pg)
+    pg.get_by_role("button", name="Start sweep").click()
+    pg.get_by_text("candidates scored on validation, the").wait_for(timeout=1_200_000)
+    pg.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+    settle(pg)
+
+
+def select_long_names(pg, tmp: Path) -> None:
+    """Copies of the demo models under the paper's model names, chosen on the Models page."""
+    import shutil
+
+    from merging.refs import BUNDLED_DEMO_ROOT
+
+    folders = {k: shutil.copytree(BUNDLED_DEMO_ROOT / k, tmp / "paper-names" / v) for k, v in LONG_NAMES.items()}
+    pg.locator('[data-testid="stSidebarNav"] a').filter(has_text="Models").first.click()
+    pg.get_by_text("Custom: local folders or Hub ids").click()
+    base = pg.get_by_role("textbox", name="Base model")
+    base.fill(str(folders["base"]))
+    base.press("Enter")
+    agents = pg.get_by_role("textbox", name="Agents (one per line)")
+    agents.fill("\n".join(str(folders[k]) for k in ("code", "tool", "memory")))
+    agents.press("Control+Enter")
+    settle(pg)
+    pg.get_by_role("button", name="Use these models").click()
+    settle(pg)
+
+
 def main(argv: list[str] | None = None) -> int:
     from playwright.sync_api import sync_playwright
 
@@ -55,11 +102,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "assets" / "images"))
     ap.add_argument("--width", type=int, default=1400)
     ap.add_argument("--port", type=int, default=8765)
+    ap.add_argument("--pages", default=",".join(PAGES), help=f"which pages (default all: {','.join(PAGES)})")
+    ap.add_argument("--long-names", action="store_true", help="the demo models under the paper's long model names")
     args = ap.parse_args(argv)
+    pages = {k: PAGES[k] for k in args.pages.split(",") if k}
+    suffix = "-long-names" if args.long_names else ""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="ram-shots-"))
-    env = {**os.environ, "RAM_STUDIO_CACHE": str(tmp / "cache"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {**os.environ, "RAM_STUDIO_CACHE": str(tmp / "cache"), "RAM_STUDIO_SWEEP_CACHE": str(tmp / "sweeps"),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
                              "--server.port", str(args.port), "--server.headless", "true"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)  # reads .streamlit/
@@ -80,10 +132,14 @@ def main(argv: list[str] | None = None) -> int:
                 pg.goto(url)
                 pg.wait_for_selector('[data-testid="stAppViewContainer"]')
                 settle(pg)
-                for name, title in PAGES.items():
+                if args.long_names:
+                    select_long_names(pg, tmp / scheme)
+                for name, title in pages.items():
                     pg.locator('[data-testid="stSidebarNav"] a').filter(has_text=title).first.click()
                     pg.get_by_role("heading", name=title, level=1).wait_for()
                     settle(pg)
+                    if name == "sweep":  # show a finished sweep: its table and charts
+                        run_sweep(pg)
                     if name == "merge":  # show a finished merge and its downloads
                         box = pg.get_by_role("textbox", name="Output folder")
                         box.fill(str(tmp / f"merged-{scheme}"))
@@ -92,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                         pg.get_by_role("button", name="Start merge").click()
                         pg.get_by_text("Merged into").wait_for()
                         settle(pg)
-                    full_page(pg, out / f"app-{name}-{scheme}.png", args.width)
+                    full_page(pg, out / f"app-{name}{suffix}-{scheme}.png", args.width)
                     print(f"{scheme} {name}", flush=True)
                 ctx.close()
             browser.close()

@@ -404,3 +404,33 @@ def test_hostile_names_never_make_a_remote_request_or_a_link(page, server):
     finally:
         ctx.close()
     assert requests  # the recorder saw the app's own traffic
+
+
+def test_sweep_page_start_progress_results_and_export(page, server):
+    """Issue 21: a sweep from the page — it starts, shows progress, then results and charts; "merge & export this
+    candidate" fills the Merge page with the chosen candidate."""
+    goto(page, server, "Sweep")
+    page.get_by_role("button", name="Ablation over r (Table 2)").click()
+    settle(page)
+    limit = page.get_by_role("spinbutton", name="Examples per task (0: all)")
+    limit.fill("12")
+    limit.press("Enter")
+    settle(page)
+    page.get_by_role("button", name="Start sweep").click()
+    page.locator('[data-testid="stProgress"]').first.wait_for(timeout=60_000)
+    page.get_by_text("scored on validation").first.wait_for(timeout=240_000)  # the progress line, then the result
+    page.get_by_text("candidates scored on validation, the").wait_for(timeout=240_000)
+    page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for(timeout=60_000)
+    settle(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    shoot(page, "sweep")
+    picked = page.locator('[data-testid="stSelectbox"]').filter(has_text="Candidate").locator("input").input_value()
+    assert "ram_plus r=" in picked, picked
+    r = float(picked.split("ram_plus r=")[1].split()[0])
+    page.get_by_role("button", name="Merge & export this candidate").click()
+    page.get_by_role("heading", name="Merge & export", level=1).wait_for()
+    settle(page)
+    assert page.locator('[data-testid="stSelectbox"]').filter(has_text="Method").locator("input").input_value() \
+        .startswith("ram_plus —")
+    assert abs(float(page.get_by_role("spinbutton", name="r", exact=True).input_value()) - r) < 1e-9
+    assert page.locator('[data-testid="stException"]').count() == 0

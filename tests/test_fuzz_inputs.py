@@ -36,13 +36,20 @@ methods = st.sampled_from([["ram"], ["ram_plus"], ["ties", "--density", "0.3"]])
 
 
 def run_cli(*argv) -> tuple[int, str, str]:
-    """The CLI in-process; any exception escaping main() fails the property (hypothesis shows it)."""
+    """The CLI in-process, in a scratch working directory of its own (a recipe's recorded output name lands in
+    `./NAME`); any exception escaping main() fails the property (hypothesis shows it)."""
     out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = main([str(a) for a in argv])
-        except SystemExit as exc:  # argparse usage errors
-            code = exc.code
+    here, scratch = os.getcwd(), tempfile.mkdtemp(prefix="fuzz-cwd-")
+    try:
+        os.chdir(scratch)
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main([str(a) for a in argv])
+            except SystemExit as exc:  # argparse usage errors
+                code = exc.code
+    finally:
+        os.chdir(here)
+        shutil.rmtree(scratch, ignore_errors=True)
     return code, out.getvalue(), err.getvalue()
 
 

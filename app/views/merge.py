@@ -356,10 +356,7 @@ def mergekit_panel(spec: MergeSpec) -> None:
 # ---------------------------------------------------------------- page
 
 st.title("Merge & export")
-sel = state.selection()
-if sel is None:
-    state.no_selection_note()
-    st.stop()
+sel = state.selection_or_stop()
 
 mgr = jobs.manager()
 job = mgr.get(st.session_state.get(JOB_KEY))

@@ -10,9 +10,11 @@ import streamlit as st
 
 from analysis import tables
 from merging import regions
-from app import charts, state
-from app.markup import md
+from merging.errors import RamStudioError, printable
 from merging.escaping import csv_bytes
+from merging.units import format_seconds
+from app import charts, jobs, state
+from app.markup import md
 
 st.title("Tune")
 st.markdown("RAM+ scales each agent's **unique** update by λ_t = 1 + r·clip(ρ_t, 0, α) (Eq. 6), or "
@@ -70,6 +72,85 @@ def describe(p: dict) -> str:
     return f"ε {charts.eps_label(p['eps'])}, r {p['r']:g}{alpha}, {p['rule']}, {p['rho_scope']} ρ"
 
 
+MEASURE_JOB = "tune_measure_job"
+
+
+def setting_candidate(p: dict):
+    """The merge a Tune setting stands for: RAM+ (clip rule) or RAM+s (soft rule) with its ε, r, α and ρ scope."""
+    from evaluation.grid import candidate
+
+    params = {"eps": p["eps"], "r": p["r"]} | ({} if p["rule"] == "soft" else {"alpha": p["alpha"]})
+    return candidate("ram_plus_soft" if p["rule"] == "soft" else "ram_plus", params | {"rho_scope": p["rho_scope"]})
+
+
+def run_measure(cands: list, task) -> list:
+    """Worker-thread body: merge A and B in memory and score both on the demo's validation split."""
+    from assets.demo.evaluate import suite_of_folder
+    from assets.demo.evaluator import DemoEvaluator
+    from evaluation.executors import LocalExecutor
+    from evaluation.sweep import SweepSpec, measure
+    from merging.refs import resolve
+
+    def progress(p) -> None:
+        task.fraction = p.fraction
+        task.text = p.current or ("opening the models" if p.phase == "open" else f"{p.done} of {p.total} scored")
+
+    spec = SweepSpec(sel.base, list(sel.agents), [], DemoEvaluator(suite=suite_of_folder(resolve(sel.base))))
+    return measure(spec, cands, "validation", LocalExecutor(), progress=progress, cancel=task.cancel)
+
+
+def measure_panel(task_id: str) -> None:
+    task = jobs.manager().task(task_id)
+    if task is None or not task.running:
+        st.rerun(scope="app")
+    st.progress(min(1.0, task.fraction), text=f"Scoring A and B: {task.text or 'starting'} · "
+                                              f"{format_seconds(task.elapsed)}")
+
+
+def measured(a: dict, b: dict) -> None:
+    """On the demo: the two settings' scores, measured (merged in memory, scored on the validation split)."""
+    cands = [setting_candidate(a), setting_candidate(b)]
+    mgr = jobs.manager()
+    task = mgr.task(st.session_state.get(MEASURE_JOB))
+    running = task is not None and task.running
+    row = st.container(horizontal=True, vertical_alignment="center")
+    if row.button("Score A and B on the demo tasks", icon=":material/science:", key="tune_measure", disabled=running,
+                  help="Merges both settings in memory (no folder written) and scores them on the validation split; "
+                       "scores are kept, so a setting scored before comes back at once."):
+        try:
+            task = mgr.submit_task("measure", jobs.session_id(), "scoring settings A and B",
+                                   lambda t, c=cands: run_measure(c, t))
+        except RamStudioError as exc:
+            state.show_error(exc, "Scoring A and B")
+        else:
+            st.session_state[MEASURE_JOB] = task.id
+            running = True
+    row.caption("Measured accuracy, not just λ_t: the demo's validation split, both settings merged in memory.")
+    if running:
+        st.fragment(run_every=1.0)(measure_panel)(task.id)
+        return
+    if task is None:
+        return
+    if task.status == "failed":
+        state.show_error(RamStudioError(*task.error), "Scoring A and B")
+        return
+    if task.status != "done" or not task.result:
+        return
+    got = {e.candidate: e for e in task.result}
+    if any(c not in got for c in cands):
+        st.caption("The scores below are for earlier settings: score again to measure these. "
+                   + " · ".join(f"{tag}: {printable(e.label)}" for tag, e in zip("AB", task.result)))
+    ea, eb = task.result[0], task.result[1]
+    names = [*ea.scores, "average"]
+    va, vb = [*ea.scores.values(), ea.average], [*eb.scores.values(), eb.average]
+    st.table(pd.DataFrame({"A": [f"{v:.2f}" for v in va], "B": [f"{v:.2f}" for v in vb],
+                           "B − A": [f"{y - x:+.2f}" for x, y in zip(va, vb)]}, index=names))
+    st.caption(f"Accuracy (%) on the validation split ({', '.join(f'{k}: {n}' for k, n in ea.n.items())} examples). "
+               f"A: {printable(ea.label)} — merged in {ea.merge_s:.2f} s, scored in {ea.eval_s:.1f} s"
+               f"{' (stored)' if ea.resumed else ''}. B: {printable(eb.label)} — merged in {eb.merge_s:.2f} s, scored "
+               f"in {eb.eval_s:.1f} s{' (stored)' if eb.resumed else ''}. Whole job: {format_seconds(task.elapsed)}.")
+
+
 @st.fragment
 def compare(a: dict) -> None:
     """A | B (its own fragment inside the tuner: moving a B control redraws only this part)."""
@@ -100,6 +181,8 @@ def compare(a: dict) -> None:
                     "scaling by λ_t, in weight units.", "compare_a_b", title="Setting A | setting B",
                     params={"A": describe(a), "B": describe(b), "agents": agents})
     st.caption(f"A | B recomputed in {1000 * (time.perf_counter() - t0):.0f} ms.")
+    if sel is not None and sel.is_demo:
+        measured(a, b)
 
 
 @st.fragment

@@ -15,6 +15,7 @@ Writes `fig3.csv` (tidy: agent, variant, task, subset, split, n, correct, accura
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,13 +25,30 @@ from typing import Sequence
 import pandas as pd
 
 from .evaluate import evaluate_model
-from .table1 import AGENTS, DEMO_DIR, RAM_DEFAULTS, merge
+from .table1 import AGENTS, DEMO_DIR, RAM_DEFAULTS
 from .tasks import TASKS
+
+REPO_ROOT = DEMO_DIR.parent.parent
 
 SPLITS = ("validation", "test")
 VARIANTS = {"unique": False, "unique_div_N": True}
 # The tidy schema the app's Signal-dilution page reads (analysis/fig3.py): base rows leave `agent` empty.
 COLUMNS = ["agent", "variant", "task", "subset", "split", "n", "correct", "accuracy"]
+
+
+def merge(models: Path, method: str, out: Path, params: dict[str, object]) -> None:
+    """Run the core CLI merge of base + the three agents into `out` (`dilute: True` becomes the bare
+    `--dilute` flag)."""
+    cmd = [sys.executable, "-m", "merging", "merge", str(models / "base"), *[str(models / a) for a in AGENTS],
+           "--method", method, "--out", str(out), "--overwrite", "--quiet"]
+    for key, value in params.items():
+        if key == "dilute":
+            cmd += ["--dilute"] if value else []
+        else:
+            cmd += [f"--{key.replace('_', '-')}", str(value)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"merge failed ({' '.join(cmd)}):\n{proc.stdout}\n{proc.stderr}")
 
 
 def _scores(folder: Path, split: str, limit: int | None) -> pd.DataFrame:

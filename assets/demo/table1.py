@@ -1,148 +1,92 @@
 """Mini Table 1 on the bundled demo: base, agents and every merge method, test-split accuracy.
 
-Hyper-parameters of the baselines are searched on the validation split (paper, Appendix D.2) and
-only the chosen configuration is scored on the test split. Merges go through the core CLI
-(`python -m merging merge ...`), exactly as a user would run them.
+A sweep definition (`table1_grids.yaml`, the paper's Appendix D.2 grid) run through `ram-studio sweep`'s
+code: every candidate is merged in memory and scored on the validation split, each method's best is
+chosen there, and only the chosen ones (with the base and the agents) are scored on the test split.
 
-    python -m assets.demo.table1 [--models assets/demo/models] [--out assets/demo/results]
+    python -m assets.demo.table1 [--models assets/demo/models] [--out assets/demo/results] [--limit N]
 """
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 
-from .evaluate import evaluate_model, format_table, summary_row
+from evaluation.executors import EXECUTORS
+from evaluation.grid import read_grid_file
+from evaluation.store import ScoreStore
+from evaluation.sweep import CANDIDATE, Entry, SweepProgressFn, SweepResult, SweepSpec, run_sweep
+
+from .evaluate import format_table
+from .evaluator import DemoEvaluator
 from .tasks import TASKS
 
 DEMO_DIR = Path(__file__).resolve().parent
-REPO_ROOT = DEMO_DIR.parent.parent
 AGENTS = TASKS
-LAMBDAS = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
-DENSITIES = (0.1, 0.2, 0.3)
-DROP_RATES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+GRIDS = DEMO_DIR / "table1_grids.yaml"
 RAM_DEFAULTS = {"eps": 1e-5, "r": 0.1, "alpha": 2.0}
-SEED = 0
 
 
-def merge(models: Path, method: str, out: Path, params: dict[str, object]) -> None:
-    """Run the core CLI merge of base + the three agents into `out` (`dilute: True` becomes the
-    bare `--dilute` flag)."""
-    flag = {"lambda": "--lambda", "density": "--density", "drop_rate": "--drop-rate",
-            "eps": "--eps", "r": "--r", "alpha": "--alpha", "agent": "--agent"}
-    cmd = [sys.executable, "-m", "merging", "merge", str(models / "base"),
-           *[str(models / a) for a in AGENTS], "--method", method, "--out", str(out),
-           "--overwrite", "--quiet"]
-    if method.startswith("dare"):
-        cmd += ["--seed", str(SEED)]
-    for key, value in params.items():
-        if key == "dilute":
-            cmd += ["--dilute"] if value else []
-        else:
-            cmd += [flag[key], str(value)]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"merge failed ({' '.join(cmd)}):\n{proc.stdout}\n{proc.stderr}")
+def sweep(models: Path, limit: int | None = None, executor: str = "local", store: ScoreStore | None = None,
+          progress: SweepProgressFn | None = None) -> SweepResult:
+    """The Table 1 search: GRIDS over base + the three agents, demo tasks, validation → test."""
+    spec = SweepSpec(str(models / "base"), [str(models / a) for a in AGENTS], read_grid_file(GRIDS),
+                     DemoEvaluator(), limit=limit)
+    return run_sweep(spec, EXECUTORS[executor](), store=store, progress=progress)
 
 
-def score(folder: Path, split: str, limit: int | None) -> dict[str, float]:
-    """Wide accuracy row (%) for one model folder on one split."""
-    return summary_row(evaluate_model(folder, TASKS, split, limit))
+def row(e: Entry, prefix: str = "") -> dict[str, float]:
+    """Accuracy (%) per task and memory length, and the mean over the tasks: each rounded to 2 decimals."""
+    out = {f"{prefix}{k}": round(v, 2) for k, v in {**e.scores, **e.detail}.items()}
+    out[f"{prefix}avg"] = round(e.average, 2)
+    return out
 
 
-def fmt_params(params: dict[str, float]) -> str:
-    """Compact `k=v` rendering of a hyper-parameter setting."""
-    return " ".join(f"{k}={v}" for k, v in params.items())
+def tables(res: SweepResult) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(table1: base, agents and each method's chosen candidate on test; every validation trial)."""
+    valid = {e.candidate: e for e in res.candidates(res.spec.select_on)}
+    rows = [{"model": e.label, "params": "", **row(e)} for e in res.references()]
+    for e in res.candidates(res.spec.report_on):
+        rows.append({"model": e.method, "params": e.settings, "val_avg": round(valid[e.candidate].average, 2),
+                     **row(e)})
+    trials = [{"method": e.method, "params": e.settings, **row(e, "val_"),
+               **{k: e.params[k] for k in e.candidate.given}} for e in valid.values() if e.kind == CANDIDATE]
+    return pd.DataFrame(rows), pd.DataFrame(trials)
 
 
-class Search:
-    """Merge + validation score for each setting, keeping a log of every trial."""
-
-    def __init__(self, models: Path, work: Path, val_limit: int | None) -> None:
-        self.models, self.work, self.val_limit = models, work, val_limit
-        self.trials: list[dict] = []
-
-    def trial(self, method: str, params: dict[str, float]) -> dict:
-        """Merge with `params` and score on validation; returns the trial record."""
-        out = self.work / f"{method}-{len(self.trials)}"
-        merge(self.models, method, out, params)
-        row = score(out, "validation", self.val_limit)
-        rec = {"method": method, "params": fmt_params(params), "folder": str(out), **params,
-               **{f"val_{k}": v for k, v in row.items()}}
-        self.trials.append(rec)
-        print(f"  {method:16s} {fmt_params(params):32s} val avg {row['avg']:.2f}", flush=True)
-        return rec
-
-    def best(self, method: str, grid: Sequence[dict[str, float]]) -> dict:
-        """Best validation average over `grid` (ties: the first, i.e. the smaller setting)."""
-        recs = [self.trial(method, p) for p in grid]
-        return max(recs, key=lambda r: r["val_avg"])
-
-
-def run(models: Path, out_dir: Path, val_limit: int | None, test_limit: int | None) -> pd.DataFrame:
-    """Build the table; also writes the full validation search log."""
-    t0 = time.time()
-    rows: list[dict] = []
-    for name in ("base",) + AGENTS:
-        rows.append({"model": name, "params": "", **score(models / name, "test", test_limit)})
-        print(f"  {name}: test avg {rows[-1]['avg']:.2f}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="table1-") as tmp:
-        search = Search(models, Path(tmp), val_limit)
-        chosen = {
-            "average": search.best("average", [{}]),
-            "task_arithmetic": search.best("task_arithmetic", [{"lambda": lam} for lam in LAMBDAS]),
-            "ties": search.best("ties", [{"lambda": lam, "density": d}
-                                         for d in DENSITIES for lam in LAMBDAS]),
-        }
-        ta_lam = chosen["task_arithmetic"]["lambda"]
-        ties_lam = chosen["ties"]["lambda"]
-        chosen["dare_ta"] = search.best("dare_ta", [{"lambda": ta_lam, "drop_rate": p}
-                                                     for p in DROP_RATES])
-        # The core CLI's dare_ties has no trim step (drop, elect sign, disjoint mean, λ).
-        chosen["dare_ties"] = search.best("dare_ties", [{"lambda": ties_lam, "drop_rate": p}
-                                                        for p in DROP_RATES])
-        chosen["ram"] = search.best("ram", [{"eps": RAM_DEFAULTS["eps"]}])
-        chosen["ram_plus"] = search.best("ram_plus", [dict(RAM_DEFAULTS)])
-        for method, rec in chosen.items():
-            row = score(Path(rec["folder"]), "test", test_limit)
-            rows.append({"model": method, "params": rec["params"], "val_avg": rec["val_avg"], **row})
-            print(f"  {method}: test avg {row['avg']:.2f} ({rec['params']})", flush=True)
-        trials = pd.DataFrame(search.trials).drop(columns=["folder"])
+def save(table: pd.DataFrame, trials: pd.DataFrame, out_dir: Path) -> pd.DataFrame:
+    """table1.csv (columns in order), table1.md and table1_validation_search.csv; returns the table."""
+    memory = sorted([c for c in table.columns if c.startswith("memory@")], key=lambda c: int(c[7:]))
+    table = table[["model", "params", "code", "tool", "memory", *memory, "avg", "val_avg"]]
     out_dir.mkdir(parents=True, exist_ok=True)
     trials.to_csv(out_dir / "table1_validation_search.csv", index=False)
-    table = pd.DataFrame(rows)
-    cols = ["model", "params", "code", "tool", "memory"] + \
-        sorted([c for c in table.columns if c.startswith("memory@")], key=lambda c: int(c[7:])) + \
-        ["avg", "val_avg"]
-    table = table[cols]
     table.to_csv(out_dir / "table1.csv", index=False)
     md = format_table(table.set_index("model").drop(columns=["params", "val_avg"]))
     notes = "\n".join(f"- {r.model}: {r.params}" for r in table.itertuples() if r.params)
     (out_dir / "table1.md").write_text(
         "Mini Table 1 (demo, test split, accuracy %; hyper-parameters chosen on validation)\n\n"
         + md + "\n\nChosen settings:\n" + notes + "\n")
-    print(md)
-    print(f"[table1] done in {time.time() - t0:.0f} s")
     return table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point."""
-    parser = argparse.ArgumentParser(prog="python -m assets.demo.table1",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m assets.demo.table1", description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, default=DEMO_DIR / "models")
     parser.add_argument("--out", type=Path, default=DEMO_DIR / "results")
-    parser.add_argument("--val-limit", type=int, default=None,
-                        help="examples per task for the validation search (default: all)")
-    parser.add_argument("--test-limit", type=int, default=None)
+    parser.add_argument("--limit", type=int, default=None, help="examples per task and split (default: all)")
+    parser.add_argument("--executor", choices=sorted(EXECUTORS), default="local")
+    parser.add_argument("--no-resume", action="store_true", help="score everything again (ignore stored scores)")
     args = parser.parse_args(argv)
-    run(args.models.resolve(), args.out.resolve(), args.val_limit, args.test_limit)
+    t0 = time.time()
+    res = sweep(args.models.resolve(), args.limit, args.executor, ScoreStore(read=not args.no_resume))
+    table = save(*tables(res), args.out.resolve())
+    print(format_table(table.set_index("model").drop(columns=["params", "val_avg"])))
+    print(f"[table1] done in {time.time() - t0:.0f} s")
     return 0
 
 

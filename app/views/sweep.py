@@ -1,0 +1,406 @@
+"""Sweep: score merge candidates on the selected models and choose among them — each method's best on the
+validation split, only the chosen ones (with the base and the agents) on test. The workflow is
+evaluation.sweep; this page picks the candidates, runs it as a background job and draws the results."""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import streamlit as st
+
+from app import charts, jobs, state
+from evaluation.grid import Grid, grids_from_yaml, parse_try, stages
+from evaluation.report import csv_bytes, result_frame, result_json
+from evaluation.sweep import SweepResult
+from merging.errors import RamStudioError, printable
+from merging.methods import METHODS, get_method
+from merging.units import format_seconds
+
+JOB_KEY = "sweep_job"
+GRIDS_KEY = "sweep_grids"  # the grids, in the --try form
+MSG_KEY = "sweep_grid_message"
+TABLE2 = "ram_plus r=0,0.05,0.1,0.15,0.2"  # the paper's Table 2 ablation over r
+GRID_FILE = "table1_grids.yaml"  # the demo's Table 1 search (the paper's Table 11 ranges)
+# Value lists the value boxes start from (the paper's grids, Table 11 / Table 2); other parameters start at
+# their default.
+START_VALUES = {"lambda": "0.1, 0.3, 0.5, 0.7, 0.9, 1.0", "density": "0.1, 0.2, 0.3", "drop_rate": "0.1, 0.3, 0.5",
+                "r": "0, 0.05, 0.1, 0.15, 0.2"}
+
+
+def grids() -> list[str]:
+    return st.session_state.setdefault(GRIDS_KEY, [])
+
+
+def parsed() -> list[Grid]:
+    """The page's grids, checked (a bad one was never added)."""
+    return [parse_try(t) for t in grids()]
+
+
+# ---------------------------------------------------------------- picking candidates
+
+def value_widgets(method: str, disabled: bool) -> str:
+    """One input per parameter of `method`, generated from its declaration: a list of values (or @METHOD);
+    returns the grid in the `--try` form."""
+    m = get_method(method)
+    words = [method]
+    cols = st.columns(max(1, min(4, len(m.params))))
+    others = [n for n in METHODS if n != method and any(p.name in {q.name for q in METHODS[n].params} for p in m.params)]
+    for i, p in enumerate(m.params):
+        key = f"sweep_{method}_{p.name}"
+        col = cols[i % len(cols)]
+        if p.choices or p.kind is bool:
+            options = list(p.choices) if p.choices else [False, True]
+            picked = col.multiselect(p.name, options, default=[p.default] if p.default is not None else [],
+                                     help=p.help, key=key, disabled=disabled)
+            if picked:
+                words.append(f"{p.name}={','.join(str(v) for v in picked)}")
+            continue
+        start = START_VALUES.get(p.name, "" if p.default is None else str(p.default))
+        if p.name == "seed":
+            start = str(p.default)
+        text = col.text_input(p.name, value=start, key=key, disabled=disabled,
+                              help=f"{p.help} Allowed: {p.range_text()}. Several values: comma-separated. "
+                                   + (f"`@METHOD` takes the value chosen for METHOD (e.g. @{others[0]})."
+                                      if others else ""))
+        if text.strip():
+            words.append(f"{p.name}={text.replace(' ', '')}")
+    if not m.params:
+        st.caption("This method has no parameters: one candidate.")
+    return " ".join(words)
+
+
+def add_grid(text: str) -> None:
+    """Button callback: check the grid (one rule with the CLI's --try) and add it, or say why not."""
+    try:
+        g = parse_try(text)
+    except RamStudioError as exc:
+        st.session_state[MSG_KEY] = (exc.message, exc.hint)
+        return
+    st.session_state.pop(MSG_KEY, None)
+    if g.text not in grids():
+        grids().append(g.text)
+
+
+def load_grids(texts: list[str]) -> None:
+    st.session_state[GRIDS_KEY] = list(texts)
+    st.session_state.pop(MSG_KEY, None)
+
+
+def load_yaml() -> None:
+    """Button callback: replace the grids with those of the YAML box (same reader as the CLI's --grids)."""
+    try:
+        load_grids([g.text for g in grids_from_yaml(st.session_state.get("sweep_yaml", ""), "the YAML")])
+    except RamStudioError as exc:
+        st.session_state[MSG_KEY] = (exc.message, exc.hint)
+
+
+def demo_grid_texts() -> list[str]:
+    from assets.demo.table1 import GRIDS
+    from evaluation.grid import read_grid_file
+
+    return [g.text for g in read_grid_file(GRIDS)]
+
+
+def candidates_section(disabled: bool, sel: state.Selection) -> None:
+    st.subheader("Candidates")
+    c = st.container(horizontal=True)
+    c.button("The paper's search (Table 11)", key="sweep_preset_table11", disabled=disabled,
+             icon=":material/table_chart:", on_click=lambda: load_grids(demo_grid_texts()),
+             help=f"The demo's mini Table 1 search ({GRID_FILE}, the paper's Table 11 ranges): TA λ; TIES λ × density; "
+                  "DARE's drop rate at the chosen λ; averaging, RAM and RAM+ at their defaults. 45 candidates.")
+    c.button("Ablation over r (Table 2)", key="sweep_preset_table2", disabled=disabled, icon=":material/tune:",
+             on_click=lambda: load_grids([TABLE2]), help=f"`{TABLE2}`: RAM (r = 0) and RAM+ at four strengths.")
+    c.button("Clear", key="sweep_clear", disabled=disabled, icon=":material/delete_sweep:",
+             on_click=lambda: load_grids([]))
+    checked = parsed()
+    if checked:
+        rows = pd.DataFrame({"grid": [g.text for g in checked], "candidates": [g.size() for g in checked]})
+        st.dataframe(rows, hide_index=True, width="stretch")
+        remove = st.columns([3, 1], vertical_alignment="bottom")
+        gone = remove[0].selectbox("Remove a grid", [g.text for g in checked], key="sweep_remove_pick",
+                                   disabled=disabled)
+        if remove[1].button("Remove", key="sweep_remove", disabled=disabled, icon=":material/remove:"):
+            grids().remove(gone)
+            st.rerun()
+    else:
+        st.caption("No candidates yet: start from a preset above or add a grid below.")
+    with st.expander("Add a grid", expanded=not checked):
+        method = st.selectbox("Method", list(METHODS), key="sweep_method", disabled=disabled,
+                              format_func=lambda n: f"{n} — {METHODS[n].summary}")
+        text = value_widgets(method, disabled)
+        st.code(text, language=None)
+        st.button("Add this grid", key="sweep_add", icon=":material/add:", disabled=disabled,
+                  on_click=add_grid, args=(text,))
+    with st.expander("Grids as YAML (the CLI's --grids file)"):
+        st.code("grids:\n" + "".join(f"  - {json.dumps(t)}\n" for t in grids()) if grids() else "grids: []",
+                language="yaml")
+        st.text_area("Paste grids (YAML) to replace these", key="sweep_yaml", height=120,
+                     placeholder="grids:\n  - method: ties\n    lambda: [0.5, 1.0]\n    density: [0.1, 0.2]")
+        st.button("Load the pasted grids", key="sweep_yaml_load", icon=":material/upload:", on_click=load_yaml,
+                  disabled=disabled)
+    msg = st.session_state.get(MSG_KEY)
+    if msg:
+        state.show_error(RamStudioError(*msg), "That grid")
+
+
+# ---------------------------------------------------------------- running
+
+EVALUATORS = ("Demo tasks", "lm-evaluation-harness")
+
+
+@st.cache_resource(show_spinner="Reading the lm-eval task index…", max_entries=8)
+def lm_eval_evaluator(tasks: tuple[str, ...], include_path: str):
+    """An lm-eval evaluator for these tasks (building one reads the harness's task index: kept per server)."""
+    from evaluation.lm_eval_backend import LmEvalEvaluator
+
+    return LmEvalEvaluator(list(tasks), include_path or None)
+
+
+def evaluator_section(sel: state.Selection, disabled: bool):
+    """The demo's tasks or lm-evaluation-harness tasks, and how many examples per task; returns (evaluator or
+    None, limit)."""
+    st.subheader("Evaluation")
+    c = st.columns([3, 1])
+    kind = c[0].radio("Evaluator", EVALUATORS, index=0 if sel.is_demo else 1, horizontal=True, key="sweep_evaluator",
+                      disabled=disabled, help="The demo's tasks score only models built from the demo base (its "
+                                              "tokenizer and tasks); lm-evaluation-harness scores any causal LM.")
+    limit = c[1].number_input("Examples per task (0: all)", min_value=0, value=0, step=10, key="sweep_limit",
+                              disabled=disabled, help="Fewer examples: a faster, noisier sweep.")
+    limit = int(limit) or None
+    if kind == EVALUATORS[1]:
+        c = st.columns(2)
+        names = c[0].text_input("lm-eval tasks (comma-separated)", key="sweep_lm_tasks", disabled=disabled,
+                                placeholder="e.g. arc_easy,hellaswag — or ram_demo_tool with the demo's task folder",
+                                help="Task or group names. Selection needs a validation split apart from the one "
+                                     "reported (a task's own, or a TASK_validation task in the include path).")
+        include = c[1].text_input("Include path (optional)", key="sweep_lm_include", disabled=disabled,
+                                  placeholder="a folder of task YAML files, e.g. assets/demo/lm_eval_tasks")
+        tasks = tuple(t.strip() for t in names.split(",") if t.strip())
+        if not tasks:
+            st.caption("Name at least one lm-eval task.")
+            return None, limit
+        try:
+            return lm_eval_evaluator(tasks, include.strip()), limit
+        except ImportError:
+            st.info("lm-evaluation-harness is not installed: `pip install 'ram-studio[eval]'`.", icon=":material/info:")
+        except RamStudioError as exc:
+            state.show_error(exc, "The lm-eval tasks")
+        return None, limit
+    from assets.demo.evaluate import suite_of_folder
+    from assets.demo.evaluator import DemoEvaluator
+    from merging.refs import resolve
+
+    try:
+        suite = suite_of_folder(resolve(sel.base, download=False))
+    except (RamStudioError, ValueError) as exc:
+        st.info(f"The demo's tasks cannot score these models: {printable(exc, 200)}", icon=":material/info:")
+        return None, None
+    tasks = st.multiselect("Demo tasks", list(suite.tasks), default=list(suite.tasks), key="sweep_tasks",
+                           disabled=disabled, help=f"Task suite: {suite.name} ({suite.description}).")
+    if not tasks:
+        st.warning("Choose at least one task.", icon=":material/warning:")
+        return None, None
+    return DemoEvaluator(tasks, suite=suite), limit
+
+
+def run_job(sel: state.Selection, texts: list[str], evaluator, limit: int | None, task: jobs.Task) -> SweepResult:
+    """Worker-thread body: the sweep, its progress on the task (the fraction, a line, the entries so far)."""
+    from evaluation.executors import LocalExecutor
+    from evaluation.store import ScoreStore
+    from evaluation.sweep import SweepSpec, run_sweep
+
+    def progress(p) -> None:
+        task.fraction = p.fraction
+        examples = f" ({p.examples_done}/{p.examples_total} examples)" if p.examples_total and p.phase != "open" else ""
+        phase = {"open": "Opening the models", "select": "Validation", "report": "Test", "done": "Done"}[p.phase]
+        task.text = f"{phase}: {p.done} of {p.total} scored{examples}" + (f" · {p.current}" if p.current else "")
+        task.detail = p.entries
+
+    spec = SweepSpec(sel.base, list(sel.agents), [parse_try(t) for t in texts], evaluator, limit=limit)
+    return run_sweep(spec, LocalExecutor(), store=ScoreStore(), progress=progress, cancel=task.cancel)
+
+
+def progress_panel(task_id: str) -> None:
+    """The running sweep (a fragment): bar, line, the scores so far, cancel; redraws the page when it ends."""
+    task = jobs.manager().task(task_id)
+    if task is None or not task.running:
+        st.rerun()
+    st.progress(min(1.0, task.fraction), text=f"{task.text or 'Starting'} · {format_seconds(task.elapsed)}")
+    jobs.cancel_row(task.id, task.owner, button="Cancel sweep", key="sweep_cancel", toast="Cancelling…",
+                    caption="Every score is kept as it comes: starting the same sweep again resumes from them. You "
+                            "can switch pages meanwhile.")
+    entries = task.detail or []
+    if entries:
+        st.dataframe(entries_frame(entries), hide_index=True, width="stretch", key="sweep_live")
+
+
+# ---------------------------------------------------------------- results
+
+def entries_frame(entries) -> pd.DataFrame:
+    """Entries as a display table: model/candidate, split, each task, average, seconds, chosen."""
+    tasks = list(dict.fromkeys(k for e in entries for k in e.scores))
+    rows = []
+    for e in entries:
+        row = {"candidate": e.label, "split": e.split, **{t: e.scores.get(t) for t in tasks},
+               "average": None if math.isnan(e.average) else e.average, "merge s": e.merge_s, "eval s": e.eval_s,
+               "chosen": "★ best" if e.best else ("✓" if e.selected else ""), "note": e.error or ("stored" if e.resumed else "")}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def fill_merge_page(method: str, params: dict) -> None:
+    """Put a candidate into the Merge page's form (its method and every parameter) and go there."""
+    st.session_state["merge_method"] = method  # the Merge page's widget keys (views/merge.py)
+    for p in get_method(method).params:
+        value = params.get(p.name, p.default)
+        st.session_state[f"param_{method}_{p.name}"] = "" if (p.kind is str and value is None) else value
+    st.session_state["merge_out_custom"] = None  # the output folder follows the settings
+    st.switch_page("views/merge.py")
+
+
+def export_picker(res: SweepResult) -> None:
+    """Any scored candidate (the best first) → the Merge page."""
+    cands = [e.candidate for e in res.candidates(res.spec.select_on) if e.ok]
+    order = ([res.best] if res.best else []) + [c for c in cands if c != res.best]
+    if not order:
+        return
+    c = st.columns([3, 1.3], vertical_alignment="bottom")
+    pick = c[0].selectbox("Candidate", order, key="sweep_export_pick", format_func=lambda x: x.label
+                          + ("  (best overall)" if x == res.best else "  (chosen)" if x in res.selected.values() else ""))
+    if c[1].button("Merge & export this candidate", key="sweep_export", type="primary", icon=":material/merge:"):
+        fill_merge_page(pick.method, pick.param_dict)
+
+
+def results(res: SweepResult, sel: state.Selection) -> None:
+    spec = res.spec
+    labels = res.context["labels"]
+    agents = labels[1:]
+    valid, test = res.candidates(spec.select_on), res.candidates(spec.report_on)
+    tasks = list(dict.fromkeys(k for e in res.entries for k in e.scores))
+    stored = sum(e.resumed for e in res.entries)
+    st.success(f"{len(valid)} candidates scored on {spec.select_on}, the {len(test)} chosen on {spec.report_on}, in "
+               f"{format_seconds(res.seconds)}" + (f" ({stored} scores reused from earlier runs)" if stored else "")
+               + (f". Best overall (by {spec.select_on} average): **{printable(res.best.label)}**." if res.best else "."),
+               icon=":material/check_circle:")
+    for note in res.notes:
+        st.caption(printable(note))
+    chosen = pd.DataFrame([{"method": m, "chosen setting": c.settings or "(no parameters)",
+                            f"{spec.select_on} average": next(e.average for e in valid if e.candidate == c),
+                            f"{spec.report_on} average": next((e.average for e in test if e.candidate == c), None)}
+                           for m, c in res.selected.items()])
+    if not chosen.empty:
+        st.dataframe(chosen.style.format(precision=2), hide_index=True, width="stretch")
+    export_picker(res)
+
+    st.subheader("Charts")
+    bars, lines, times = st.tabs(["Chosen vs agents", "Score vs parameter (Table 2 view)",
+                                  "Score vs merge time (Fig. 9 view)"])
+    with bars:
+        rows = [{"name": e.label, "short": charts.short_candidate(e.method, e.params, list(e.candidate.given)),
+                 **e.scores, "average": e.average} for e in test]
+        rows += [{"name": e.label, "short": e.label, **e.scores, "average": e.average} for e in res.references()]
+        if rows:
+            df = pd.DataFrame(rows)
+            df["short"] = charts.short_labels(list(df["short"]))
+            charts.show(charts.sweep_task_bars(df, tasks, agents), df,
+                        f"{spec.report_on.capitalize()} accuracy of each method's chosen candidate next to the base and "
+                        "the agents (hover for full names).", "sweep_chosen", title="Chosen candidates and the agents",
+                        params={"split": spec.report_on, "agents": agents})
+    with lines:
+        swept = [(m, k) for m in dict.fromkeys(e.method for e in valid)
+                 for k in dict.fromkeys(k for e in valid if e.method == m for k in e.candidate.given)
+                 if len({repr(e.params[k]) for e in valid if e.method == m}) > 1]
+        if not swept:
+            st.caption("No method was tried at more than one value of a parameter.")
+        else:
+            c = st.columns([2, 3])
+            method, param = c[0].selectbox("Method and parameter", swept, key="sweep_line_pick",
+                                           format_func=lambda mk: f"{mk[0]}: {mk[1]}")
+            part = [e for e in valid if e.method == method and e.ok]
+            fixed = {}
+            others = [k for k in dict.fromkeys(k for e in part for k in e.candidate.given) if k != param
+                      and len({repr(e.params[k]) for e in part}) > 1]
+            best = next((e for e in valid if e.candidate == res.selected.get(method)), None)
+            for i, k in enumerate(others):
+                values = list(dict.fromkeys(e.params[k] for e in part))
+                start = values.index(best.params[k]) if best is not None and best.params[k] in values else 0
+                fixed[k] = c[1].selectbox(f"at {k} =", values, index=start, key=f"sweep_fix_{method}_{k}")
+            part = [e for e in part if all(e.params[k] == v for k, v in fixed.items())]
+            df = pd.DataFrame([{"candidate": e.label, param: e.params[param], **e.scores, "average": e.average}
+                               for e in part])
+            charts.show(charts.sweep_param_lines(df, param, tasks, agents), df,
+                        f"{spec.select_on.capitalize()} accuracy per task as {param} varies"
+                        + (f" ({', '.join(f'{k} = {v}' for k, v in fixed.items())})" if fixed else "")
+                        + "; ★ the best average.", "sweep_param", title=f"{method}: score against {param}",
+                        params={"split": spec.select_on, "method": method, **fixed})
+    with times:
+        df = pd.DataFrame([{"candidate": e.label, "method": e.method, "merge_s": e.merge_s, "average": e.average,
+                            "selected": e.selected} for e in valid if e.ok])
+        if not df.empty:
+            charts.show(charts.sweep_time_scatter(df), df,
+                        f"Each candidate's {spec.select_on} average against the seconds its in-memory merge took "
+                        "(★ chosen).", "sweep_time", title="Score against merge time",
+                        params={"split": spec.select_on})
+    st.subheader("Every score")
+    every = entries_frame(res.entries)
+    st.dataframe(every.style.format(precision=2, subset=[c for c in every.columns if c not in
+                                                          ("candidate", "split", "chosen", "note")]),
+                 hide_index=True, width="stretch", key="sweep_all")
+    c = st.columns(2)
+    c[0].download_button("JSON", (json.dumps(result_json(res, "local"), indent=2) + "\n").encode(), "sweep.json",
+                         "application/json", key="sweep_dl_json", icon=":material/download:", width="stretch")
+    c[1].download_button("CSV", csv_bytes(result_frame(res)), "sweep.csv", "text/csv", key="sweep_dl_csv",
+                         icon=":material/download:", width="stretch")
+
+
+# ---------------------------------------------------------------- page
+
+st.title("Sweep")
+st.markdown("What does a setting do to the merged model's **scores**? Each candidate is merged in memory (bit for bit "
+            "the model `ram-studio merge` would write) and scored on the **validation** split; each method's best is "
+            "then scored on **test**, next to the base and the agents — settings are never chosen on test (the "
+            "paper's protocol, Appendix D.2).")
+sel = state.selection_or_stop()
+mgr = jobs.manager()
+task = mgr.task(st.session_state.get(JOB_KEY))
+running = task is not None and task.running
+candidates_section(running, sel)
+evaluator, limit = evaluator_section(sel, running)
+texts = list(grids())
+n = 0
+if texts:
+    try:
+        plan = stages(parsed())
+        n = sum(g.size() for stage in plan for g in stage)
+    except RamStudioError as exc:
+        state.show_error(exc, "These grids")
+        texts = []
+row = st.container(horizontal=True, vertical_alignment="center")
+go = row.button("Start sweep", type="primary", icon=":material/play_arrow:", key="sweep_start",
+                disabled=running or not texts or evaluator is None)
+row.caption(f"{n} candidates on validation, then each method's best on test." if texts else "")
+if go:
+    try:
+        from evaluation.sweep import check_splits
+
+        check_splits(evaluator, "validation", "test")  # e.g. lm-eval tasks without a validation split: said now
+        task = mgr.submit_task("sweep", jobs.session_id(), f"a sweep of {n} candidates",
+                               lambda t, s=sel, g=texts, e=evaluator, k=limit: run_job(s, g, e, k, t))
+    except RamStudioError as exc:
+        state.show_error(exc, "Starting the sweep")
+    else:
+        st.session_state[JOB_KEY] = task.id
+        st.rerun()
+if task is not None:
+    st.divider()
+    if running:
+        st.fragment(run_every=1.0)(progress_panel)(task.id)
+    elif task.status == "cancelled":
+        kept = len(task.detail or [])
+        st.info(f"Sweep cancelled; {kept} scores were kept: start it again to resume from them.",
+                icon=":material/cancel:")
+    elif task.status == "failed":
+        state.show_error(RamStudioError(*task.error), "The sweep")
+    elif task.status == "done" and task.result is not None:
+        results(task.result, sel)

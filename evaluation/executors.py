@@ -1,0 +1,258 @@
+"""Where a sweep's scorings run: in this process (`LocalExecutor`, the default) or as Ray tasks across a
+cluster (`RayExecutor`: one worker per GPU, or per CPU where there is none).
+
+A `Worker` is what runs scorings: it opens and checks the inputs once (kept resident where they fit), loads
+the base into the evaluator once, and for each job writes the candidate's weights (or an input model's)
+into that one loaded model and scores it. Every worker computes the same bits, so where a job runs never
+changes its score: the tables of both executors are equal (tests compare).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import merging
+from merging.errors import Cancelled, RamStudioError
+
+from .base import Evaluator
+from .sweep import Executor, Job, SweepSpec
+
+
+@dataclass
+class WorkerSetup:
+    """What a worker needs to open the inputs and the evaluator (picklable: Ray ships it to each worker)."""
+
+    base: str
+    agents: list[str]
+    evaluator: Evaluator | None
+    limit: int | None = None
+    on_mismatch: str = "error"
+    device: str = "auto"
+    inputs: str = "auto"
+    make_evaluator: Callable[[], Evaluator] | None = None
+
+    @classmethod
+    def of(cls, spec: SweepSpec, remote: bool = False) -> "WorkerSetup":
+        """The setup of `spec`; for a `remote` worker the evaluator is built there when the spec says how."""
+        ship = None if remote and spec.make_evaluator is not None else spec.evaluator
+        return cls(spec.base, list(spec.agents), ship, spec.limit, spec.on_mismatch, spec.device, spec.inputs,
+                   spec.make_evaluator if remote else None)
+
+    def build_evaluator(self) -> Evaluator:
+        return self.evaluator if self.evaluator is not None else self.make_evaluator()
+
+
+def _versions() -> dict[str, str]:
+    import torch
+    import transformers
+
+    return {"ram_studio": merging.__version__, "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+class Worker:
+    """Inputs opened once, the base loaded once into the evaluator; `run(job)` scores one job in that model."""
+
+    def __init__(self, setup: WorkerSetup, cancel: threading.Event | None = None,
+                 progress: Callable[[str, int, int], None] | None = None) -> None:
+        from .candidates import CandidateInputs
+
+        def opening(p) -> None:
+            if progress is not None:
+                progress(f"reading and checking the inputs ({p.tensors_done}/{p.tensors_total} tensors)", p.done,
+                         p.total)
+
+        self.setup = setup
+        self.evaluator = setup.build_evaluator()
+        self.inputs = CandidateInputs(setup.base, setup.agents, on_mismatch=setup.on_mismatch, device=setup.device,
+                                      mode=setup.inputs, cancel=cancel, progress=opening)
+        if progress is not None:
+            progress("loading the base into the evaluator", 0, 0)
+        self.loaded = self.evaluator.load(self.inputs.base.folder)
+
+    def context(self) -> dict[str, Any]:
+        """Labels, fingerprints and the resume key's context (everything a score depends on but the job)."""
+        ev = self.evaluator
+        ins = self.inputs
+        return {
+            "labels": [ins.base.label, *ins.labels],
+            "fingerprints": list(ins.fingerprints),
+            "inputs": "resident" if ins.resident else "stream",
+            "device": str(ins.device),
+            "notes": list(ins.notes),
+            "key": {"inputs": list(ins.fingerprints), "on_mismatch": ins.spec.on_mismatch,
+                    "evaluator": ev.name, "evaluator_fingerprint": ev.fingerprint(), "tasks": list(ev.tasks),
+                    "limit": self.setup.limit, "versions": _versions()},
+        }
+
+    def run(self, job: Job, cancel: threading.Event | None = None,
+            on_examples: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
+        """Merge (or load) and score one job; a merge the engine refuses (e.g. a non-finite output) is a result
+        with `error`, not a failure of the sweep."""
+        module, loaded = self.loaded.module, self.loaded
+        t0 = time.perf_counter()
+        out: dict[str, Any] = {}
+        if job.candidate is not None:
+            c = job.candidate
+            try:
+                made = self.inputs.merge_into(module, c.method, c.param_dict, cancel=cancel)
+            except Cancelled:
+                raise
+            except RamStudioError as exc:
+                return {"error": str(exc), "merge_s": time.perf_counter() - t0}
+            out.update(merge_s=made.seconds, changed=made.changed, lambdas=made.lambdas)
+        else:
+            try:
+                self.inputs.load_model_into(module, job.index)
+            except RamStudioError:  # shaped unlike the base (a mismatch policy let it in): load it on its own
+                loaded = self.evaluator.load([self.inputs.base, *self.inputs.agents][job.index].folder)
+            out.update(merge_s=time.perf_counter() - t0)
+        what = job.candidate.label if job.candidate is not None else ([self.inputs.base.label, *self.inputs.labels]
+                                                                      [job.index])
+
+        def examples(done: int, total: int, text: str) -> None:
+            if on_examples is not None:
+                on_examples(done, total, f"{what} on {job.split}: {text}" if text else f"{what} on {job.split}")
+
+        t1 = time.perf_counter()
+        scores = self.evaluator.score(loaded, job.split, limit=self.setup.limit, progress=examples, cancel=cancel)
+        out.update(scores=dict(scores.scores), detail=dict(scores.detail), n=dict(scores.n),
+                   average=scores.average, eval_s=scores.seconds or (time.perf_counter() - t1))
+        return out
+
+
+class LocalExecutor(Executor):
+    """Scorings one after the other in this process, on one loaded model."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self.worker: Worker | None = None
+
+    def start(self, spec: SweepSpec, cancel: threading.Event | None,
+              progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
+        self.worker = Worker(WorkerSetup.of(spec), cancel, progress)
+        return self.worker.context()
+
+    def run(self, jobs: list[Job], on_result: Callable[[Job, dict[str, Any]], None],
+            cancel: threading.Event | None, on_examples: Callable[[int, int, str], None] | None) -> None:
+        assert self.worker is not None
+        for job in jobs:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("sweep cancelled.")
+            on_result(job, self.worker.run(job, cancel, on_examples))
+
+    def close(self) -> None:
+        self.worker = None
+
+
+class WorkerActor:
+    """A Worker inside a Ray actor (wrapped with ray.remote at run time, so Ray is imported only when used)."""
+
+    def __init__(self, setup: WorkerSetup) -> None:
+        self.worker = Worker(setup)
+
+    def context(self) -> dict[str, Any]:
+        return self.worker.context()
+
+    def run(self, job: Job) -> dict[str, Any]:
+        return self.worker.run(job)
+
+
+def import_ray():
+    """Ray, or a clear line saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise RamStudioError("--executor ray needs Ray, which is not installed.",
+                             "Install it with: pip install 'ram-studio[cluster]' (or pip install ray).") from None
+    return ray
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The error a Ray task raised (Ray wraps it); a RamStudioError stays one clear line."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, RamStudioError):
+        return RamStudioError(cause.message, cause.hint)
+    return exc
+
+
+class RayExecutor(Executor):
+    """Scorings as Ray actor tasks: one worker per GPU of the cluster (each holding one loaded model), or one
+    per CPU when there is no GPU; results come back as they finish. Uses the Ray instance already started
+    in this process, else `ray.init()` (which joins $RAY_ADDRESS when set, else starts a local one)."""
+
+    name = "ray"
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers
+        self.actors: list[Any] = []
+        self._ray = None
+
+    def start(self, spec: SweepSpec, cancel: threading.Event | None,
+              progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
+        import os
+
+        ray = self._ray = import_ray()
+        if not ray.is_initialized():
+            if progress is not None:
+                progress("starting Ray", 0, 0)
+            ray.init(**({} if os.environ.get("RAY_ADDRESS") else {"include_dashboard": False}))
+        resources = ray.cluster_resources()
+        gpus, cpus = int(resources.get("GPU", 0)), max(1, int(resources.get("CPU", 1)))
+        n = self.workers or (gpus or cpus)
+        options = {"num_gpus": 1, "num_cpus": 1} if gpus else {"num_cpus": 1}
+        remote = ray.remote(WorkerActor)
+        if progress is not None:
+            progress(f"starting {n} Ray worker(s), each reading the inputs", 0, 0)
+        setup = WorkerSetup.of(spec, remote=True)
+        self.actors = [remote.options(**options).remote(setup) for _ in range(n)]
+        contexts = self._get([a.context.remote() for a in self.actors], cancel)
+        if any(c["key"] != contexts[0]["key"] for c in contexts):
+            raise RamStudioError("the Ray workers do not see the same inputs (their fingerprints or versions differ).",
+                                 "Give every node the same model files and the same RAM Studio install.")
+        return contexts[0]
+
+    def _get(self, refs: list[Any], cancel: threading.Event | None) -> list[Any]:
+        ray = self._ray
+        pending = list(refs)
+        while pending:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("sweep cancelled.")
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+        try:
+            return ray.get(refs)
+        except Exception as exc:  # noqa: BLE001 — a task's own error, unwrapped
+            raise _unwrap(exc) from None
+
+    def run(self, jobs: list[Job], on_result: Callable[[Job, dict[str, Any]], None],
+            cancel: threading.Event | None, on_examples: Callable[[int, int, str], None] | None) -> None:
+        ray = self._ray
+        queue = list(jobs)
+        running: dict[Any, tuple[Any, Job]] = {}
+        idle = list(self.actors)
+        while queue or running:
+            while queue and idle:
+                actor, job = idle.pop(0), queue.pop(0)
+                running[actor.run.remote(job)] = (actor, job)
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("sweep cancelled.")
+            done, _ = ray.wait(list(running), num_returns=1, timeout=0.5)
+            for ref in done:
+                actor, job = running.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001
+                    raise _unwrap(exc) from None
+                idle.append(actor)
+                on_result(job, result)
+
+    def close(self) -> None:
+        if self._ray is not None:
+            for a in self.actors:
+                self._ray.kill(a)
+        self.actors = []
+
+
+EXECUTORS: dict[str, Callable[[], Executor]] = {"local": LocalExecutor, "ray": RayExecutor}
