@@ -13,7 +13,7 @@ from pathlib import Path
 
 from merging.checkpoint import Checkpoint
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: shared-region diagnostics (pair frame, dominance)
 
 
 def cache_dir() -> Path:

@@ -21,18 +21,22 @@ from merging.fingerprint import Fingerprinter, refuse_identical_agents
 from merging.stream import DEFAULT_CHUNK_ELEMS
 
 from . import cache
-from .ladder import DEFAULT_LADDER, OverlapAccumulator, Pending
+from .ladder import DEFAULT_LADDER, DOMINANCE, OverlapAccumulator, Pending, pairs
 from .names import layer_of, module_of
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: not before the pass starts reading
     import pandas as pd
 
-STAT_COLUMNS = ["changed", "shared", "unique", "norm_unique", "norm_shared", "sign_conflicts"]
+DOMINATED_COLUMNS = [f"dominated_{round(100 * f)}" for f in DOMINANCE]  # Σ τ_t² where partners' Σ|τ| < f·|τ_t|
+STAT_COLUMNS = ["changed", "shared", "unique", "norm_unique", "norm_shared", "sign_conflicts", "dot_others",
+                "sq_others", *DOMINATED_COLUMNS]
+PAIR_COLUMNS = ["both_changed", "same_sign", "dot", "sq_a", "sq_b"]
 
 
 @dataclass
 class AnalysisResult:
-    """Statistics of one base + agents set; `frame` has one row per agent × tensor × ε."""
+    """Statistics of one base + agents set; `frame` has one row per agent × tensor × ε, `pairs` one row per
+    pair of agents (a, b in the order of `agents`) × tensor × ε, on the elements both changed."""
 
     base: str
     agents: list[str]
@@ -40,6 +44,7 @@ class AnalysisResult:
     total_params: int
     frame: pd.DataFrame
     seconds: float
+    pairs: pd.DataFrame
     fingerprint: str = ""
     from_cache: bool = False
     refs: list[str] = field(default_factory=list)
@@ -57,19 +62,21 @@ class AnalysisResult:
     def to_payload(self) -> dict:
         return {"base": self.base, "agents": self.agents, "ladder": list(self.ladder),
                 "total_params": self.total_params, "seconds": self.seconds, "refs": self.refs,
-                "frame": _split(self.frame)}
+                "frame": _split(self.frame), "pairs": _split(self.pairs)}
 
     @classmethod
     def from_payload(cls, p: dict, fingerprint: str) -> "AnalysisResult":
         import pandas as pd
 
-        f = p["frame"]
+        f, q = p["frame"], p["pairs"]
         frame = pd.DataFrame(f["data"], columns=f["columns"])
-        expected = {"agent", "tensor", "eps", *STAT_COLUMNS}
-        if not expected <= set(frame.columns) or frame.empty:
+        pair_frame = pd.DataFrame(q["data"], columns=q["columns"])
+        if not {"agent", "tensor", "eps", *STAT_COLUMNS} <= set(frame.columns) or frame.empty:
             raise ValueError("incomplete cached frame")
+        if not {"a", "b", "tensor", "eps", *PAIR_COLUMNS} <= set(pair_frame.columns) and len(p["agents"]) > 1:
+            raise ValueError("incomplete cached pair frame")
         return cls(p["base"], list(p["agents"]), tuple(p["ladder"]), int(p["total_params"]), frame,
-                   float(p["seconds"]), fingerprint, True, list(p.get("refs", [])))
+                   float(p["seconds"]), pair_frame, fingerprint, True, list(p.get("refs", [])))
 
 
 def _split(frame: pd.DataFrame) -> dict:
@@ -147,7 +154,7 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     acc = OverlapAccumulator(len(agents), ladder)
     deferred = gpu_style(device) and not uses_kernels(device)  # a GPU: nothing waits until the end
     batch = max(1, min(64, DECODE_BYTES // acc.pending_nbytes))  # tensors whose statistics are decoded together
-    columns: list[dict] = []
+    columns: list[tuple[dict, dict]] = []
     pending: list[tuple[str, Pending]] = []
     start = time.perf_counter()
     chunks = float_chunks(base, agents, phase="analyze", device=device, chunk_elems=chunk_elems, progress=progress,
@@ -169,19 +176,23 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     for i in range(0, len(pending), batch):
         columns.append(_columns(base, labels, ladder, acc, pending[i:i + batch]))
     refuse_identical_agents(labels, prints.finish()[1:])
-    frame = _frame(columns)
+    frame = _frame([c for c, _ in columns])
+    pair_frame = _frame([c for _, c in columns], PAIR_FRAME_COLUMNS)
     total = sum(e.numel for e in base.tensors.values() if e.dtype in FLOAT_CODES)
-    result = AnalysisResult(base.label, labels, ladder, total, frame, time.perf_counter() - start)
+    result = AnalysisResult(base.label, labels, ladder, total, frame, time.perf_counter() - start, pair_frame)
     _refuse_unchanged(result)
     return result
 
 
-def _frame(parts: list[dict]) -> pd.DataFrame:
+PAIR_FRAME_COLUMNS = ["a", "b", "tensor", "layer", "module", "numel", "eps", *PAIR_COLUMNS]
+
+
+def _frame(parts: list[dict], columns: list[str] | None = None) -> pd.DataFrame:
     """One frame from the batches' columns (lists of labels, arrays of numbers), in batch order."""
     import pandas as pd
 
     if not parts:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=columns)
     return pd.DataFrame({c: [v for part in parts for v in part[c]] if isinstance(parts[0][c], list)
                          else np.concatenate([part[c] for part in parts]) for c in parts[0]})
 
@@ -204,8 +215,9 @@ DECODE_BYTES = 32 << 20  # at most this much of per-tensor sums is kept for one 
 
 
 def _columns(base: Checkpoint, labels: list[str], ladder: tuple[float, ...], acc: OverlapAccumulator,
-             batch: list[tuple[str, Pending]]) -> dict[str, list | np.ndarray]:
-    """The frame's columns for a batch of tensors: one row per tensor × agent × ε, in that order."""
+             batch: list[tuple[str, Pending]]) -> tuple[dict[str, list | np.ndarray], dict[str, list | np.ndarray]]:
+    """The frames' columns for a batch of tensors: one row per tensor × agent × ε, and one per tensor × pair
+    of agents × ε, in that order."""
     st = acc.results([p for _, p in batch])
     n, L = len(labels), len(ladder)
     per_tensor = n * L
@@ -220,11 +232,30 @@ def _columns(base: Checkpoint, labels: list[str], ladder: tuple[float, ...], acc
         "changed": st.changed.reshape(-1).numpy(), "shared": st.shared.reshape(-1).numpy(),
         "unique": st.unique.reshape(-1).numpy(),
         "norm_unique": st.sq_unique.reshape(-1).sqrt().numpy(), "norm_shared": st.sq_shared.reshape(-1).sqrt().numpy(),
-        "sign_conflicts": st.conflicts.reshape(-1).numpy()}
+        "sign_conflicts": st.conflicts.reshape(-1).numpy(),
+        "dot_others": st.dot_others.reshape(-1).numpy(), "sq_others": st.sq_others.reshape(-1).numpy()}
+    dominated = st.dominated.reshape(-1, len(DOMINANCE)).numpy()
+    for f, name in enumerate(DOMINATED_COLUMNS):
+        cols[name] = dominated[:, f]
     hist = st.hist.reshape(-1, n).numpy()
     for k in range(n):
         cols[f"k{k + 1}"] = hist[:, k]
-    return cols
+    pair_list = pairs(n)
+    per_pair = len(pair_list) * L
+    layers = cols["layer"][::per_tensor] if per_tensor else []
+    modules = cols["module"][::per_tensor] if per_tensor else []
+    pair_cols: dict[str, list | np.ndarray] = {
+        "a": [labels[a] for _ in names for a, _ in pair_list for _ in ladder],
+        "b": [labels[b] for _ in names for _, b in pair_list for _ in ladder],
+        "tensor": [name for name in names for _ in range(per_pair)],
+        "layer": [v for v in layers for _ in range(per_pair)],
+        "module": [v for v in modules for _ in range(per_pair)],
+        "numel": np.repeat(cols["numel"][::per_tensor], per_pair) if per_tensor else np.zeros(0, np.int64),
+        "eps": np.tile(np.array(ladder, dtype=np.float64), len(names) * len(pair_list)),
+        "both_changed": st.pair_both.reshape(-1).numpy(), "same_sign": st.pair_agree.reshape(-1).numpy(),
+        "dot": st.pair_dot.reshape(-1).numpy(), "sq_a": st.pair_sq_a.reshape(-1).numpy(),
+        "sq_b": st.pair_sq_b.reshape(-1).numpy()}
+    return cols, pair_cols
 
 
 def _refuse_unchanged(result: AnalysisResult) -> None:
