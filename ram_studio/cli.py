@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import textwrap
 import threading
 from pathlib import Path
 from typing import Iterator, NoReturn, Sequence
@@ -193,12 +194,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     agents = [open_checkpoint(a) for a in args.agents]
     json_out = _file_output(args.json, [base, *agents], args.overwrite)
     csv_out = _file_output(args.csv, [base, *agents], args.overwrite)
+    pairs_csv_out = _file_output(args.pairs_csv, [base, *agents], args.overwrite)
     ladder = _ladder(args.eps_ladder) if args.eps_ladder else list(DEFAULT_LADDER)
     with _stop_on_signal() as stop:
         result = analyze(base, agents, ladder=ladder, device=args.device, policy=args.on_mismatch,
                          use_cache=not args.no_cache, progress=None if args.quiet else _progress_printer("analyze"),
                          cancel=stop)
-    from analysis.tables import agents_json, global_density, rho_table  # pandas: only once there are results
+    from analysis import agreement  # pandas: only once there are results
+    from analysis.tables import agents_json, global_density, rho_table
 
     eps = args.eps if args.eps in result.ladder else (1e-5 if 1e-5 in result.ladder else result.ladder[-1])
     table = global_density(result, eps).merge(rho_table(result, eps)[["agent", "rho"]], on="agent")
@@ -206,13 +209,57 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     print(f"ε = {eps:g}; {result.total_params:,} parameters; "
           f"{'from cache' if result.from_cache else f'{result.seconds:.1f} s'}")
     print(_table(table[["agent", "changed", "shared", "unique", "density", "rho"]]))
+    read = agreement.reading(result, eps)
+    if len(result.agents) > 1:
+        print("\nIs the overlap real? (elements both changed; chance: 50 % same sign, cosine 0)")
+        print(_table(_pair_summary(agreement.pair_agreement(result, eps))))
+        print(_table(_agent_summary(agreement.agent_agreement(result, eps))))
+    print("\n" + textwrap.fill(printable(read.text, 4000), 100))
     if json_out:
+        fields = agreement.agent_fields(result)
+        records = [{**rec, **fields[(rec["name"], rec["eps"])]} for rec in agents_json(result)]
         doc = {"eps": list(result.ladder), "total_params": result.total_params, "base": result.base,
-               "agents": agents_json(result), "fingerprint": result.fingerprint, "seconds": result.seconds}
+               "agents": records, "pairs": agreement.pairs_json(result),
+               "reading": {"eps": eps, "regime": read.regime, "text": read.text},
+               "fingerprint": result.fingerprint, "seconds": result.seconds}
         write_file_atomically(json_out, (json.dumps(doc, indent=2) + "\n").encode())
     if csv_out:
         write_file_atomically(csv_out, result.frame.to_csv(index=False).encode())
+    if pairs_csv_out:
+        write_file_atomically(pairs_csv_out, result.pairs.to_csv(index=False).encode())
     return 0
+
+
+def _pct(v: float) -> str:
+    return "–" if v != v else f"{100 * v:.1f} %"
+
+
+def _pair_summary(pa):
+    """The pair diagnostics as printed columns."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        "pair": [f"{a}–{b}" for a, b in zip(pa["a"], pa["b"])],
+        "both changed": [f"{int(v):,}" for v in pa["both_changed"]],
+        "chance (per tensor)": [f"{v:,.0f}" for v in pa["expected_both_tensor"]],
+        "same sign": [_pct(v) for v in pa["sign_agreement"]],
+        "cosine": ["–" if v != v else f"{v:+.3f}" for v in pa["cosine"]]})
+
+
+def _agent_summary(ag):
+    """The per-agent diagnostics as printed columns."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        "agent": ag["agent"], "same sign": [_pct(v) for v in ag["sign_agreement"]],
+        "all agree (chance)": [f"{_pct(a)} ({_pct(c)})" for a, c in zip(ag["all_agree"], ag["chance_all_agree"])],
+        "cosine vs others": ["–" if v != v else f"{v:+.3f}" for v in ag["cosine_others"]],
+        "shared energy": [_pct(v) for v in ag["shared_energy_share"]],
+        "partners < 10 % / 30 %": [f"{_pct(a)} / {_pct(b)}" for a, b in
+                                   zip(ag["dominated_10_share"], ag["dominated_30_share"])],
+        "unique (chance: model / tensor)": [f"{_pct(u)} ({_pct(c)} / {_pct(t)})" for u, c, t in
+                                            zip(ag["unique_share"], ag["chance_unique_share"],
+                                                ag["chance_unique_share_tensor"])]})
 
 
 def method_flags(sp: argparse.ArgumentParser) -> None:
@@ -380,8 +427,10 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
     sp.add_argument("--eps-ladder", help="comma-separated ε values (default 0,1e-7,1e-6,3e-6,1e-5,3e-5,1e-4,1e-3)")
     sp.add_argument("--eps", type=float, default=1e-5, help="ε for the printed summary")
     sp.add_argument("--json", help="write per-agent summaries for every ε as JSON")
-    sp.add_argument("--csv", help="write the full per-tensor table as CSV")
-    sp.add_argument("--overwrite", action="store_true", help="replace existing --json/--csv files")
+    sp.add_argument("--csv", help="write the full per-tensor table as CSV (one row per agent × tensor × ε)")
+    sp.add_argument("--pairs-csv", help="write the per-tensor pair diagnostics as CSV (one row per pair of agents "
+                                        "× tensor × ε: elements both changed, same sign, Σ τ_a·τ_b, Σ τ_a², Σ τ_b²)")
+    sp.add_argument("--overwrite", action="store_true", help="replace existing --json/--csv/--pairs-csv files")
     sp.add_argument("--device", default="auto")
     sp.add_argument("--no-cache", action="store_true", help="recompute even if a cached result exists")
     sp.add_argument("--quiet", action="store_true")
