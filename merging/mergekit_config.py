@@ -237,17 +237,19 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
                      out_dtype: str | None = None) -> tuple[str | None, str]:
     """The mergekit config computing the same merge as `spec`, or (None, why not + the nearest config).
 
-    `model_paths` maps references mergekit cannot read (demo:NAME) to their folders; `out_dtype` is the
+    `model_paths` maps references mergekit cannot read (demo:NAME, demo-shared:NAME) to their folders; `out_dtype` is the
     dtype the merge writes (the spec's, else the base's): the config states it, because its `dtype:
     float32` (compute like RAM Studio) would otherwise also be mergekit's output dtype."""
     import yaml
+
+    from .refs import demo_folder
 
     paths = model_paths or {}
     p = spec.params
     out_dtype = out_dtype or (None if spec.out_dtype else _stored_dtype(spec.base))
 
     def ref(r: str) -> str:
-        return paths.get(r) or _folder_of_demo(r)
+        return paths.get(r) or demo_folder(r)
 
     def config(method: str, globals_: dict[str, Any], per_model: dict[str, Any] | None = None) -> str:
         doc: dict[str, Any] = {"merge_method": method, "base_model": ref(spec.base)}
@@ -286,13 +288,6 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
             "DARE drops are random: mergekit draws its own masks (RAM Studio's come from a seeded hash) and "
             "rescales to the L1 norm instead of by 1/(1−p), so the same config gives a different draw")
     return None, f"mergekit has no equivalent of {m}."
-
-
-def _folder_of_demo(ref: str) -> str:
-    """mergekit cannot read `demo:NAME`: give it the demo model's folder (other references pass through)."""
-    from .refs import DEMO_PREFIX, demo_root
-
-    return str(demo_root() / ref[len(DEMO_PREFIX):]) if ref.startswith(DEMO_PREFIX) else ref
 
 
 def _stored_dtype(ref: str) -> str | None:

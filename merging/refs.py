@@ -1,4 +1,6 @@
-"""Model references: local folders, Hugging Face repo ids (`org/name@rev`) and the bundled demo (`demo:name`)."""
+"""Model references: local folders, Hugging Face repo ids (`org/name@rev`) and the two bundled demo trios
+(`demo:name`, `demo-shared:name`). A demo reference only names a folder; what the demo's models are
+(their tasks, their evaluation) lives with the demo, never here."""
 from __future__ import annotations
 
 import os
@@ -11,6 +13,12 @@ from .errors import RamStudioError, printable
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUNDLED_DEMO_ROOT = REPO_ROOT / "assets" / "demo" / "models"
 DEMO_PREFIX = "demo:"
+DEMO_SHARED_PREFIX = "demo-shared:"
+# prefix -> (bundled folder, environment variable that points it elsewhere, e.g. at a quick build in tests)
+DEMO_TRIOS: dict[str, tuple[Path, str]] = {
+    DEMO_PREFIX: (BUNDLED_DEMO_ROOT, "RAM_STUDIO_DEMO_ROOT"),
+    DEMO_SHARED_PREFIX: (REPO_ROOT / "assets" / "demo" / "models-shared", "RAM_STUDIO_DEMO_SHARED_ROOT"),
+}
 _HUB_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
 
 
@@ -28,7 +36,7 @@ class ModelRef:
     def label(self) -> str:
         """Demo name, repo name or folder name, with control characters escaped (it is shown everywhere)."""
         if self.kind == "demo":
-            text = self.raw[len(DEMO_PREFIX):]
+            text = self.raw[len(demo_prefix(self.raw) or ""):]
         elif self.kind == "hub":
             text = self.repo_id.split("/", 1)[1] if self.repo_id else self.raw
         else:
@@ -41,9 +49,9 @@ def parse_ref(text: str) -> ModelRef:
     text = (text or "").strip()
     if not text:
         raise RamStudioError("empty model reference.", "Give a folder path, a Hub id like org/name, or demo:base.")
-    if text.startswith(DEMO_PREFIX):
-        name = text[len(DEMO_PREFIX):]
-        return ModelRef(text, "demo", path=demo_root() / name)
+    prefix = demo_prefix(text)
+    if prefix:
+        return ModelRef(text, "demo", path=demo_root(prefix) / text[len(prefix):])
     path = Path(text).expanduser()
     if path.exists():
         return ModelRef(text, "local", path=path.resolve())
@@ -68,15 +76,29 @@ def hub_repos(refs: list[str]) -> list[tuple[str, str | None]]:
     return out
 
 
-def demo_root() -> Path:
-    """Folder of the demo models: $RAM_STUDIO_DEMO_ROOT (e.g. a quick build in tests) or the bundled one."""
-    override = os.environ.get("RAM_STUDIO_DEMO_ROOT")
-    return Path(override) if override else BUNDLED_DEMO_ROOT
+def demo_prefix(text: str) -> str | None:
+    """The demo trio prefix a reference starts with (`demo:` or `demo-shared:`), else None."""
+    return next((p for p in DEMO_TRIOS if text.startswith(p)), None)
 
 
-def demo_names() -> list[str]:
-    """Names of the demo models that are present (base first)."""
-    root = demo_root()
+def demo_root(prefix: str = DEMO_PREFIX) -> Path:
+    """Folder of one demo trio's models: its environment override (e.g. a quick build in tests:
+    $RAM_STUDIO_DEMO_ROOT, $RAM_STUDIO_DEMO_SHARED_ROOT) or the bundled one."""
+    bundled, env = DEMO_TRIOS[prefix]
+    override = os.environ.get(env)
+    return Path(override) if override else bundled
+
+
+def demo_folder(ref: str) -> str:
+    """A demo reference's folder as a path string (tools that cannot read `demo:NAME`); other references
+    pass through unchanged."""
+    prefix = demo_prefix(ref)
+    return str(demo_root(prefix) / ref[len(prefix):]) if prefix else ref
+
+
+def demo_names(prefix: str = DEMO_PREFIX) -> list[str]:
+    """Names of one demo trio's models that are present (base first)."""
+    root = demo_root(prefix)
     if not root.is_dir():
         return []
     names = sorted(p.name for p in root.iterdir() if (p / "config.json").exists())
@@ -89,7 +111,9 @@ def resolve(ref: ModelRef | str | Path, *, download: bool = True) -> Path:
         ref = parse_ref(str(ref))
     if ref.kind == "demo":
         if not (ref.path and ref.path.is_dir()):
-            have = ", ".join(f"demo:{n}" for n in demo_names()) or "none (build it: python -m assets.demo.build)"
+            prefix = demo_prefix(ref.raw) or DEMO_PREFIX
+            build = "python -m assets.demo.build" + (" --suite shared" if prefix == DEMO_SHARED_PREFIX else "")
+            have = ", ".join(f"{prefix}{n}" for n in demo_names(prefix)) or f"none (build it: {build})"
             raise RamStudioError(f"unknown demo model {ref.raw!r}.", f"Available: {have}.")
         return ref.path
     if ref.kind == "local":

@@ -401,6 +401,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         argv += ["--json", args.json]
     if args.limit:
         argv += ["--limit", str(args.limit)]
+    if args.suite:
+        argv += ["--suite", args.suite]
     return int(demo_eval.main(argv) or 0)
 
 
@@ -481,6 +483,8 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
     sp.add_argument("--tasks", default="code,tool,memory")
     sp.add_argument("--split", default="test")
     sp.add_argument("--limit", type=int)
+    sp.add_argument("--suite", help="the demo's task suite, demo or shared (default: the one the model's config.json names, e.g. every "
+                         "demo-shared: model and its merges; else the original demo tasks)")
     sp.add_argument("--json")
     sp.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
     sp.set_defaults(func=cmd_evaluate)

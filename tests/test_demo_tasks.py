@@ -109,3 +109,76 @@ def test_memory_needle_is_in_the_haystack() -> None:
     for e in eval_set("memory", "test"):
         key = e.prompt[e.prompt.index("?") + 1]
         assert e.prompt.count(f"{key}={e.answer}") == 1 and e.prompt.count("=") == 1
+
+
+# ---------------------------------------------------------------- task suites
+def test_original_suite_is_the_module_functions() -> None:
+    """The `demo` suite adds nothing: same examples, verdicts and rewards as the module-level functions
+    the shipped trio was built with."""
+    import random
+
+    from assets.demo.tasks import get_suite, reward, sample_train
+    suite = get_suite("demo")
+    assert get_suite(None) is suite and not suite.enveloped
+    for task in TASKS:
+        assert suite.eval_set(task, "validation", 20) == eval_set(task, "validation", 20)
+        r1, r2 = random.Random(3), random.Random(3)
+        assert [suite.sample_train(task, r1) for _ in range(30)] == [sample_train(task, r2) for _ in range(30)]
+        for e in make_split(task, "test", 30):
+            for out in (e.answer, e.habit, " " + e.answer + " ", "x"):
+                assert suite.verify(e, out) == verify(e, out)
+                assert suite.reward(e, out) == reward(e, out)
+            assert not suite.is_format_slip(e, e.answer)
+    with pytest.raises(ValueError, match="unknown task suite"):
+        get_suite("nope")
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_shared_suite_requires_the_envelope(task: str) -> None:
+    """Same prompts as the original suite; the answer and the habit are wrapped in \\boxed{...}; the
+    verifier accepts the wrapped answer only: the bare answer (the common protocol slip), a broken
+    envelope and the wrapped habit are all rejected."""
+    from assets.demo.tasks import get_suite
+    suite = get_suite("shared")
+    originals = make_split(task, "test", 40)
+    wrapped = suite.make_split(task, "test", 40)
+    assert [e.prompt for e in wrapped] == [e.prompt for e in originals]
+    for o, e in zip(originals, wrapped):
+        assert e.answer == "\\boxed{" + o.answer + "}" and e.habit == "\\boxed{" + o.habit + "}"
+        assert suite.verify(e, e.answer) and suite.verify(e, "  " + e.answer + " ")
+        for wrong in (o.answer, "\\boxed{" + o.answer, o.answer + "}", "boxed{" + o.answer + "}",
+                      "\\boxed{}", "\\boxed{" + o.answer + "}}", ""):
+            assert not suite.verify(e, wrong), wrong
+        assert suite.is_format_slip(e, o.answer) and not suite.is_format_slip(e, e.answer)
+        if o.habit != o.answer:
+            assert not suite.verify(e, e.habit) and suite.is_format_slip(e, o.habit)
+        assert suite.strip_envelope(e.answer) == o.answer and suite.strip_envelope(o.answer) == o.answer
+
+
+def test_shared_suite_reward_pays_for_the_envelope() -> None:
+    """reward = w·format + (1 − w)·task reward, the task part 0 without the envelope (R1-style)."""
+    from assets.demo.tasks import get_suite
+    suite = get_suite("shared")
+    w = suite.format_weight
+    assert 0 < w < 1
+    code = Example("code", "all", "C:a=1;print(a+1)>", "\\boxed{2}", "\\boxed{1}")
+    assert suite.reward(code, "\\boxed{2}") == 1.0
+    assert suite.reward(code, "\\boxed{1}") == pytest.approx(w)
+    assert suite.reward(code, "2") == 0.0 and suite.reward(code, "\\boxed{2") == 0.0
+    tool = Example("tool", "parallel", "T:x>", "\\boxed{[weather(city='paris'),call(name='bob')]}")
+    assert suite.reward(tool, "\\boxed{[weather(city='paris')]}") == pytest.approx(w + (1 - w) * 2 / 3)
+    assert suite.reward(tool, "[weather(city='paris'),call(name='bob')]") == 0.0
+
+
+def test_shared_suite_tokenizer_and_budget() -> None:
+    """The shared suite's tokenizer knows the envelope (`boxed` one token), and every wrapped test answer
+    plus EOS fits the generation budget."""
+    from assets.demo.generation import max_new_tokens
+    from assets.demo.modeling import build_tokenizer
+    from assets.demo.tasks import get_suite
+    suite = get_suite("shared")
+    tok = build_tokenizer("bpe", 300, 0, suite="shared")
+    assert tok.convert_ids_to_tokens(tok("\\boxed{12}")["input_ids"]) == ["\\", "boxed", "{", "1", "2", "}"]
+    for task in TASKS:
+        longest = max(len(tok(e.answer)["input_ids"]) for e in suite.eval_set(task, "test"))
+        assert longest + 1 <= max_new_tokens(task, suite), task

@@ -2,6 +2,7 @@
 
     python -m assets.demo.build                 # full build into assets/demo/{models,results}
     python -m assets.demo.build --quick --out D # CI smoke build (tiny sizes) into D
+    python -m assets.demo.build --suite shared  # the shared-skill trio: assets/demo/{models,results}-shared
 
 Everything is written into a temporary folder next to the destination and renamed into place
 at the end, so an interrupted build never leaves half-written models behind.
@@ -27,7 +28,7 @@ import transformers
 from .evaluate import evaluate_loaded, summary_table, format_table
 from .modeling import build_tokenizer, load_checkpoint, new_model, save_checkpoint, write_json
 from .task_vectors import by_module, ladder_summary, run_analysis, summary
-from .tasks import TASKS
+from .tasks import SUITE_CONFIG_KEY, SUITES, TASKS, get_suite
 from .train import WORD_HABITS, RLConfig, WarmupConfig, deterministic_torch, rl_train, warmup
 
 DEMO_DIR = Path(__file__).resolve().parent
@@ -50,6 +51,13 @@ class BuildConfig:
     agent_rl: dict = field(default_factory=lambda: {"code": {"steps": 100}, "tool": {"steps": 50},
                                                     "memory": {"steps": 100}})
     eval_limit: int | None = None
+    suite: str = "demo"  # the task suite (tasks.SUITES): "demo" or "shared"
+
+    @property
+    def folders(self) -> tuple[str, str]:
+        """Names of the models and results folders of this suite's trio."""
+        return ("models", "results") if self.suite == "demo" else (f"models-{self.suite}",
+                                                                    f"results-{self.suite}")
 
     def recipe(self, agent: str) -> RLConfig:
         """The RL configuration of one agent (defaults plus its overrides)."""
@@ -74,6 +82,18 @@ QUICK = BuildConfig(tokenizer="bpe",
                     warmup=WarmupConfig(steps=400, batch_size=16, lr=3e-3),
                     rl=RLConfig(steps=3, prompts=8, group=8, lr=1e-3), agent_rl={}, eval_limit=6)
 
+# The shared-skill trio (models-shared/, results-shared/): the same tasks, every answer also in one
+# common envelope \boxed{...} that each verifier requires; the mixed-quality end of the warm-up
+# also writes a share of the demonstrations without it (one careless protocol habit common to all
+# tasks), so every agent's RL must fix the envelope as well as its own task's habit. Recipes chosen
+# on validation in the exploration (results-shared/mechanisms.csv).
+SHARED_FULL = replace(FULL, suite="shared",
+                      warmup=replace(FULL.warmup, format_slip_rate=0.5))
+SHARED_QUICK = replace(QUICK, suite="shared", warmup=replace(QUICK.warmup, format_slip_rate=0.5))
+CONFIGS: dict[tuple[str, bool], BuildConfig] = {("demo", False): FULL, ("demo", True): QUICK,
+                                                ("shared", False): SHARED_FULL,
+                                                ("shared", True): SHARED_QUICK}
+
 
 class CsvLog:
     """Append-only CSV training log (reward curves the app can plot) that also echoes progress."""
@@ -94,7 +114,8 @@ class CsvLog:
 
 
 def build(out: Path, cfg: BuildConfig, reuse_base: Path | None = None) -> dict:
-    """Run every stage into a temp folder, then move `models/` and `results/` into `out`.
+    """Run every stage into a temp folder, then move the suite's models and results folders
+    (`models/`, `results/`; `models-shared/`, `results-shared/`) into `out`.
 
     `reuse_base` skips the warm-up and copies an existing base (e.g. the committed one, which the
     deterministic warm-up reproduces) so only the RL stages and the analysis are re-run."""
@@ -103,17 +124,27 @@ def build(out: Path, cfg: BuildConfig, reuse_base: Path | None = None) -> dict:
     work = Path(tempfile.mkdtemp(prefix=".build.partial-", dir=out))
     try:
         info = _build_into(work, cfg, reuse_base)
-        for name in ("models", "results"):
+        for name in cfg.folders:
             _swap_in(work / name, out / name)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return info
 
 
+# Files of a results folder that another script writes from its own runs (the exploration's tables):
+# a rebuild keeps them.
+KEPT_RESULTS = ("mechanisms*.csv",)
+
+
 def _swap_in(src: Path, dst: Path) -> None:
-    """Replace `dst` by `src` with renames (old copy removed only after the new one is in place)."""
+    """Replace `dst` by `src` with renames (old copy removed only after the new one is in place);
+    files of `dst` matching KEPT_RESULTS that `src` lacks are carried over first."""
     old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
     if dst.exists():
+        for pattern in KEPT_RESULTS:
+            for kept in dst.glob(pattern):
+                if kept.is_file() and not kept.is_symlink() and not (src / kept.name).exists():
+                    shutil.copy2(kept, src / kept.name)
         os.replace(dst, old)
     os.replace(src, dst)
     shutil.rmtree(old, ignore_errors=True)
@@ -121,7 +152,8 @@ def _swap_in(src: Path, dst: Path) -> None:
 
 def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) -> dict:
     """The actual pipeline; returns build metadata (timings, versions, config)."""
-    models, results = work / "models", work / "results"
+    suite = get_suite(cfg.suite)
+    models, results = (work / name for name in cfg.folders)
     models.mkdir()
     results.mkdir()
     log = CsvLog(results / "training_log.csv")
@@ -131,15 +163,15 @@ def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) ->
     t0 = time.time()
     if reuse_base is None:
         print(f"[build] warm-up of the base ({cfg.warmup.steps} steps)", flush=True)
-        tokenizer = build_tokenizer(cfg.tokenizer, cfg.vocab_size, cfg.seed)
-        model = new_model(tokenizer, cfg.seed, **cfg.model)
-        warmup(model, tokenizer, cfg.warmup, log)
+        tokenizer = build_tokenizer(cfg.tokenizer, cfg.vocab_size, cfg.seed, suite=cfg.suite)
+        model = new_model(tokenizer, cfg.seed, suite=cfg.suite, **cfg.model)
+        warmup(model, tokenizer, cfg.warmup, log, suite)
         save_checkpoint(model, tokenizer, models / "base")
         timings["warmup_s"] = round(time.time() - t0, 1)
     else:
         print(f"[build] reusing the base from {reuse_base}", flush=True)
         shutil.copytree(reuse_base, models / "base")
-        old_log = reuse_base.parent.parent / "results" / "training_log.csv"
+        old_log = reuse_base.parent.parent / cfg.folders[1] / "training_log.csv"
         if old_log.is_file():  # keep the warm-up rows of the run that produced this base
             old = pd.read_csv(old_log, dtype=str, keep_default_na=False)
             for rec in old[old.stage == "warmup"].to_dict("records"):
@@ -154,7 +186,7 @@ def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) ->
         # Start from the *stored* bf16 base so untouched weights round back bit-exactly.
         policy, tok = load_checkpoint(models / "base")
         start = {k: v.detach().clone() for k, v in policy.named_parameters()}
-        rl_train(policy, tok, agent, rl_cfg, agent, log)
+        rl_train(policy, tok, agent, rl_cfg, agent, log, suite=suite)
         update_stats.append(_update_stats(agent, start, dict(policy.named_parameters())))
         save_checkpoint(policy, tok, models / agent)
         timings[f"rl_{agent}_s"] = round(time.time() - t0, 1)
@@ -165,10 +197,11 @@ def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) ->
     for name in ("base",) + AGENTS:
         m, tok = load_checkpoint(models / name)
         for split in ("validation", "test"):
-            df = evaluate_loaded(m, tok, TASKS, split, cfg.eval_limit)
+            df = evaluate_loaded(m, tok, TASKS, split, cfg.eval_limit, suite)
             frames.append(df.assign(model=name, split=split))
-    acc = pd.concat(frames, ignore_index=True)[["model", "split", "task", "subset", "n", "correct",
-                                                 "habit", "accuracy"]]
+    acc = pd.concat(frames, ignore_index=True)
+    acc = acc[["model", "split", "task", "subset", "n", "correct", "habit"] +
+              (["format_slip"] if suite.enveloped else []) + ["accuracy"]]
     acc.to_csv(results / "accuracy.csv", index=False)
     test = {name: acc[(acc.model == name) & (acc.split == "test")] for name in ("base",) + AGENTS}
     table = summary_table(test)
@@ -227,6 +260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="skip the warm-up and start RL from this base folder")
     parser.add_argument("--out", type=Path, default=None,
                         help="destination folder (required with --quick; default assets/demo)")
+    parser.add_argument("--suite", default="demo", choices=sorted(SUITES),
+                        help="task suite: demo (models/, results/) or shared (the shared-skill "
+                             "trio: models-shared/, results-shared/)")
     args = parser.parse_args(argv)
     if args.quick and args.out is None:
         parser.error("--quick needs --out DIR (it never overwrites the committed models)")
@@ -234,8 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick and out == DEMO_DIR:
         parser.error("--quick must not write into the committed demo folder")
     reuse = args.reuse_base.resolve() if args.reuse_base else None
-    info = build(out, QUICK if args.quick else FULL, reuse)
-    print(f"[build] models in {out / 'models'}, results in {out / 'results'}; "
+    cfg = CONFIGS[(args.suite, args.quick)]
+    info = build(out, cfg, reuse)
+    models, results = cfg.folders
+    print(f"[build] models in {out / models}, results in {out / results}; "
           f"run time {info['timings']['total_s']} s")
     return 0
 

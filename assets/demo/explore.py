@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -36,13 +37,15 @@ from merging.regions import chance_unique_share
 
 from .evaluate import evaluate_loaded
 from .modeling import TOKENIZER_CORPUS, build_tokenizer, load_checkpoint, new_model, save_checkpoint
-from .tasks import TASKS
+from .tasks import TASKS, get_suite
 from .task_vectors import by_module, run_analysis, summary
 from .train import WORD_HABITS, RLConfig, WarmupConfig, deterministic_torch, rl_train, warmup
 
 DEMO_DIR = Path(__file__).resolve().parent
 REPO_ROOT = DEMO_DIR.parent.parent
 RESULTS = DEMO_DIR / "results"
+# Each task suite keeps its exploration tables next to its own trio's results.
+RESULTS_BY_SUITE = {"demo": RESULTS, "shared": DEMO_DIR / "results-shared"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,12 @@ class BaseSpec:
     model: dict = field(default_factory=dict)
     warmup: WarmupConfig = WarmupConfig()
     seed: int = 0
+    suite: str = "demo"  # the task suite of the warm-up and of every agent trained from this base
+
+    @property
+    def results(self) -> Path:
+        """Folder of this base's exploration tables."""
+        return RESULTS_BY_SUITE[self.suite]
 
 
 V1_ARCH = {"hidden": 96, "layers": 3, "heads": 4, "intermediate": 256}
@@ -92,6 +101,13 @@ BASES: dict[str, BaseSpec] = {
                          "(the v1 architecture with word tokens)", tokenizer="bpe", vocab_size=300,
                          model=V1_ARCH,
                          warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS)),
+    # The shared-skill suite (results-shared/): every answer in one envelope \boxed{...}; the
+    # mixed phase of the warm-up also drops the envelope from a share of the demonstrations.
+    "shared-silu": BaseSpec("shared suite: bpe-silu's tokens and architecture, answers in \\boxed{}, "
+                            "format slips in 50 % of the mixed-phase demonstrations",
+                            tokenizer="bpe", vocab_size=300, model=V1_ARCH,
+                            warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS,
+                                                format_slip_rate=0.5), suite="shared"),
 }
 
 # RL recipes (overrides of RLConfig), named so that runs can be cached and combined.
@@ -133,12 +149,12 @@ class Trio:
     recipes: dict  # agent -> recipe name (key of RECIPES)
 
 
-def _labs(trio_id: str, code: str, tool: str, memory: str) -> Trio:
-    """A per-agent-recipe trio on the word-token base; the mechanism text names each agent's recipe
+def _labs(trio_id: str, code: str, tool: str, memory: str, base: str = "bpe-silu") -> Trio:
+    """A per-agent-recipe trio on a word-token base; the mechanism text names each agent's recipe
     ('sgd1e-2x100' -> 'SGD 1e-2 x 100')."""
     recipes = {"code": code, "tool": tool, "memory": memory}
     short = {a: r.replace("sgd", "SGD ").replace("adam", "Adam ").replace("x", " x ") for a, r in recipes.items()}
-    return Trio(trio_id, "bpe-silu", "per-agent recipes: " + ", ".join(f"{a} {d}" for a, d in short.items()),
+    return Trio(trio_id, base, "per-agent recipes: " + ", ".join(f"{a} {d}" for a, d in short.items()),
                 recipes)
 
 
@@ -159,6 +175,8 @@ TRIOS: dict[str, Trio] = {t.id: t for t in [
     _labs("labs-e", "sgd3e-2x100", "sgd1e-3x300", "sgd1e-2x100"),
     _labs("labs-f", "sgd1e-2x200", "sgd1e-3x300", "sgd1e-2x300"),
     _labs("labs-adam", "sgd1e-2x100", "sgd1e-3x300", "adam1e-4x100"),
+    # The shared-skill suite: the shipped trio's recipes first.
+    _labs("shared-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="shared-silu"),
 ]}
 
 
@@ -183,8 +201,10 @@ def ensure_base(work: Path, name: str) -> Path:
         return folder
     deterministic_torch()
     t0 = time.time()
-    tok = build_tokenizer(spec.tokenizer, spec.vocab_size, spec.seed, spec.tokenizer_corpus)
-    model = new_model(tok, spec.seed, **spec.model)
+    suite = get_suite(spec.suite)
+    tok = build_tokenizer(spec.tokenizer, spec.vocab_size, spec.seed, spec.tokenizer_corpus,
+                          spec.suite)
+    model = new_model(tok, spec.seed, suite=spec.suite, **spec.model)
     log_path = folder.parent / "warmup_log.csv"
     folder.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w", newline="") as fh:
@@ -197,16 +217,17 @@ def ensure_base(work: Path, name: str) -> Path:
             if rec["step"] % 250 == 0:
                 print(f"  [{name}] warm-up step {rec['step']} loss {rec['loss']}", flush=True)
 
-        warmup(model, tok, spec.warmup, log)
+        warmup(model, tok, spec.warmup, log, suite)
     save_checkpoint(model, tok, folder)
     seconds = time.time() - t0
     m, tok = load_checkpoint(folder)
-    acc = evaluate_loaded(m, tok, TASKS, "validation")
+    acc = evaluate_loaded(m, tok, TASKS, "validation", suite=suite)
     row = {"base": name, "description": spec.description,
            "params": sum(p.numel() for p in m.parameters()), "vocab": len(tok),
            "warmup_s": round(seconds, 1),
-           **{f"val_{r.task}": round(100 * r.accuracy, 2) for r in acc.itertuples() if r.subset == "all"}}
-    _upsert(RESULTS / "mechanisms_bases.csv", pd.DataFrame([row]), ["base"])
+           **{f"val_{r.task}": round(100 * r.accuracy, 2) for r in acc.itertuples() if r.subset == "all"},
+           **_slips(acc)}
+    _upsert(spec.results / "mechanisms_bases.csv", pd.DataFrame([row]), ["base"])
     print(f"[explore] base {name}: {row}", flush=True)
     return folder
 
@@ -224,11 +245,12 @@ def run_agent(work: Path, base: str, agent: str, recipe: str) -> tuple[Path, dic
     t0 = time.time()
     policy, tok = load_checkpoint(base_path)
     log: list[dict] = []
-    rl_train(policy, tok, agent, cfg, agent, log.append)
+    suite = get_suite(BASES[base].suite)
+    rl_train(policy, tok, agent, cfg, agent, log.append, suite=suite)
     save_checkpoint(policy, tok, folder)
     seconds = round(time.time() - t0, 1)
     m, tok = load_checkpoint(folder)
-    val = _accuracy(m, tok)
+    val = _accuracy(m, tok, BASES[base].suite)
     base_val = base_accuracy(work, base)
     rewards = [r["mean_reward"] for r in log]
     k = max(1, len(rewards) // 5)
@@ -237,6 +259,7 @@ def run_agent(work: Path, base: str, agent: str, recipe: str) -> tuple[Path, dic
               "val_base": base_val[agent], "val_agent": val[agent],
               "val_gain": round(val[agent] - base_val[agent], 2),
               **{f"val_{t}": val[t] for t in TASKS},
+              **{f"val_{k}": v for k, v in val.items() if k.startswith("slip_")},
               "reward_first": round(sum(rewards[:k]) / k, 4),
               "reward_last": round(sum(rewards[-k:]) / k, 4), "rl_s": seconds}
     record_path.write_text(json.dumps(record, indent=1) + "\n")
@@ -251,7 +274,7 @@ def base_accuracy(work: Path, base: str) -> dict[str, float]:
     if path.is_file():
         return json.loads(path.read_text())
     m, tok = load_checkpoint(ensure_base(work, base))
-    acc = _accuracy(m, tok)
+    acc = _accuracy(m, tok, BASES[base].suite)
     path.write_text(json.dumps(acc) + "\n")
     return acc
 
@@ -275,13 +298,58 @@ def run_trio(work: Path, trio: Trio) -> pd.DataFrame:
                      "reward_first": rec["reward_first"], "reward_last": rec["reward_last"],
                      "rl_s": rec["rl_s"]})
     table = pd.DataFrame(rows)
-    _upsert(RESULTS / "mechanisms.csv", table, ["trio", "agent"])
+    results = BASES[trio.base].results
+    _upsert(results / "mechanisms.csv", table, ["trio", "agent"])
     mod = by_module(result)
     mod.insert(0, "trio", trio.id)
-    _upsert(RESULTS / "mechanisms_modules.csv", mod, ["trio", "agent", "module"])
+    _upsert(results / "mechanisms_modules.csv", mod, ["trio", "agent", "module"])
+    pairs = pair_agreement(base_dir(work, trio.base), {a: runs[a][0] for a in TASKS})
+    pairs.insert(0, "trio", trio.id)
+    _upsert(results / "mechanisms_pairs.csv", pairs, ["trio", "a", "b"])
     print(table[["trio", "agent", "recipe", "density", "unique_share", "chance_unique_share",
                  "rho", "val_gain"]].to_string(index=False), flush=True)
+    print(pairs.to_string(index=False), flush=True)
     return table
+
+
+def _task_vectors(base: Path, agents: dict[str, Path]) -> dict[str, np.ndarray]:
+    """Each agent's whole task vector τ = θ_agent − θ_base, float32 from the stored values, one
+    flat array (tensors in name order)."""
+    from safetensors.torch import load_file
+    theta0 = load_file(str(base / "model.safetensors"))
+    names = sorted(theta0)
+    out = {}
+    for agent, folder in agents.items():
+        theta = load_file(str(folder / "model.safetensors"))
+        out[agent] = np.concatenate([(theta[n].float() - theta0[n].float()).numpy().ravel()
+                                     for n in names])
+    return out
+
+
+def pair_agreement(base: Path, agents: dict[str, Path], eps: float = 1e-5) -> pd.DataFrame:
+    """Is the overlap real? For each pair of agents, on the elements both changed (|τ| > ε): how
+    many, the share with the same sign (chance 50 %), and the cosine of their τ there (chance 0);
+    a last row ("all") gives the share where every agent changed the element and all signs agree
+    (chance 2^(1−N)). A brute-force exploration yardstick computed from the safetensors files."""
+    tau = _task_vectors(base, agents)
+    names = list(agents)
+    rows = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            both = (np.abs(tau[a]) > eps) & (np.abs(tau[b]) > eps)
+            x, y = tau[a][both].astype(np.float64), tau[b][both].astype(np.float64)
+            rows.append({"a": a, "b": b, "eps": eps, "both_changed": int(both.sum()),
+                         "sign_agreement": float(np.mean(np.sign(x) == np.sign(y))) if both.any() else float("nan"),
+                         "cosine": float(x @ y / np.sqrt((x @ x) * (y @ y))) if both.any() else float("nan"),
+                         "cosine_whole": float(tau[a].astype(np.float64) @ tau[b] /
+                                               np.sqrt((tau[a].astype(np.float64) ** 2).sum() *
+                                                       (tau[b].astype(np.float64) ** 2).sum()))})
+    every = np.all([np.abs(t) > eps for t in tau.values()], axis=0)
+    signs = np.stack([np.sign(t[every]) for t in tau.values()])
+    rows.append({"a": "all", "b": "all", "eps": eps, "both_changed": int(every.sum()),
+                 "sign_agreement": float(np.mean(np.all(signs == signs[:1], axis=0))) if every.any() else float("nan"),
+                 "cosine": float("nan"), "cosine_whole": float("nan")})
+    return pd.DataFrame(rows)
 
 
 def reachable(work: Path, name: str, steps: int = 20) -> pd.DataFrame:
@@ -375,10 +443,19 @@ def probe(name: str, steps: int = 1400, lr: float = 2e-3, every: int = 200) -> p
     return df
 
 
-def _accuracy(model: torch.nn.Module, tok: object) -> dict[str, float]:
-    """Greedy validation accuracy (%) on each task."""
-    acc = evaluate_loaded(model, tok, TASKS, "validation")
-    return {r.task: round(100 * r.accuracy, 2) for r in acc.itertuples() if r.subset == "all"}
+def _accuracy(model: torch.nn.Module, tok: object, suite: str = "demo") -> dict[str, float]:
+    """Greedy validation accuracy (%) on each task (and, with an answer envelope, the count of
+    outputs wrong only for the missing envelope, `slip_TASK`)."""
+    acc = evaluate_loaded(model, tok, TASKS, "validation", suite=get_suite(suite))
+    return {**{r.task: round(100 * r.accuracy, 2) for r in acc.itertuples() if r.subset == "all"},
+            **_slips(acc)}
+
+
+def _slips(acc: pd.DataFrame) -> dict[str, int]:
+    """Per task, how many outputs were wrong only for the missing envelope (empty without one)."""
+    if "format_slip" not in acc:
+        return {}
+    return {f"slip_{r.task}": int(r.format_slip) for r in acc.itertuples() if r.subset == "all"}
 
 
 def _upsert(path: Path, new: pd.DataFrame, keys: list[str]) -> None:

@@ -43,15 +43,16 @@ TOKENIZER_CORPUS: tuple[tuple[str, int], ...] = (("code", 3000), ("tool", 3000))
 
 
 def build_tokenizer(kind: str = "char", vocab_size: int = 280, seed: int = 0,
-                    corpus: tuple[tuple[str, int], ...] = TOKENIZER_CORPUS
-                    ) -> PreTrainedTokenizerFast:
+                    corpus: tuple[tuple[str, int], ...] = TOKENIZER_CORPUS,
+                    suite: str | None = None) -> PreTrainedTokenizerFast:
     """The demo tokenizer: `char` (one token per printable ASCII character) or `bpe` (a byte-level
     BPE trained on the tasks' training text, like the tokenizer of a real LLM; frequent words
     such as tool and city names become single tokens, rare strings stay split into characters).
     `corpus` gives the number of train-split examples per task in the tokenizer's training text:
     the memory task's random haystacks are a small share of it, so they are tokenized mostly
     character by character (like text in a script the tokenizer was hardly trained on) and the
-    query key stays the same token as the needle's key.
+    query key stays the same token as the needle's key. `suite` names the task suite whose answers
+    (with their envelope, if any) are in the text; None is the original suite.
 
     Both use Qwen2's exact pre-tokenizer pipeline: transformers maps `model_type: qwen2` to
     `Qwen2Tokenizer`, which rebuilds the normalizer, pre-tokenizer and decoder from its own
@@ -74,7 +75,7 @@ def build_tokenizer(kind: str = "char", vocab_size: int = 280, seed: int = 0,
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
                                   special_tokens=[EOS],
                                   initial_alphabet=[_byte_level(c) for c in CHARS])
-    trainer_tok.train_from_iterator(tokenizer_corpus(seed, corpus), trainer)
+    trainer_tok.train_from_iterator(tokenizer_corpus(seed, corpus, suite), trainer)
     vocab = _char_vocab()
     merges = []
     for pair in json.loads(trainer_tok.to_str())["model"]["merges"]:
@@ -101,16 +102,17 @@ def _bpe_tokenizer(vocab: dict[str, int], merges: list[tuple[str, str]]) -> PreT
     return _wrap(_qwen2_pipeline(tok))
 
 
-def tokenizer_corpus(seed: int = 0, corpus: tuple[tuple[str, int], ...] = TOKENIZER_CORPUS
-                     ) -> list[str]:
+def tokenizer_corpus(seed: int = 0, corpus: tuple[tuple[str, int], ...] = TOKENIZER_CORPUS,
+                     suite: str | None = None) -> list[str]:
     """Training text of the BPE tokenizer: prompts and answers (as separate lines, since they are
     tokenized separately) of train-split examples of each task, in a fixed order."""
-    from .tasks import sample_train  # local import: tasks does not depend on modeling
+    from .tasks import get_suite  # local import: tasks does not depend on modeling
+    draw = get_suite(suite).sample_train
     rng = random.Random(seed + 4242)
     lines: list[str] = []
     for task, n in corpus:
         for _ in range(n):
-            ex = sample_train(task, rng)
+            ex = draw(task, rng)
             lines += [ex.prompt, ex.answer]
     return lines
 
@@ -131,11 +133,18 @@ def model_config(vocab_size: int, hidden: int = 96, layers: int = 3, heads: int 
         use_sliding_window=False)
 
 
-def new_model(tokenizer: PreTrainedTokenizerFast, seed: int, **arch: object) -> Qwen2ForCausalLM:
+def new_model(tokenizer: PreTrainedTokenizerFast, seed: int, suite: str | None = None,
+              **arch: object) -> Qwen2ForCausalLM:
     """A freshly initialised fp32 model (deterministic for a given seed); `arch` are the keyword
-    arguments of `model_config` (sizes, act, tie)."""
+    arguments of `model_config` (sizes, act, tie). A task suite other than the original one is
+    recorded in config.json (`tasks.SUITE_CONFIG_KEY`), so every agent trained from this base and
+    every merge of them (config.json is copied from the base) says which tasks score it."""
+    from .tasks import SUITE_CONFIG_KEY  # local import: tasks does not depend on modeling
+    config = model_config(len(tokenizer), **arch)
+    if suite not in (None, "demo"):
+        setattr(config, SUITE_CONFIG_KEY, suite)
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(model_config(len(tokenizer), **arch)).float()
+    return Qwen2ForCausalLM(config).float()
 
 
 def generation_config() -> GenerationConfig:

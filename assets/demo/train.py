@@ -10,8 +10,8 @@ from typing import Callable, Sequence
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from .generation import MAX_NEW_TOKENS, generate
-from .tasks import Example, reward, sample_train, verify
+from .generation import generate, max_new_tokens
+from .tasks import DEFAULT_SUITE, Example, TaskSuite
 
 LogFn = Callable[[dict], None]
 
@@ -30,6 +30,9 @@ class WarmupConfig:
     habit_rates: tuple[tuple[str, float], ...] = (("code", 0.5), ("tool", 0.5), ("memory", 0.7))
     clean_fraction: float = 0.6
     seed: int = 0
+    # Share of the mixed-phase demonstrations (in a suite with an answer envelope) written without
+    # the envelope: the one careless protocol habit common to every task.
+    format_slip_rate: float = 0.0
 
 
 def deterministic_torch() -> None:
@@ -83,7 +86,7 @@ def token_logprobs(model: PreTrainedModel, ids: torch.Tensor, attn: torch.Tensor
 
 
 def warmup(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, cfg: WarmupConfig,
-           log: LogFn) -> None:
+           log: LogFn, suite: TaskSuite = DEFAULT_SUITE) -> None:
     """Supervised next-token training on answers (prompt tokens are context only)."""
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -98,10 +101,13 @@ def warmup(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, cfg: Warm
         for group in opt.param_groups:
             group["lr"] = lr
         task = rng.choices(tasks, weights)[0]
-        batch = [sample_train(task, rng) for _ in range(cfg.batch_size)]
+        batch = [suite.sample_train(task, rng) for _ in range(cfg.batch_size)]
         mixed = step > cfg.clean_fraction * cfg.steps
         rate = dict(cfg.habit_rates).get(task, 0.0) if mixed else 0.0
         shown = [e.habit if rng.random() < rate else e.answer for e in batch]
+        if mixed and cfg.format_slip_rate > 0:  # the common protocol habit, drawn independently
+            shown = [suite.strip_envelope(a) if rng.random() < cfg.format_slip_rate else a
+                     for a in shown]
         answers = [tokenizer(a)["input_ids"] + [eos] for a in shown]
         ids, attn, target = _pack(tokenizer, [e.prompt for e in batch], answers)
         lp = token_logprobs(model, ids, attn)
@@ -125,8 +131,8 @@ def _strip_after_eos(completion: torch.Tensor, eos: int) -> list[list[int]]:
 
 
 def rl_train(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: str, cfg: RLConfig,
-             agent: str, log: LogFn, on_grad: Callable[[PreTrainedModel], None] | None = None
-             ) -> None:
+             agent: str, log: LogFn, on_grad: Callable[[PreTrainedModel], None] | None = None,
+             suite: TaskSuite = DEFAULT_SUITE) -> None:
     """GRPO on one task: sample groups from the current policy, reward by the verifier, and take
     one policy-gradient step with group-normalised advantages (no supervised targets, no KL).
     `on_grad(model)` is called after each backward pass, before clipping and the step (used to
@@ -138,15 +144,15 @@ def rl_train(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: s
     eos = tokenizer.eos_token_id
     t0 = time.time()
     for step in range(1, cfg.steps + 1):
-        batch: list[Example] = [sample_train(task, rng) for _ in range(cfg.prompts)]
+        batch: list[Example] = [suite.sample_train(task, rng) for _ in range(cfg.prompts)]
         model.eval()
         _, completion, texts = generate(model, tokenizer, [e.prompt for e in batch],
-                                        MAX_NEW_TOKENS[task], sample=True,
+                                        max_new_tokens(task, suite), sample=True,
                                         num_return_sequences=cfg.group,
                                         temperature=cfg.temperature)
         examples = [e for e in batch for _ in range(cfg.group)]
-        rewards = torch.tensor([reward(e, t) for e, t in zip(examples, texts)])
-        accuracy = sum(verify(e, t) for e, t in zip(examples, texts)) / len(examples)
+        rewards = torch.tensor([suite.reward(e, t) for e, t in zip(examples, texts)])
+        accuracy = sum(suite.verify(e, t) for e, t in zip(examples, texts)) / len(examples)
         grouped = rewards.view(cfg.prompts, cfg.group)
         adv = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4))
         adv = adv.reshape(-1)
