@@ -140,6 +140,10 @@ def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], i
     shared = method.prepare(params, counts if eps is not None else None, ins.labels)
     lambdas = _lambda_rows(ins.labels, counts, shared) if eps is not None else None
     notes = list(ins.notes)
+    preset = (provenance or {}).get("preset")
+    if preset:
+        factor = f" with R = {preset['rescale_factor']:g}" if "rescale_factor" in preset else ""
+        notes.append(f"Preset {preset['name']}{factor}: {preset['summary']}")
     if params.get("rho_scope") == "tensor":
         notes.append("ρ_t and λ_t are computed per tensor (mergekit ramplus_tl style), so they vary by tensor.")
     tmp = None

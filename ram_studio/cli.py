@@ -284,11 +284,27 @@ def params_from_args(args: argparse.Namespace) -> dict:
     return {p.name: getattr(args, p.dest) for p in all_params().values() if getattr(args, p.dest, None) is not None}
 
 
+def _method_and_params(args: argparse.Namespace) -> tuple[str, dict]:
+    """--method and the method flags, or a --preset (with --rescale-factor) and the flags it leaves open."""
+    given = params_from_args(args)
+    if args.preset:
+        from merging.presets import apply_preset
+
+        return apply_preset(args.preset, args.method, given, args.rescale_factor)
+    if args.rescale_factor is not None:
+        raise RamStudioError("--rescale-factor goes with --preset authors-default or authors-soft.",
+                             "E.g. --preset authors-default --rescale-factor 1.2, or set --r yourself.")
+    if not args.method:
+        raise RamStudioError("no merge method given.", "Pass --method NAME (see `methods`) or --preset NAME.")
+    return args.method, given
+
+
 def _spec_from_args(args: argparse.Namespace):
     from merging.dtypes import parse_out_dtype
     from merging.recipe import MergeSpec
 
-    return MergeSpec(base=args.base, agents=list(args.agents), method=args.method, params=params_from_args(args),
+    method, params = _method_and_params(args)
+    return MergeSpec(base=args.base, agents=list(args.agents), method=method, params=params,
                      out=args.out, out_dtype=parse_out_dtype(args.out_dtype) if args.out_dtype else None,
                      shard_size=args.shard_size, device=args.device, on_mismatch=args.on_mismatch,
                      chunk_elems=args.chunk_elems)
@@ -329,7 +345,15 @@ def _run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=N
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    return _run_spec(_spec_from_args(args), args)
+    spec = _spec_from_args(args)
+    provenance = None
+    if args.preset:
+        from merging.presets import get_preset
+
+        preset = get_preset(args.preset)
+        provenance = {"preset": {"name": preset.name, "summary": preset.summary,
+                                 **({"rescale_factor": 1.0 + spec.params["r"]} if preset.uses_r else {})}}
+    return _run_spec(spec, args, provenance=provenance)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -409,6 +433,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser:
     """The parser; without `method_flags_for_merge` the merge command lacks its method flags, which
     saves importing the methods (and torch) for the other commands and for `--help`."""
+    from merging.presets import PRESETS  # light: names and numbers only
+
     p = argparse.ArgumentParser(prog=PROG, description="RAM Studio: analyse and merge RL-trained agents.")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -447,7 +473,15 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
 
     sp = sub.add_parser("merge", help="merge and export a Hugging Face folder")
     models(sp)
-    sp.add_argument("--method", required=True, help="merge method (see `methods`)")
+    sp.add_argument("--method", help="merge method (see `methods`); or a --preset")
+    sp.add_argument("--preset", choices=list(PRESETS),
+                    help="a named setting: paper (RAM+, r 0.1, α 2); authors-default (the RAM authors' script's "
+                         "default mode: ram_plus, r = R − 1, α = 1); authors-soft (its older mode: ram_plus_soft, "
+                         "r = R − 1); mergekit-ramplus-tl (r 0.1, α 0.2, per-tensor ρ). ε and the other flags "
+                         "stay free; a flag that contradicts the preset is an error")
+    sp.add_argument("--rescale-factor", type=float, metavar="R",
+                    help="the authors' script's --rescale_factor R for the authors-* presets (default 1.05, the "
+                         "script's; its README uses 1.2); r = R − 1")
     sp.add_argument("--out", required=True, help="output folder (written atomically)")
     if method_flags_for_merge:
         method_flags(sp)
