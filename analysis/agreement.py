@@ -274,3 +274,63 @@ def agent_fields(result: AnalysisResult) -> dict[tuple[str, float], dict]:
         for _, r in agent_agreement(result, eps).iterrows():
             out[(r["agent"], eps)] = {c: _num(r[c]) for c in AGENT_JSON}
     return out
+
+
+# ---------------------------------------------------------------- model card
+
+_MD_SPECIAL = set("\\`*_{}[]()<>#+-.!|~")
+
+
+def _md(text: object, limit: int | None = 200) -> str:
+    """File-derived text (agent names) for the card's Markdown: control characters escaped, every character
+    Markdown gives a meaning to backslash-escaped (renders as itself, links and HTML included)."""
+    from merging.errors import printable
+
+    return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in printable(text, limit))
+
+
+def overlap_summary(result: AnalysisResult, eps: float) -> dict:
+    """The diagnostics at ε for a merge's model card and recipe: the pair and agent numbers (JSON), the reading,
+    and the card's Markdown section."""
+    pa = pair_agreement(result, eps)
+    ag = agent_agreement(result, eps)
+    read = reading(result, eps)
+    pct = lambda v: "–" if not math.isfinite(v) else f"{100 * v:.1f} %"  # noqa: E731
+    lines = [f"## Is the overlap real? Shared-region diagnostics at ε = {eps:g}", "",
+             "From RAM Studio's analysis of these inputs, on the elements two agents both changed. Unrelated "
+             "updates would agree in sign 50 % of the time with cosine 0; the chance count is what independent "
+             "random masks of each tensor's densities would share.", "",
+             "| pair | both changed | chance | same sign | cosine |", "|---|---:|---:|---:|---:|"]
+    for r in pa.itertuples():
+        cos = "–" if not math.isfinite(r.cosine) else f"{r.cosine:+.3f}"
+        lines.append(f"| {_md(r.a)} – {_md(r.b)} | {int(r.both_changed):,} | {r.expected_both_tensor:,.0f} | "
+                     f"{pct(r.sign_agreement)} | {cos} |")
+    top = DOMINATED_COLUMNS[-1]
+    lines += ["", f"| agent | shared energy | of it, partners < {round(100 * DOMINANCE[-1])} % | cosine vs others | "
+                  "unique share | chance (model / per tensor) |", "|---|---:|---:|---:|---:|---:|"]
+    for r in ag.itertuples():
+        cos = "–" if not math.isfinite(r.cosine_others) else f"{r.cosine_others:+.3f}"
+        lines.append(f"| {_md(r.agent)} | {pct(r.shared_energy_share)} | {pct(getattr(r, top + '_share'))} | "
+                     f"{cos} | {pct(r.unique_share)} | {pct(r.chance_unique_share)} / "
+                     f"{pct(r.chance_unique_share_tensor)} |")
+    lines += ["", _md(read.text, None), ""]
+    records = lambda f: [{k: v if isinstance(v, (str, int)) else _num(v) for k, v in row.items()}  # noqa: E731
+                         for row in f.to_dict("records")]
+    return {"eps": eps, "regime": read.regime, "reading": read.text, "pairs": records(pa), "agents": records(ag),
+            "markdown": lines}
+
+
+def merge_statistics(result: AnalysisResult, method: str, params: dict) -> tuple[dict | None, dict | None]:
+    """What a merge takes from an analysis of its inputs: whole-model shared/unique counts at the method's ε
+    (saves the counting pass global ρ needs; None when the method needs none or ε was not analysed) and the
+    shared-region diagnostics for its card and recipe (at the method's ε if analysed, else 1e-5)."""
+    from merging.methods import get_method
+
+    m = get_method(method)
+    resolved = m.resolve_params(params)
+    eps = m.global_counts_eps(resolved)
+    counts = result.counts_at(eps) if eps is not None and eps in result.ladder else None
+    card_eps = resolved.get("eps", 1e-5)
+    if card_eps not in result.ladder:
+        card_eps = 1e-5 if 1e-5 in result.ladder else result.ladder[-1]
+    return counts, overlap_summary(result, card_eps) if len(result.agents) > 1 else None

@@ -134,15 +134,13 @@ def validate_ladder(ladder: Sequence[float]) -> tuple[float, ...]:
     return tuple(values)
 
 
-def cached_counts(base: str, agents: Sequence[str], eps: float, policy: str = "error") -> dict[str, list[int]] | None:
-    """Whole-model shared/unique counts at ε from a cached analysis of these inputs (default ladder), or
-    None: lets a merge skip its counting pass when the statistics were already computed."""
-    if eps not in DEFAULT_LADDER:
-        return None
+def cached_result(base: str, agents: Sequence[str], policy: str = "error") -> AnalysisResult | None:
+    """A cached analysis of these inputs (default ladder), or None: lets a merge reuse its counts and record
+    its diagnostics without reading the weights again."""
     try:
         b, ags = _open_all(base, agents)
         payload = cache.load(cache.fingerprint(b, ags, validate_ladder(DEFAULT_LADDER), policy))
-        return AnalysisResult.from_payload(payload, "").counts_at(eps) if payload else None
+        return AnalysisResult.from_payload(payload, "") if payload else None
     except (RamStudioError, KeyError, ValueError, TypeError):
         return None
 

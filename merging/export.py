@@ -48,6 +48,7 @@ class MergeResult:
     lambdas: list[dict[str, Any]] | None = None
     notes: list[str] = field(default_factory=list)
     losses: list[AgentLoss] = field(default_factory=list)
+    overlap: dict[str, Any] | None = None  # the shared-region diagnostics recorded with the merge, if given
 
 
 @dataclass
@@ -83,13 +84,14 @@ def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: boo
                     expected_inputs: list[dict[str, Any]] | None = None,
                     counts: dict[str, list[int]] | None = None, progress: ProgressFn | None = None,
                     count_progress: ProgressFn | None = None, cancel: threading.Event | None = None,
-                    provenance: dict[str, Any] | None = None) -> MergeResult:
+                    provenance: dict[str, Any] | None = None, overlap: dict[str, Any] | None = None) -> MergeResult:
     """Run `spec` end to end and write the merged model folder atomically.
 
     `counts` (whole-model shared/unique counts at the method's ε, e.g. from a cached analysis) saves the
     counting pass global ρ otherwise needs; `expected_inputs` (a recipe's recorded inputs) makes the
     merge refuse inputs whose content changed; `allow_noop` writes a merge that changes nothing;
-    `provenance` (e.g. the mergekit config it came from) is recorded in the recipe."""
+    `provenance` (e.g. the mergekit config it came from) is recorded in the recipe; `overlap` (the shared-region
+    diagnostics of a cached analysis, analysis.agreement.overlap_summary) goes into the card and the recipe."""
     t0 = time.perf_counter()
     method = get_method(spec.method)
     params = method.resolve_params(spec.params)
@@ -110,19 +112,21 @@ def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: boo
                                                   side_file_ok=is_side_file).replaces
             lambdas, notes = _merge_into(target, spec, params, ins, allow_noop=allow_noop, counts=counts,
                                          expected_inputs=expected_inputs, progress=progress,
-                                         count_progress=count_progress, cancel=cancel, provenance=provenance)
+                                         count_progress=count_progress, cancel=cancel, provenance=provenance,
+                                         overlap=overlap)
     except BaseException:
         discard(None, target)  # the parent folders this merge created (the lock file is gone now)
         raise
     files = sorted(p for p in target.path.iterdir() if p.is_file())
     return MergeResult(target.path, files, sum(p.stat().st_size for p in files), time.perf_counter() - t0, lambdas,
-                       notes, ins.losses)
+                       notes, ins.losses, overlap)
 
 
 def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], ins: _Inputs, *, allow_noop: bool,
                 counts: dict[str, list[int]] | None, expected_inputs: list[dict[str, Any]] | None,
                 progress: ProgressFn | None, count_progress: ProgressFn | None, cancel: threading.Event | None,
-                provenance: dict[str, Any] | None) -> tuple[list[dict[str, Any]] | None, list[str]]:
+                provenance: dict[str, Any] | None, overlap: dict[str, Any] | None = None
+                ) -> tuple[list[dict[str, Any]] | None, list[str]]:
     """The merge proper, with the target locked: counts (if needed), stream, check, write, commit."""
     method = get_method(spec.method)
     device = pick_device(spec.device)
@@ -175,9 +179,11 @@ def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], i
         if mergekit[0] is not None:
             (tmp / "mergekit.yaml").write_text(mergekit[0])
         extra = {"lambdas": lambdas, "notes": notes, **(provenance or {})}
+        if overlap:
+            extra["overlap"] = {k: v for k, v in overlap.items() if k != "markdown"}
         recipe_path = write_recipe(tmp, recipe_document(recorded, identities, extra))
         (tmp / "README.md").write_text(render_card(recorded, ins.labels, lambdas, recipe_path.read_text(), notes,
-                                                   mergekit))
+                                                   mergekit, (overlap or {}).get("markdown")))
         commit(tmp, target)
     except BaseException:
         discard(tmp, target)

@@ -310,14 +310,16 @@ def _spec_from_args(args: argparse.Namespace):
                      chunk_elems=args.chunk_elems)
 
 
-def _cached_counts(spec) -> dict | None:
-    """Whole-model counts at the method's ε from a cached analysis of the same inputs, if there is one."""
-    from analysis.stats import cached_counts
-    from merging.methods import get_method
+def _cached_statistics(spec) -> tuple[dict | None, dict | None]:
+    """Counts for global ρ and the diagnostics for the card, from a cached analysis of the same inputs."""
+    from analysis.stats import cached_result
 
-    method = get_method(spec.method)
-    eps = method.global_counts_eps(method.resolve_params(spec.params))
-    return None if eps is None else cached_counts(spec.base, spec.agents, eps, spec.on_mismatch)
+    result = cached_result(spec.base, spec.agents, spec.on_mismatch)
+    if result is None:
+        return None, None
+    from analysis.agreement import merge_statistics
+
+    return merge_statistics(result, spec.method, spec.params)
 
 
 def _run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=None) -> int:
@@ -326,8 +328,9 @@ def _run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=N
 
     with _stop_on_signal() as stop:
         _prefetch([spec.base, *spec.agents], args.quiet, stop)
+        counts, overlap = _cached_statistics(spec)
         result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop,
-                                 expected_inputs=expected_inputs, counts=_cached_counts(spec), provenance=provenance,
+                                 expected_inputs=expected_inputs, counts=counts, provenance=provenance, overlap=overlap,
                                  progress=None if args.quiet else _progress_printer("merge"),
                                  count_progress=None if args.quiet else _progress_printer("count"), cancel=stop)
     print(f"wrote {result.out} ({format_bytes(result.bytes_written)} in {len(result.files)} files, "

@@ -255,7 +255,7 @@ def test_one_merge_at_a_time(env, tmp_path):
 
     started = threading.Event()
 
-    def slow(spec, *, overwrite, counts, progress, cancel, count_progress):
+    def slow(spec, *, overwrite, counts, overlap, progress, cancel, count_progress):
         started.set()
         cancel.wait(60)
         raise MergeCancelled()

@@ -262,3 +262,49 @@ def test_the_pass_reads_each_input_once(models, monkeypatch, path):
         assert sum(hi - lo for lo, hi in got) == sum(hi - lo for lo, hi in wanted)
         assert merged[0][0] == wanted[0][0] and merged[-1][1] == wanted[-1][1]
     assert not reads
+
+
+def test_cli_json_csv_and_card(family, tmp_path, capsys):
+    """`analyze --json` has the "pairs" list (names as in "agents") and per-agent fields, `--pairs-csv` the
+    per-tensor pair sums; a merge after the analysis records the diagnostics in its card and recipe (a merge
+    without a cached analysis has no such section)."""
+    from ram_studio.cli import main
+
+    base, agents = family
+    args = [str(base), *map(str, agents)]
+    assert main(["merge", *args, "--method", "ram", "--out", str(tmp_path / "before"), "--quiet"]) == 0
+    assert "Is the overlap real?" not in (tmp_path / "before" / "README.md").read_text()
+    assert main(["analyze", *args, "--quiet", "--json", str(tmp_path / "a.json"),
+                 "--pairs-csv", str(tmp_path / "p.csv")]) == 0
+    printed = capsys.readouterr().out
+    assert "Is the overlap real?" in printed and "same sign" in printed
+    doc = json.loads((tmp_path / "a.json").read_text())
+    names = {r["name"] for r in doc["agents"]}
+    assert len(doc["pairs"]) == 3 * len(doc["eps"]) and doc["reading"]["regime"]
+    for p in doc["pairs"]:
+        assert {p["a"], p["b"]} <= names and p["eps"] in doc["eps"]
+        assert {"both_changed", "sign_agreement", "cosine", "expected_both", "chance_sign_agreement"} <= set(p)
+    for r in doc["agents"]:
+        assert {"sign_agreement", "cosine_others", "dominated_10_share", "dominated_30_share",
+                "chance_unique_share_tensor", "all_agree", "chance_all_agree"} <= set(r)
+    import pandas as pd
+
+    csv = pd.read_csv(tmp_path / "p.csv")
+    at = doc["pairs"][len(doc["pairs"]) // 2]
+    part = csv[(csv["a"] == at["a"]) & (csv["b"] == at["b"]) & (csv["eps"] == at["eps"])]
+    assert part["both_changed"].sum() == at["both_changed"] and part["same_sign"].sum() / at["both_changed"] == \
+        pytest.approx(at["sign_agreement"])
+    out = tmp_path / "after"
+    assert main(["merge", *args, "--method", "ram_plus", "--out", str(out), "--quiet"]) == 0
+    card = (out / "README.md").read_text()
+    recipe = json.loads((out / "ram_recipe.json").read_text())
+    assert "## Is the overlap real? Shared-region diagnostics at ε = 1e-05" in card
+    rec = next(p for p in doc["pairs"] if p["eps"] == 1e-5 and (p["a"], p["b"]) == ("agent0", "agent1"))
+    assert f"| agent0 – agent1 | {rec['both_changed']:,} |" in card
+    assert recipe["overlap"]["eps"] == 1e-5 and recipe["overlap"]["pairs"][0]["both_changed"] == rec["both_changed"]
+
+
+def test_card_escapes_agent_names():
+    """Agent names come from folder names: in the card they are text, never links, HTML or table cells."""
+    assert agreement._md("a|b](http://x)<img>`c`") == "a\\|b\\]\\(http://x\\)\\<img\\>\\`c\\`"
+    assert agreement._md("evil\x1b[31m") == "evil\\\\x1b\\[31m"

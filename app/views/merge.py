@@ -94,7 +94,8 @@ def start(sel: state.Selection, method: str, params: dict, out: str, shard: str,
     get_method(method).resolve_params(params)  # readable error for a bad value, before any thread starts
     check_output_folder(out, input_folders([sel.base, *sel.agents]), overwrite=overwrite, side_file_ok=is_side_file)
     spec = MergeSpec(sel.base, list(sel.agents), method, params, out.strip(), dtype, shard, on_mismatch=policy)
-    job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite, counts=state.cached_counts(sel, spec))
+    counts, overlap = state.cached_statistics(sel, spec)
+    job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite, counts=counts, overlap=overlap)
     st.session_state[JOB_KEY] = job.id
 
 
@@ -144,7 +145,8 @@ def results(job: jobs.Job, sel: state.Selection) -> None:
     card, recipe = res.out / "README.md", res.out / "ram_recipe.json"
     stats = {"out": str(res.out), "seconds": res.seconds, "bytes_written": res.bytes_written,
              "files": [{"name": f.name, "bytes": f.stat().st_size} for f in res.files if f.exists()],
-             "lambdas": res.lambdas, "notes": res.notes}
+             "lambdas": res.lambdas, "notes": res.notes,
+             **({"overlap": {k: v for k, v in res.overlap.items() if k != "markdown"}} if res.overlap else {})}
     c = st.columns(4)
     if card.exists():
         c[0].download_button("Model card", card.read_bytes(), "README.md", "text/markdown", key="dl_card",
