@@ -278,12 +278,13 @@ def agent_fields(result: AnalysisResult) -> dict[tuple[str, float], dict]:
 
 # ---------------------------------------------------------------- model card
 
-_MD_SPECIAL = set("\\`*_{}[]()<>#+-.!|~")
+_MD_SPECIAL = set("\\`*_{}[]()<>#+-.!|~$")
 
 
-def _md(text: object, limit: int | None = 200) -> str:
-    """File-derived text (agent names) for the card's Markdown: control characters escaped, every character
-    Markdown gives a meaning to backslash-escaped (renders as itself, links and HTML included)."""
+def markdown_text(text: object, limit: int | None = None) -> str:
+    """Text holding file-derived names (agent labels) for Markdown (the card, the app): control characters
+    escaped, every character Markdown (or Streamlit's $…$ maths) gives a meaning to backslash-escaped, so it
+    renders as itself — links and HTML included."""
     from merging.errors import printable
 
     return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in printable(text, limit))
@@ -303,17 +304,18 @@ def overlap_summary(result: AnalysisResult, eps: float) -> dict:
              "| pair | both changed | chance | same sign | cosine |", "|---|---:|---:|---:|---:|"]
     for r in pa.itertuples():
         cos = "–" if not math.isfinite(r.cosine) else f"{r.cosine:+.3f}"
-        lines.append(f"| {_md(r.a)} – {_md(r.b)} | {int(r.both_changed):,} | {r.expected_both_tensor:,.0f} | "
-                     f"{pct(r.sign_agreement)} | {cos} |")
+        pair = f"{markdown_text(r.a, 200)} – {markdown_text(r.b, 200)}"
+        lines.append(f"| {pair} | {int(r.both_changed):,} | {r.expected_both_tensor:,.0f} | {pct(r.sign_agreement)} | "
+                     f"{cos} |")
     top = DOMINATED_COLUMNS[-1]
     lines += ["", f"| agent | shared energy | of it, partners < {round(100 * DOMINANCE[-1])} % | cosine vs others | "
                   "unique share | chance (model / per tensor) |", "|---|---:|---:|---:|---:|---:|"]
     for r in ag.itertuples():
         cos = "–" if not math.isfinite(r.cosine_others) else f"{r.cosine_others:+.3f}"
-        lines.append(f"| {_md(r.agent)} | {pct(r.shared_energy_share)} | {pct(getattr(r, top + '_share'))} | "
-                     f"{cos} | {pct(r.unique_share)} | {pct(r.chance_unique_share)} / "
-                     f"{pct(r.chance_unique_share_tensor)} |")
-    lines += ["", _md(read.text, None), ""]
+        lines.append(f"| {markdown_text(r.agent, 200)} | {pct(r.shared_energy_share)} | "
+                     f"{pct(getattr(r, top + '_share'))} | {cos} | {pct(r.unique_share)} | "
+                     f"{pct(r.chance_unique_share)} / {pct(r.chance_unique_share_tensor)} |")
+    lines += ["", markdown_text(read.text), ""]
     records = lambda f: [{k: v if isinstance(v, (str, int)) else _num(v) for k, v in row.items()}  # noqa: E731
                          for row in f.to_dict("records")]
     return {"eps": eps, "regime": read.regime, "reading": read.text, "pairs": records(pa), "agents": records(ag),

@@ -2,12 +2,16 @@
 
 Starts `streamlit run app/main.py` on the bundled demo (isolated analysis cache, Hub offline), opens every page
 in headless chromium at 1400 px, once with the browser set to light and once to dark, runs a merge so the
-Merge page shows its results, and saves full-page PNGs as app-<page>-<light|dark>.png.
+Merge page shows its results, and saves full-page PNGs as app-<page>-<light|dark>.png. Then the Heterogeneity
+page's "Is the overlap real?" panel, on copies of the demo models named like the paper's agents (long names:
+ReasonFlux-Coder-7B, Qwen2.5-7B-Instruct-ToolRL-grpo-cold, RL-MemoryAgent-7B), as app-overlap-<scheme>.png.
+`--only overlap` takes just those.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,6 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = {"models": "Models", "heterogeneity": "Heterogeneity", "tune": "Tune", "dilution": "Signal dilution",
          "merge": "Merge & export"}
 CHROMIUM = "/usr/bin/chromium"
+PAPER_NAMES = {"base": "Qwen2.5-7B-Instruct", "code": "ReasonFlux-Coder-7B",
+               "tool": "Qwen2.5-7B-Instruct-ToolRL-grpo-cold", "memory": "RL-MemoryAgent-7B"}
 ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 
 
@@ -48,6 +54,46 @@ def full_page(pg, path: Path, width: int) -> None:
                                              dither=Image.Dither.NONE).save(path, optimize=True)
 
 
+def paper_named_copies(root: Path) -> dict[str, Path]:
+    """The demo models copied into folders named like the paper's models (labels come from folder names)."""
+    from merging.refs import BUNDLED_DEMO_ROOT
+
+    out = {}
+    for demo_name, paper_name in PAPER_NAMES.items():
+        out[demo_name] = shutil.copytree(BUNDLED_DEMO_ROOT / demo_name, root / paper_name)
+    return out
+
+
+def overlap_panel(pg, path: Path, width: int, folders: dict[str, Path]) -> None:
+    """Select the paper-named copies on the Models page, then shoot the Heterogeneity page's overlap panel: from
+    its heading to the next section's."""
+    pg.locator('[data-testid="stSidebarNav"] a').filter(has_text="Models").first.click()
+    pg.get_by_role("heading", name="Models", level=1).wait_for()
+    settle(pg)
+    pg.get_by_text("Custom: local folders or Hub ids").click()
+    settle(pg)
+    pg.get_by_role("textbox", name="Base model").fill(str(folders["base"]))
+    pg.get_by_role("textbox", name="Agents (one per line)").fill("\n".join(str(folders[a]) for a in ("code", "tool", "memory")))
+    pg.get_by_role("textbox", name="Agents (one per line)").press("Control+Enter")
+    settle(pg)
+    pg.get_by_role("button", name="Use these models").click()
+    settle(pg)
+    pg.locator('[data-testid="stSidebarNav"] a').filter(has_text="Heterogeneity").first.click()
+    pg.get_by_role("heading", name="Is the overlap real?").wait_for()
+    settle(pg)
+    h = pg.evaluate("document.querySelector('[data-testid=stMain]').scrollHeight")
+    pg.set_viewport_size({"width": width, "height": int(h) + 20})
+    settle(pg)
+    top = pg.get_by_role("heading", name="Is the overlap real?").bounding_box()["y"] - 10
+    end = pg.get_by_role("heading", name="Overlap-unique ratio").bounding_box()["y"] - 10
+    pg.screenshot(path=str(path), clip={"x": 0, "y": top, "width": width, "height": end - top})
+    pg.set_viewport_size({"width": width, "height": 900})
+    from PIL import Image
+
+    Image.open(path).convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT,
+                                             dither=Image.Dither.NONE).save(path, optimize=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     from playwright.sync_api import sync_playwright
 
@@ -55,10 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "assets" / "images"))
     ap.add_argument("--width", type=int, default=1400)
     ap.add_argument("--port", type=int, default=8765)
+    ap.add_argument("--only", choices=["overlap"], help="take only the overlap panel shots")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="ram-shots-"))
+    folders = paper_named_copies(tmp / "paper-names")
     env = {**os.environ, "RAM_STUDIO_CACHE": str(tmp / "cache"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
                              "--server.port", str(args.port), "--server.headless", "true"],
@@ -80,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 pg.goto(url)
                 pg.wait_for_selector('[data-testid="stAppViewContainer"]')
                 settle(pg)
-                for name, title in PAGES.items():
+                for name, title in ({} if args.only else PAGES).items():
                     pg.locator('[data-testid="stSidebarNav"] a').filter(has_text=title).first.click()
                     pg.get_by_role("heading", name=title, level=1).wait_for()
                     settle(pg)
@@ -94,11 +142,14 @@ def main(argv: list[str] | None = None) -> int:
                         settle(pg)
                     full_page(pg, out / f"app-{name}-{scheme}.png", args.width)
                     print(f"{scheme} {name}", flush=True)
+                overlap_panel(pg, out / f"app-overlap-{scheme}.png", args.width, folders)
+                print(f"{scheme} overlap panel", flush=True)
                 ctx.close()
             browser.close()
     finally:
         proc.terminate()
         proc.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)  # our own temporary folder (copies, cache, merges)
     return 0
 
 

@@ -717,7 +717,8 @@ def test_rho_views_per_layer_module_and_tensor(env):
     per_tensor = next(df.value for df in at.dataframe if "tensor" in df.value.columns and "rho" in df.value.columns)
     assert len(per_tensor) == res.frame[res.frame["eps"] == 1e-5].shape[0]
     # the norms / sign-conflict chart and the unique-vs-chance chart are drawn, with the chance marker
-    assert {t.name for t in figure(at, "chart_unique_vs_chance").data} == {"measured", "chance (independent masks)"}
+    assert {t.name for t in figure(at, "chart_unique_vs_chance").data} == {"measured", "chance (independent masks)",
+                                                                          "chance, tensor by tensor"}
     nc = figure(at, "chart_norms_and_sign_conflicts")
     assert {t.name for t in nc.data} >= {"unique part ‖τ_unique‖", "shared part ‖τ_shared‖"}
     at.toggle(key="het_log").set_value(True).run()
@@ -896,3 +897,62 @@ def test_fig3_experiment_runs_on_the_selected_models(env, monkeypatch):
         at.run()
     assert any("cancelled" in i.value for i in at.info)
     assert len(calls) == 1 and not calls[0][0].exists()
+
+
+def test_overlap_panel_shows_the_diagnostics_next_to_chance(env):
+    """Issue 22: the Heterogeneity page's "Is the overlap real?" panel draws what analysis.agreement computes:
+    the pair matrix, where each agent's energy lies, the agent table with every chance value, the reading, and
+    agreement per layer or module."""
+    from analysis import agreement
+    from app import state
+
+    at = new_app().run()
+    no_problems(at)
+    assert "Is the overlap real?" in [h.value for h in at.subheader]
+    res = state.cached_analysis(state.demo_selection())
+    read = agreement.reading(res, 1e-5)
+    assert read.regime == "chance"  # the bundled demo: coincidental overlap
+    assert [w.value for w in at.warning if "chance" in w.value] == [agreement.markdown_text(read.text)]
+    pa = agreement.pair_agreement(res, 1e-5)
+    matrix = figure(at, "chart_overlap_pair_matrix")
+    cells = {t for trace in matrix.data for row in trace.text for t in row}
+    for r in pa.itertuples():
+        assert f"{100 * r.sign_agreement:.1f}%" in cells and f"{r.cosine:+.3f}" in cells
+    energy = figure(at, "chart_overlap_energy_profile")
+    totals = [sum(t.x[i] for t in energy.data) for i in range(len(res.agents))]
+    assert totals == pytest.approx([100.0] * len(res.agents))
+    ag = agreement.agent_agreement(res, 1e-5).set_index("agent")
+    unique = next(t.x for t in energy.data if t.name.startswith("unique"))
+    assert list(unique) == pytest.approx([100 * (1 - ag.loc[a, "shared_energy_share"]) for a in res.agents])
+    table = next(df.value for df in at.dataframe if "chance (per tensor)" in df.value.columns)
+    assert {"same sign (pairs)", "chance", "all agree", "chance (all agree)", "cosine vs others", "partners < 10 %",
+            "partners < 30 %", "chance (model)"} <= set(table.columns)
+    layer = figure(at, "chart_overlap_agreement_by_layer")
+    assert len(layer.data) == 2 * len(pa) and layer.layout.legend.y < 0  # legend below the plot, not on a title
+    at.segmented_control(key="het_agree_by").set_value("module").run()
+    no_problems(at)
+    assert figure(at, "chart_overlap_agreement_by_module").data[0].type == "bar"
+
+
+def test_overlap_panel_with_the_papers_long_names(env, tmp_path):
+    """Agents named like the paper's (ReasonFlux-Coder-7B, Qwen2.5-7B-Instruct-ToolRL-grpo-cold,
+    RL-MemoryAgent-7B): the charts use short labels and keep the full names in their hover texts."""
+    import shutil
+
+    from merging.refs import BUNDLED_DEMO_ROOT
+    from tests.make_screenshots import PAPER_NAMES
+
+    folders = {k: shutil.copytree(BUNDLED_DEMO_ROOT / k, tmp_path / v) for k, v in PAPER_NAMES.items()}
+    at = new_app().run()
+    use_models(at, str(folders["base"]), [str(folders[k]) for k in ("code", "tool", "memory")])
+    at.switch_page("views/heterogeneity.py").run()
+    no_problems(at)
+    matrix = figure(at, "chart_overlap_pair_matrix")
+    labels = list(matrix.data[0].x)
+    assert labels == ["ReasonFlux-Coder", "Qwen2.5…grpo-cold", "RL-MemoryAgent"]
+    assert all(len(x) <= 20 for x in labels)
+    hovers = " ".join(h for row in matrix.data[0].customdata for h in row)
+    assert all(name in hovers for name in (PAPER_NAMES["code"], PAPER_NAMES["tool"], PAPER_NAMES["memory"]))
+    energy = figure(at, "chart_overlap_energy_profile")
+    assert energy.layout.legend.x >= 1 and list(energy.data[0].customdata) == [PAPER_NAMES[k] for k in
+                                                                               ("code", "tool", "memory")]

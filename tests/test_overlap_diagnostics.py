@@ -306,5 +306,5 @@ def test_cli_json_csv_and_card(family, tmp_path, capsys):
 
 def test_card_escapes_agent_names():
     """Agent names come from folder names: in the card they are text, never links, HTML or table cells."""
-    assert agreement._md("a|b](http://x)<img>`c`") == "a\\|b\\]\\(http://x\\)\\<img\\>\\`c\\`"
-    assert agreement._md("evil\x1b[31m") == "evil\\\\x1b\\[31m"
+    assert agreement.markdown_text("a|b](http://x)<img>`c`") == "a\\|b\\]\\(http://x\\)\\<img\\>\\`c\\`"
+    assert agreement.markdown_text("evil\x1b[31m $x$") == "evil\\\\x1b\\[31m \\$x\\$"
