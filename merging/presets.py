@@ -106,3 +106,24 @@ def _same(given: Any, value: Any) -> bool:
         except (TypeError, ValueError):
             return False
     return str(given) == str(value)
+
+
+def provenance(name: str, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """What a merge records about the preset it was made with (name, λ rule, R), or None when `method` and
+    `params` (ε aside) are not that preset's: a setting changed after choosing a preset is no longer it."""
+    preset = get_preset(name)
+    if method != preset.method:
+        return None
+    from .methods import get_method
+
+    resolved = get_method(method).resolve_params(params)
+    r = resolved.get("r")
+    factor = 1.0 + float(r) if preset.uses_r and r is not None else None
+    try:
+        wanted = get_method(method).resolve_params({**params, **preset.params(factor)})
+    except RamStudioError:
+        return None
+    if wanted != resolved:
+        return None
+    return {"preset": {"name": preset.name, "summary": preset.summary,
+                       **({"rescale_factor": factor} if preset.uses_r else {})}}

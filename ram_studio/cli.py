@@ -351,11 +351,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     spec = _spec_from_args(args)
     provenance = None
     if args.preset:
-        from merging.presets import get_preset
+        from merging.presets import provenance as preset_provenance
 
-        preset = get_preset(args.preset)
-        provenance = {"preset": {"name": preset.name, "summary": preset.summary,
-                                 **({"rescale_factor": 1.0 + spec.params["r"]} if preset.uses_r else {})}}
+        provenance = preset_provenance(args.preset, spec.method, spec.params)
     return _run_spec(spec, args, provenance=provenance)
 
 

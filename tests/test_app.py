@@ -255,7 +255,7 @@ def test_one_merge_at_a_time(env, tmp_path):
 
     started = threading.Event()
 
-    def slow(spec, *, overwrite, counts, overlap, progress, cancel, count_progress):
+    def slow(spec, *, overwrite, counts, overlap, provenance, progress, cancel, count_progress):
         started.set()
         cancel.wait(60)
         raise MergeCancelled()
@@ -956,3 +956,49 @@ def test_overlap_panel_with_the_papers_long_names(env, tmp_path):
     energy = figure(at, "chart_overlap_energy_profile")
     assert energy.layout.legend.x >= 1 and list(energy.data[0].customdata) == [PAPER_NAMES[k] for k in
                                                                                ("code", "tool", "memory")]
+
+
+def test_presets_on_tune_and_merge(env, tmp_path):
+    """Issue 22: the authors' script's modes as presets — Tune sets r, α and the rule from them (λ_t as the script
+    computes it), moving a control makes the setting custom; Merge fills its form from the preset, and the card
+    and recipe of the merge name the preset and R."""
+    import json
+
+    from app import state
+    from merging.regions import lambda_for
+
+    at = new_app().run()
+    at.switch_page("views/tune.py").run()
+    at.selectbox(key="tune_preset").set_value("authors-default").run()
+    no_problems(at)
+    assert at.slider(key="tune_r").value == pytest.approx(0.05) and at.slider(key="tune_alpha").value == 1.0
+    at.number_input(key="tune_rescale").set_value(1.2).run()
+    no_problems(at)
+    assert at.slider(key="tune_r").value == pytest.approx(0.2) and at.radio(key="tune_rule").value == "clip"
+    res = state.cached_analysis(state.demo_selection())
+    counts = res.counts_at(1e-5)
+    script = [1 + 0.2 * min(1.0, s / u) for s, u in zip(counts["shared"], counts["unique"])]  # arm-r-v2, R = 1.2
+    assert [float(v) for v in lambdas(at)] == pytest.approx(script, abs=5e-5)  # the table shows 4 decimals
+    at.selectbox(key="tune_preset").set_value("authors-soft").run()
+    assert at.radio(key="tune_rule").value == "soft"
+    at.selectbox(key="tune_preset").set_value("authors-default").run()
+    at.switch_page("views/merge.py").run()
+    no_problems(at)
+    assert at.selectbox(key="merge_preset").value == "authors-default"
+    assert at.selectbox(key="merge_method").value == "ram_plus"
+    assert at.number_input(key="param_ram_plus_r").value == pytest.approx(0.2)
+    assert at.number_input(key="param_ram_plus_alpha").value == 1.0
+    out = tmp_path / "preset-merge"
+    at.text_input(key="merge_out").set_value(str(out)).run()
+    at.button(key="start_merge").click().run()
+    wait_merge(at)
+    no_problems(at)
+    card = (out / "README.md").read_text()
+    assert "Preset authors-default with R = 1.2" in card and "Is the overlap real?" in card
+    recipe = json.loads((out / "ram_recipe.json").read_text())
+    assert recipe["preset"]["rescale_factor"] == pytest.approx(1.2)
+    assert [row["lambda"] for row in recipe["lambdas"]] == pytest.approx(
+        [lambda_for(s, u, 0.2, 1.0) for s, u in zip(counts["shared"], counts["unique"])])
+    at.switch_page("views/tune.py").run()
+    at.slider(key="tune_r").set_value(0.3).run()
+    assert at.selectbox(key="tune_preset").value == "custom"  # moved by hand: no longer the preset
