@@ -287,7 +287,7 @@ def test_cancel_from_the_ui(env, tmp_path):
 
     gate = threading.Event()
 
-    def gated(spec, *, overwrite, counts, progress, cancel, count_progress):
+    def gated(spec, *, overwrite, counts, overlap, provenance, progress, cancel, count_progress):
         from merging.errors import MergeCancelled
 
         gate.set()
@@ -567,7 +567,7 @@ def test_form_is_never_left_disabled_after_a_fast_failure(env, tmp_path):
     original = mgr.submit
     delay = {"s": 0.0}
 
-    def fails_fast(spec, *, overwrite, counts, progress, cancel, count_progress):
+    def fails_fast(spec, *, overwrite, counts, overlap, provenance, progress, cancel, count_progress):
         time.sleep(delay["s"])
         raise RamStudioError(f"simulated failure into {Path(spec.out).name}.", "Tick 'Overwrite'.")
 

@@ -11,11 +11,10 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import jobs, state
+from app import jobs, presets, state
 from merging.compat import POLICIES, POLICY_HELP
 from merging.errors import RamStudioError
 from merging.methods import METHODS, get_method
-from merging.presets import PRESETS, SCRIPT_DEFAULT_R
 from merging.presets import provenance as preset_provenance
 from merging.recipe import MergeSpec
 from merging.units import format_bytes, format_seconds
@@ -29,7 +28,6 @@ DEFAULT_ROOT = "merged-models"  # never the README's `--out merged`, and never i
 ZIP_LIMIT = 300e6  # offer a zip download only below this size
 SHARD_SIZES = ["100MB", "500MB", "1GB", "2GB", "5GB", "10GB"]
 DTYPES = {"as base": None, "BF16": "BF16", "F16": "F16", "F32": "F32"}
-CUSTOM = "custom"
 
 
 def default_method(p: dict) -> str:
@@ -98,8 +96,8 @@ def start(sel: state.Selection, method: str, params: dict, out: str, shard: str,
     check_output_folder(out, input_folders([sel.base, *sel.agents]), overwrite=overwrite, side_file_ok=is_side_file)
     spec = MergeSpec(sel.base, list(sel.agents), method, params, out.strip(), dtype, shard, on_mismatch=policy)
     counts, overlap = state.cached_statistics(sel, spec)
-    chosen = st.session_state.get("merge_preset", CUSTOM)
-    provenance = None if chosen == CUSTOM else preset_provenance(chosen, method, params)
+    chosen = st.session_state.get("merge_preset", presets.CUSTOM)
+    provenance = None if chosen == presets.CUSTOM else preset_provenance(chosen, method, params)
     job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite, counts=counts, overlap=overlap,
                                 provenance=provenance)
     st.session_state[JOB_KEY] = job.id
@@ -357,13 +355,10 @@ def mergekit_panel(spec: MergeSpec) -> None:
 
 def apply_preset_to_form() -> None:
     """Set the method and its r, α and ρ scope from the chosen preset (ε and the rest stay)."""
-    from merging.presets import get_preset
-
-    name = st.session_state["merge_preset"]
-    if name == CUSTOM:
+    picked = presets.chosen("merge_preset", "merge_rescale")
+    if picked is None:
         return
-    preset = get_preset(name)
-    params = preset.params(st.session_state.get("merge_rescale", SCRIPT_DEFAULT_R) if preset.uses_r else None)
+    preset, params = picked
     st.session_state["merge_method"] = preset.method
     for key, value in params.items():
         st.session_state[f"param_{preset.method}_{key}"] = value
@@ -372,20 +367,11 @@ def apply_preset_to_form() -> None:
 def preset_row(tuned: dict, disabled: bool) -> None:
     """A named setting for the form (the paper's RAM+, the authors' script's two modes, mergekit's defaults);
     starts from the one chosen on Tune."""
-    c = st.columns([3, 1.2, 3.8], vertical_alignment="bottom")
-    init("merge_preset", tuned.get("preset", CUSTOM))
+    init("merge_preset", tuned.get("preset", presets.CUSTOM))
     if tuned.get("rescale_factor"):
         init("merge_rescale", float(tuned["rescale_factor"]))
-    name = c[0].selectbox("Preset", [CUSTOM, *PRESETS], key="merge_preset", on_change=apply_preset_to_form,
-                          disabled=disabled, format_func=lambda n: "custom (the form below)" if n == CUSTOM
-                          else PRESETS[n].title, help="Fills the method and its r, α and ρ scope; ε stays.")
-    if name != CUSTOM and PRESETS[name].uses_r:
-        init("merge_rescale", SCRIPT_DEFAULT_R)
-        c[1].number_input("R (rescale factor)", min_value=1.0, max_value=3.0, step=0.05, format="%.2f",
-                          key="merge_rescale", on_change=apply_preset_to_form, disabled=disabled,
-                          help="The script's --rescale_factor: 1.05 by default, 1.2 in its README; r = R − 1.")
-    if name != CUSTOM:
-        c[2].caption(PRESETS[name].summary)
+    presets.picker("merge_preset", "merge_rescale", apply_preset_to_form, "custom (the form below)",
+                   "Fills the method and its r, α and ρ scope; ε stays.", disabled=disabled)
 
 
 # ---------------------------------------------------------------- page
@@ -412,7 +398,7 @@ init("merge_method", default_method(tuned))
 method = st.selectbox("Method", names, key="merge_method", format_func=lambda n: f"{n} — {METHODS[n].summary}",
                       disabled=mine_running)
 params = param_widgets(method, tuned, mine_running)
-if st.session_state.get("merge_preset", CUSTOM) != CUSTOM:
+if st.session_state.get("merge_preset", presets.CUSTOM) != presets.CUSTOM:
     try:
         matches = preset_provenance(st.session_state["merge_preset"], method, params) is not None
     except RamStudioError:

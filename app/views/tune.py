@@ -10,8 +10,7 @@ import streamlit as st
 
 from analysis import tables
 from merging import regions
-from merging.presets import PRESETS, SCRIPT_DEFAULT_R, get_preset
-from app import charts, state
+from app import charts, presets, state
 
 st.title("Tune")
 st.markdown("RAM+ scales each agent's **unique** update by λ_t = 1 + r·clip(ρ_t, 0, α) (Eq. 6), or "
@@ -76,47 +75,34 @@ def setting_widgets(prefix: str, p: dict, ladder: list[float], cols, on_change=N
     return {"eps": eps, "r": r, "alpha": alpha, "rule": rule, "rho_scope": scope}
 
 
-CUSTOM = "custom"
-
-
 def _apply_preset() -> None:
     """Set the tuner's r, α, rule and scope from the chosen preset (ε stays), before the widgets are drawn."""
-    name = st.session_state["tune_preset"]
-    if name == CUSTOM:
+    picked = presets.chosen("tune_preset", "tune_rescale")
+    if picked is None:
         return
-    preset = get_preset(name)
-    params = preset.params(st.session_state.get("tune_rescale", SCRIPT_DEFAULT_R) if preset.uses_r else None)
+    preset, params = picked
     values = {"r": float(params["r"]), "rule": "soft" if preset.method == "ram_plus_soft" else "clip",
               "rho_scope": params["rho_scope"]}
     if "alpha" in params:
         values["alpha"] = float(params["alpha"])
     for k, v in values.items():
         st.session_state[f"tune_{'scope' if k == 'rho_scope' else k}"] = v
-    state.tuned().update(values, preset=name, rescale_factor=st.session_state.get("tune_rescale"))
+    state.tuned().update(values, preset=preset.name, rescale_factor=st.session_state.get("tune_rescale"))
 
 
 def _custom() -> None:
     """A control moved by hand: the setting is no longer the preset."""
-    st.session_state["tune_preset"] = CUSTOM
-    state.tuned().update(preset=CUSTOM)
+    st.session_state["tune_preset"] = presets.CUSTOM
+    state.tuned().update(preset=presets.CUSTOM)
 
 
 def preset_row() -> None:
     """Start from a named setting: the paper's RAM+, the RAM authors' script's two modes, mergekit's defaults."""
-    c = st.columns([3, 1.2, 3.8], vertical_alignment="bottom")
     if "tune_preset" not in st.session_state:
-        st.session_state["tune_preset"] = state.tuned().get("preset", CUSTOM)
-    name = c[0].selectbox("Start from a preset", [CUSTOM, *PRESETS], key="tune_preset", on_change=_apply_preset,
-                          format_func=lambda n: "custom (the controls below)" if n == CUSTOM else PRESETS[n].title,
-                          help="Sets r, α, the rule and the ρ scope; ε stays. Moving a control makes it custom.")
-    if name != CUSTOM and PRESETS[name].uses_r:
-        if "tune_rescale" not in st.session_state:
-            st.session_state["tune_rescale"] = SCRIPT_DEFAULT_R
-        c[1].number_input("R (rescale factor)", min_value=1.0, max_value=3.0, step=0.05, format="%.2f",
-                          key="tune_rescale", on_change=_apply_preset,
-                          help="The script's --rescale_factor: 1.05 by default, 1.2 in its README; r = R − 1.")
-    if name != CUSTOM:
-        c[2].caption(PRESETS[name].summary)
+        st.session_state["tune_preset"] = state.tuned().get("preset", presets.CUSTOM)
+    presets.picker("tune_preset", "tune_rescale", _apply_preset, "custom (the controls below)",
+                   "Sets r, α, the rule and the ρ scope; ε stays. Moving a control makes it custom.",
+                   label="Start from a preset")
 
 
 def describe(p: dict) -> str:
