@@ -36,6 +36,11 @@ buttons = top[2].container(horizontal=True, horizontal_alignment="right")
 buttons.download_button("All data", res.frame.to_csv(index=False).encode(), "analysis_statistics.csv", "text/csv",
                         key="csv_all_stats", icon=":material/download:",
                         help="Every statistic of the pass: one row per agent × tensor × ε (CSV).")
+if len(agents) > 1:
+    buttons.download_button("Pair data", res.pairs.to_csv(index=False).encode(), "analysis_pairs.csv", "text/csv",
+                            key="csv_all_pairs", icon=":material/download:",
+                            help="The shared-region sums per pair of agents × tensor × ε: elements both changed, "
+                                 "same sign, Σ τ_a·τ_b, Σ τ_a², Σ τ_b² (CSV).")
 if buttons.button("Re-run", icon=":material/refresh:", help="Forget the cached result and read the weights again.",
                   key="het_rerun"):
     state.forget_analysis(sel)
