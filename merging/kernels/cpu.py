@@ -242,7 +242,7 @@ def overlap_histogram(base, agents, ladder, fractions, nparts):
         bb = np.empty(BLOCK, np.float32)
         code = np.empty(BLOCK, np.int32)
         tau = np.empty((n, BLOCK), np.float32)
-        bk = np.empty((n, BLOCK), np.int32)
+        bk = np.empty(n, np.int32)  # the buckets of one (rare, dominated) element
         top1 = np.empty(BLOCK, np.float32)
         top2 = np.empty(BLOCK, np.float32)
         flag = np.empty(BLOCK, np.bool_)
@@ -257,13 +257,11 @@ def overlap_histogram(base, agents, ladder, fractions, nparts):
             for t in range(n):
                 row = agents[t][s:s + m]
                 tr = tau[t]
-                br = bk[t]
                 if L <= 8:
                     for j in range(m):
                         x = load(row, j) - bb[j]
                         tr[j] = x
                         k = _bucket(abs(x), lad, L)
-                        br[j] = k
                         code[j] += (np.int32(2) * k + np.int32(x > _ZERO)) * mul
                         ax = abs(x)
                         top2[j] = max(top2[j], min(top1[j], ax))  # the two largest |τ| of the element
@@ -277,7 +275,6 @@ def overlap_histogram(base, agents, ladder, fractions, nparts):
                             k += np.int32(ladder[i] < a)
                         k = np.int32(L) if a != a else k
                         tr[j] = x
-                        br[j] = k
                         code[j] += (np.int32(2) * k + np.int32(x > _ZERO)) * mul
                         top2[j] = max(top2[j], min(top1[j], a))
                         top1[j] = max(top1[j], a)
@@ -317,12 +314,20 @@ def overlap_histogram(base, agents, ladder, fractions, nparts):
                 if flag[j]:
                     t = 0  # the agent with the largest |τ|
                     for o in range(n):
-                        t = o if abs(tau[o, j]) == top1[j] else t
+                        a32 = abs(tau[o, j])
+                        t = o if a32 == top1[j] else t
+                        if L <= 8:
+                            bk[o] = _bucket(a32, lad, L)
+                        else:
+                            k = np.int32(0)
+                            for i in range(L):
+                                k += np.int32(ladder[i] < a32)
+                            bk[o] = np.int32(L) if a32 != a32 else k
                     mt = np.float64(top1[j])
                     end = 0  # the first index where t or all of its partners are inactive
                     for o in range(n):
-                        end = max(end, bk[o, j]) if o != t else end
-                    end = min(end, bk[t, j])
+                        end = max(end, bk[o]) if o != t else end
+                    end = min(end, bk[t])
                     thr0 = f0 * mt
                     thr1 = f1 * mt
                     # start: the least candidate index (0 or a partner's bucket) where the active partners'
@@ -330,10 +335,10 @@ def overlap_histogram(base, agents, ladder, fractions, nparts):
                     st0 = L
                     st1 = L
                     for c in range(n):
-                        cv = 0 if c == t else bk[c, j]
+                        cv = 0 if c == t else bk[c]
                         part = 0.0
                         for o in range(n):
-                            part += abs(np.float64(tau[o, j])) if (o != t) & (bk[o, j] > cv) else 0.0
+                            part += abs(np.float64(tau[o, j])) if (o != t) & (bk[o] > cv) else 0.0
                         st0 = min(st0, cv) if part < thr0 else st0
                         st1 = min(st1, cv) if part < thr1 else st1
                     w = mt * mt
