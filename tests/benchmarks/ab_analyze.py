@@ -36,7 +36,7 @@ def export(rev: str, dst: Path) -> Path:
 def models(spec: str) -> list[str]:
     if spec == "demo":
         return ["demo:base", "demo:code", "demo:tool", "demo:memory"]
-    folder = Path(spec)
+    folder = Path(spec).resolve()
     return [str(folder / "base"), *sorted(str(p) for p in folder.glob("agent_*"))]
 
 
@@ -77,10 +77,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"run {i + 1} {name}: {runs[name][-1][0]:.2f} s wall, {runs[name][-1][1]:.2f} s CPU", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    summary = {name: {"median_wall_s": statistics.median(w for w, _ in r), "median_cpu_s": statistics.median(c for _, c in r),
-                      "runs": [{"wall_s": round(w, 3), "cpu_s": round(c, 3)} for w, c in r]} for name, r in runs.items()}
-    summary.update(before=args.before, after=args.after or "working tree", set=args.set, load_average=os.getloadavg(),
-                   when=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **summary)
+    summary: dict = {name: {"median_wall_s": statistics.median(w for w, _ in r),
+                            "median_cpu_s": statistics.median(c for _, c in r),
+                            "runs": [{"wall_s": round(w, 3), "cpu_s": round(c, 3)} for w, c in r]}
+                     for name, r in runs.items()}
+    summary.update(revisions={"before": args.before, "after": args.after or "working tree"}, set=args.set,
+                   load_average_after=os.getloadavg(), when=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     for name in ("before", "after"):
         print(f"{name}: median {summary[name]['median_wall_s']:.2f} s wall, {summary[name]['median_cpu_s']:.2f} s CPU")
     print(f"after / before: wall {summary['after']['median_wall_s'] / summary['before']['median_wall_s']:.2f}, "
