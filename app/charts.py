@@ -147,7 +147,10 @@ def unique_vs_chance_bars(df: pd.DataFrame, agents: list[str], log: bool = False
         values += list(100 * d["chance_unique_share_tensor"])
     _log_or_linear(fig, log, values, "unique share of changed elements (%)")
     fig.update_xaxes(title="agent")
-    return _layout(fig)
+    _layout(fig)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.28, xanchor="left", x=0),
+                      margin=dict(l=10, r=10, t=30, b=10))  # three entries wrap: below the plot, never on the title
+    return fig
 
 
 def layer_module_heatmaps(df: pd.DataFrame, agents: list[str], value: str = "density", log: bool = False,

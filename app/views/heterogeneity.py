@@ -124,7 +124,8 @@ with state.guard("Drawing the charts"):
     with left:
         charts.show(charts.unique_vs_chance_bars(uvc, agents, log_small), uvc,
                     "Bars: the share of each agent's changed elements no other agent changed. ◆: the same share if "
-                    "every agent had changed an independent random set of the same size.",
+                    "every agent had changed an independent random set of the same size; ◇: the same, tensor by "
+                    "tensor, with each tensor's own densities (the gap between ◆ and ◇ is structure).",
                     "unique_vs_chance", title="Unique share against chance", params=base_params)
     with right:
         nc = tables.norms_and_conflicts(res, eps)
