@@ -29,6 +29,7 @@ from merging import regions
 
 JOINT_MAX_AGENTS = 4
 DOMINANCE = (0.1, 0.3)  # partners' combined |τ| below these fractions of the agent's own |τ|
+SLICE = 1 << 21  # elements the torch path handles at once (its float64 copies of τ: N × 16 MB)
 JOINT_MAX_TABLE_BYTES = 128 << 20  # the joint decoding tables (states × N × L × N float64) stay below this
 DEFAULT_LADDER = (0.0, 1e-7, 1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 1e-3)
 
@@ -133,11 +134,15 @@ class OverlapAccumulator:
             return True
         self._on(taus.device)
         ladder = self._ladder_t.to(taus.device)
-        b = torch.searchsorted(ladder, taus.abs().contiguous())  # number of ladder values < |τ|
-        sq = self._add_joint(taus, b) if self.joint else self._add_direct(taus, b)
-        finite = torch.isfinite(sq)
-        self._finite = finite if self._finite is None else self._finite & finite
-        return True if deferred else bool(finite)
+        chunk_finite = None
+        for lo in range(0, taus.shape[1], SLICE):  # float64 working copies stay a few (N, SLICE) arrays
+            part = taus[:, lo:lo + SLICE]
+            b = torch.searchsorted(ladder, part.abs().contiguous())  # number of ladder values < |τ|
+            sq = self._add_joint(part, b) if self.joint else self._add_direct(part, b)
+            finite = torch.isfinite(sq)
+            chunk_finite = finite if chunk_finite is None else chunk_finite & finite
+        self._finite = chunk_finite if self._finite is None else self._finite & chunk_finite
+        return True if deferred else bool(chunk_finite)
 
     def _add_joint(self, taus: torch.Tensor, b: torch.Tensor) -> bool:
         n, s = self.n, 2 * (len(self.ladder) + 1)
