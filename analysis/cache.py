@@ -21,8 +21,8 @@ from merging.checkpoint import Checkpoint
 from merging.errors import RamStudioError
 from merging.untrusted import loads_json
 
-CACHE_VERSION = 1
 _TMP = re.compile(r"\.(?P<key>[0-9a-f]{32})\.(?P<host>[A-Za-z0-9._-]{1,64})\.(?P<pid>\d{1,10})\.[0-9a-f]{8}\.tmp")
+CACHE_VERSION = 2  # 2: shared-region diagnostics (pair frame, dominance)
 
 
 def cache_dir() -> Path:

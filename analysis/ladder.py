@@ -2,21 +2,34 @@
 
 Each |τ_t| is bucketed once into the ladder (b = number of ladder values below it, so m_t(ε_j) is
 b_t > j); with the sign of τ_t, each element's joint state over the N agents has (2·(L+1))^N values.
-One histogram of joint states (plus one weighted by τ_t² per agent) then gives, for every ε at once,
-changed/shared/unique counts, the overlap histogram, L2 norms of unique and shared parts, and sign
-conflicts. For many agents or long ladders the state space explodes, so beyond `joint_fits` it loops
-over ε instead.
+One histogram of joint states (plus one weighted by τ_t² per agent, and one by τ_a·τ_b per pair of
+agents) then gives, for every ε at once, changed/shared/unique counts, the overlap histogram, L2 norms of
+unique and shared parts, sign conflicts, and the shared-region diagnostics: per pair of agents the
+elements both changed, how many of them agree in sign, and the cosine of the two updates there; per
+agent the cosine against the other active agents' combined update. For many agents or long ladders the
+state space explodes, so beyond `joint_fits` it loops over ε instead.
+
+The dominance profile (how much of an agent's shared-region energy Σ τ_t² sits where the other active
+agents' combined |τ| is below 10 % or 30 % of its own) needs a per-element comparison of magnitudes that
+the buckets cannot give. As ε grows, agents drop out of an element one by one, so for each element the
+ε indices where the condition holds form one interval [start, end): start is the first index at which the
+active partners' Σ|τ| falls below the fraction of |τ_t| (it only falls as ε grows), end the first index at
+which t or all its partners are inactive. τ_t² is added to a small (start, end) table, which decodes
+exactly into every ε; the per-ε loop evaluates the same rule at each ε directly.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from merging import regions
 
 JOINT_MAX_AGENTS = 4
+DOMINANCE = (0.1, 0.3)  # partners' combined |τ| below these fractions of the agent's own |τ|
+SLICE = 1 << 21  # elements the torch path handles at once (its float64 copies of τ: N × 16 MB)
 JOINT_MAX_TABLE_BYTES = 128 << 20  # the joint decoding tables (states × N × L × N float64) stay below this
 DEFAULT_LADDER = (0.0, 1e-7, 1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 1e-3)
 
@@ -33,6 +46,21 @@ class TensorStats:
     sq_unique: torch.Tensor  # Σ τ_t² over t's unique elements (float64)
     sq_shared: torch.Tensor
     conflicts: torch.Tensor  # t's shared elements where another active agent has the opposite sign
+    # per pair (a, b) of `pairs(N)`, on the elements both changed; arrays are (P, L)
+    pair_both: torch.Tensor  # elements both changed
+    pair_agree: torch.Tensor  # …of which τ_a and τ_b have the same sign
+    pair_dot: torch.Tensor  # Σ τ_a·τ_b (float64)
+    pair_sq_a: torch.Tensor  # Σ τ_a²
+    pair_sq_b: torch.Tensor  # Σ τ_b²
+    # per agent t over its shared elements, against o_t = Σ of the other active agents' τ (float64, (N, L))
+    dot_others: torch.Tensor  # Σ τ_t·o_t
+    sq_others: torch.Tensor  # Σ o_t²
+    dominated: torch.Tensor  # (N, L, len(DOMINANCE)): Σ τ_t² where Σ_{other active} |τ| < f·|τ_t|
+
+
+def pairs(n: int) -> list[tuple[int, int]]:
+    """The agent pairs (a, b), a < b, in the order the pair statistics use."""
+    return [(a, b) for a in range(n) for b in range(a + 1, n)]
 
 
 class OverlapAccumulator:
@@ -44,6 +72,7 @@ class OverlapAccumulator:
         self.n = n_agents
         self.ladder = tuple(float(e) for e in ladder)
         self.joint = joint_fits(n_agents, len(self.ladder))
+        self.pairs = pairs(n_agents)
         self._ladder_t = torch.tensor(self.ladder, dtype=torch.float32)
         if self.joint:
             self._tables = _decode_tables(n_agents, len(self.ladder))
@@ -53,17 +82,21 @@ class OverlapAccumulator:
         n, L = self.n, len(self.ladder)
         self._device = torch.device(device)
         self._finite: torch.Tensor | None = None
+        P, F = len(self.pairs), len(DOMINANCE)
+        f64 = {"dtype": torch.float64, "device": device}
         if self.joint:
             states = self._tables["states"]
-            self._counts = torch.zeros(states, dtype=torch.float64, device=device)
-            self._sq = torch.zeros(n, states, dtype=torch.float64, device=device)
+            self._counts = torch.zeros(states, **f64)
+            self._sq = torch.zeros(n, states, **f64)
+            self._prod = torch.zeros(P, states, **f64)
+            self._dom = torch.zeros(n, F, (L + 1) ** 2, **f64)
         else:
-            z = {"device": device}
-            self._acc = TensorStats(*(torch.zeros(n, L, dtype=torch.int64, **z) for _ in range(3)),
-                                    torch.zeros(n, L, n, dtype=torch.int64, **z),
-                                    torch.zeros(n, L, dtype=torch.float64, **z),
-                                    torch.zeros(n, L, dtype=torch.float64, **z),
-                                    torch.zeros(n, L, dtype=torch.int64, **z))
+            i64 = {"dtype": torch.int64, "device": device}
+            self._acc = TensorStats(*(torch.zeros(n, L, **i64) for _ in range(3)), torch.zeros(n, L, n, **i64),
+                                    torch.zeros(n, L, **f64), torch.zeros(n, L, **f64), torch.zeros(n, L, **i64),
+                                    torch.zeros(P, L, **i64), torch.zeros(P, L, **i64),
+                                    *(torch.zeros(P, L, **f64) for _ in range(3)),
+                                    torch.zeros(n, L, **f64), torch.zeros(n, L, **f64), torch.zeros(n, L, F, **f64))
 
     def _on(self, device: torch.device) -> None:
         """Keep the sums on the device the task vectors are on (reset while nothing is summed yet)."""
@@ -81,10 +114,13 @@ class OverlapAccumulator:
         base, agents = chunk.raw()
         if base.size == 0:
             return True
-        counts, sq = cpu.overlap_histogram(base, agents, self._ladder_t.numpy(), cpu.hist_parts(base.size))
+        counts, sq, prod, dom = cpu.overlap_histogram(base, agents, self._ladder_t.numpy(), np.array(DOMINANCE),
+                                                      cpu.hist_parts(base.size))
         self._counts += torch.from_numpy(counts).double()
         sq_t = torch.from_numpy(sq)
         self._sq += sq_t
+        self._prod += torch.from_numpy(prod)
+        self._dom += torch.from_numpy(dom)
         return bool(torch.isfinite(sq_t.sum()))
 
     def add(self, taus: torch.Tensor, deferred: bool = False) -> bool:
@@ -98,11 +134,15 @@ class OverlapAccumulator:
             return True
         self._on(taus.device)
         ladder = self._ladder_t.to(taus.device)
-        b = torch.searchsorted(ladder, taus.abs().contiguous())  # number of ladder values < |τ|
-        sq = self._add_joint(taus, b) if self.joint else self._add_direct(taus, b)
-        finite = torch.isfinite(sq)
-        self._finite = finite if self._finite is None else self._finite & finite
-        return True if deferred else bool(finite)
+        chunk_finite = None
+        for lo in range(0, taus.shape[1], SLICE):  # float64 working copies stay a few (N, SLICE) arrays
+            part = taus[:, lo:lo + SLICE]
+            b = torch.searchsorted(ladder, part.abs().contiguous())  # number of ladder values < |τ|
+            sq = self._add_joint(part, b) if self.joint else self._add_direct(part, b)
+            finite = torch.isfinite(sq)
+            chunk_finite = finite if chunk_finite is None else chunk_finite & finite
+        self._finite = chunk_finite if self._finite is None else self._finite & chunk_finite
+        return True if deferred else bool(chunk_finite)
 
     def _add_joint(self, taus: torch.Tensor, b: torch.Tensor) -> bool:
         n, s = self.n, 2 * (len(self.ladder) + 1)
@@ -111,15 +151,20 @@ class OverlapAccumulator:
             code += (b[t] * 2 + (taus[t] > 0)) * (s ** t)
         states = self._tables["states"]
         self._counts += _bincount(code, states).double()
-        sq = torch.stack([_bincount(code, states, taus[t].double().square())
-                          for t in range(n)])
+        wide = taus.double()
+        sq = torch.stack([_bincount(code, states, wide[t].square()) for t in range(n)])
         self._sq += sq
+        for p, (a, c) in enumerate(self.pairs):
+            self._prod[p] += _bincount(code, states, wide[a] * wide[c])
+        self._dom += _dominance_tables(wide, b, len(self.ladder))
         return sq.sum()
 
     def _add_direct(self, taus: torch.Tensor, b: torch.Tensor) -> bool:
         acc = self._acc
         pos_all, neg_all = taus > 0, taus < 0
-        sq = taus.double().square()
+        wide = taus.double()
+        sq = wide.square()
+        mag = wide.abs()
         for j in range(len(self.ladder)):
             m = b > j  # |τ| > ε_j: the rule of Eq. 1 through the ladder buckets
             c, shar, uniq = regions.shared_and_unique(m)
@@ -134,18 +179,36 @@ class OverlapAccumulator:
             acc.conflicts[:, j] += (shar & opposite).sum(1)
             for t in range(self.n):
                 acc.hist[t, j] += _bincount(torch.where(m[t], c, 0), self.n + 1)[1:]
+            for p, (a, b2) in enumerate(self.pairs):
+                both = m[a] & m[b2]
+                acc.pair_both[p, j] += both.sum()
+                acc.pair_agree[p, j] += (both & (pos_all[a] == pos_all[b2])).sum()
+                acc.pair_dot[p, j] += (wide[a] * wide[b2] * both).sum()
+                acc.pair_sq_a[p, j] += (sq[a] * both).sum()
+                acc.pair_sq_b[p, j] += (sq[b2] * both).sum()
+            active = torch.where(m, wide, 0.0)
+            active_mag = torch.where(m, mag, 0.0)
+            for t in range(self.n):
+                others = _sum_rows(active, t)  # the other active agents' τ, summed in agent order
+                acc.dot_others[t, j] += (wide[t] * others * shar[t]).sum()
+                acc.sq_others[t, j] += (others.square() * shar[t]).sum()
+                partners = _sum_rows(active_mag, t)
+                for f, frac in enumerate(DOMINANCE):
+                    acc.dominated[t, j, f] += (sq[t] * (shar[t] & (partners < frac * mag[t]))).sum()
         return sq.sum()
 
     @property
     def pending_nbytes(self) -> int:
         """What one `take`n tensor's sums hold, in bytes (what keeping several for `results` costs)."""
-        n, L = self.n, len(self.ladder)
-        return (1 + n) * self._tables["states"] * 8 if self.joint else (6 + n) * n * L * 8
+        n, L, P, F = self.n, len(self.ladder), len(self.pairs), len(DOMINANCE)
+        if self.joint:
+            return ((1 + n + P) * self._tables["states"] + n * F * (L + 1) ** 2) * 8
+        return ((6 + n) * n * L + 5 * P * L + (2 + F) * n * L) * 8
 
     def take(self) -> "Pending":
         """This tensor's sums as they are (on their device; nothing waits for it), and a reset."""
         if self.joint:
-            sums: tuple = (self._counts, self._sq)
+            sums: tuple = (self._counts, self._sq, self._prod, self._dom)
         else:
             sums = tuple(getattr(self._acc, f) for f in TensorStats.__dataclass_fields__)
         pending = Pending(sums, self._finite)
@@ -165,18 +228,58 @@ class OverlapAccumulator:
         if not self.joint:
             return TensorStats(*(torch.stack(f) for f in zip(*sums)))
         tb, T = self._tables, len(sums)
+        states = tb["states"]
         counts = torch.stack([s[0] for s in sums])  # (T, states)
-        sq = torch.stack([s[1] for s in sums])  # (T, N, states)
-        used = (counts.sum(0) != 0).nonzero().squeeze(1)  # only the states that occur (few in small tensors)
-        counts, sq, states = counts[:, used], sq[:, :, used], len(used)
 
         def per(ind: torch.Tensor, *shape: int) -> torch.Tensor:  # (states, N, L, …) indicator → counts
-            return (counts @ ind[used].reshape(states, -1)).reshape(T, *shape).round().to(torch.int64)
+            return (counts @ ind.reshape(states, -1)).reshape(T, *shape).round().to(torch.int64)
 
-        sq_unique = torch.einsum("uts,stj->utj", sq, tb["unique"][used])
-        sq_shared = torch.einsum("uts,stj->utj", sq, tb["shared"][used])
+        sq = torch.stack([s[1] for s in sums])  # (T, N, states)
+        sq_unique = torch.einsum("uts,stj->utj", sq, tb["unique"])
+        sq_shared = torch.einsum("uts,stj->utj", sq, tb["shared"])
+        prod = torch.stack([s[2] for s in sums])  # (T, P, states)
+        dom = torch.stack([s[3] for s in sums])  # (T, N, F, (L+1)²)
+        diag = self._decode_diagnostics(counts, sq, prod, dom)
         return TensorStats(per(tb["active"], n, L), per(tb["shared"], n, L), per(tb["unique"], n, L),
-                           per(tb["hist"], n, L, n), sq_unique, sq_shared, per(tb["conflict"], n, L))
+                           per(tb["hist"], n, L, n), sq_unique, sq_shared, per(tb["conflict"], n, L), *diag)
+
+    def _decode_diagnostics(self, counts: torch.Tensor, sq: torch.Tensor, prod: torch.Tensor,
+                            dom: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The pair and per-agent diagnostics from joint-state sums: each needs only the digits of two or
+        three agents, so the sums are first reduced onto those agents' digits (a reshape and a sum over the
+        others), then decoded with small indicator tables."""
+        n, L, T = self.n, len(self.ladder), counts.shape[0]
+        tb, P = self._tables, len(self.pairs)
+        both_ind, agree_ind = tb["pair_both"], tb["pair_agree"]
+
+        def marg(x: torch.Tensor, keep: tuple[int, ...]) -> torch.Tensor:
+            return _marginal(x, n, tb["s"], keep)
+
+        def dec(x: torch.Tensor, ind: torch.Tensor) -> torch.Tensor:  # (T, s, s) × (s, s, L) → (T, L)
+            return torch.einsum("tab,abj->tj", x, ind)
+
+        z = torch.zeros(T, P, L, dtype=torch.float64)
+        both, agree, dot, sq_a, sq_b = (z.clone() for _ in range(5))
+        for p, (a, b) in enumerate(self.pairs):
+            mc = marg(counts, (a, b))
+            both[:, p], agree[:, p] = dec(mc, both_ind), dec(mc, agree_ind)
+            dot[:, p] = dec(marg(prod[:, p], (a, b)), both_ind)
+            sq_a[:, p] = dec(marg(sq[:, a], (a, b)), both_ind)
+            sq_b[:, p] = dec(marg(sq[:, b], (a, b)), both_ind)
+        dot_others = torch.zeros(T, n, L, dtype=torch.float64)
+        sq_others = torch.zeros(T, n, L, dtype=torch.float64)
+        for p, (a, b) in enumerate(self.pairs):
+            dot_others[:, a] += dot[:, p]
+            dot_others[:, b] += dot[:, p]
+            sq_others[:, a] += sq_b[:, p]  # o_a² = Σ_{b active} τ_b² + 2·Σ_{b<c active} τ_b·τ_c
+            sq_others[:, b] += sq_a[:, p]
+            for t in range(n):
+                if t not in (a, b):
+                    cross = torch.einsum("tabc,abcj->tj", marg(prod[:, p], (t, a, b)), tb["triple_active"])
+                    sq_others[:, t] += 2 * cross
+        dominated = torch.einsum("tnfk,kj->tnjf", dom, tb["interval"])
+        as_int = lambda x: x.round().to(torch.int64)  # noqa: E731 - counts summed in float64 are exact
+        return as_int(both), as_int(agree), dot, sq_a, sq_b, dot_others, sq_others, dominated
 
 
 def joint_fits(n_agents: int, ladder_len: int) -> bool:
@@ -196,6 +299,52 @@ class Pending:
 
     def all_finite(self) -> bool:
         return self.finite is None or bool(self.finite)
+
+
+def _marginal(x: torch.Tensor, n: int, s: int, keep: tuple[int, ...]) -> torch.Tensor:
+    """Joint-state sums (…, s**n) reduced onto the digits of the agents in `keep`: (…, s, …, s) indexed by
+    their digits in `keep`'s order (a state's code is Σ_t digit_t·s**t, so agent t is axis n−1−t)."""
+    lead = x.dim() - 1
+    y = x.reshape(*x.shape[:-1], *([s] * n))
+    drop = [lead + n - 1 - t for t in range(n) if t not in keep]
+    if drop:
+        y = y.sum(dim=drop)
+    kept = sorted(keep, reverse=True)  # the remaining axes, highest agent first
+    return y.permute(*range(lead), *(lead + kept.index(t) for t in keep))
+
+
+def _sum_rows(x: torch.Tensor, skip: int) -> torch.Tensor:
+    """Σ of the rows of x except `skip`, added in row order from 0 (the kernel's order)."""
+    out = torch.zeros_like(x[0])
+    for t in range(x.shape[0]):
+        if t != skip:
+            out = out + x[t]
+    return out
+
+
+def _dominance_tables(wide: torch.Tensor, b: torch.Tensor, L: int) -> torch.Tensor:
+    """Per agent t and fraction f, Σ τ_t² binned by the interval [start, end) of ladder indices j where t is
+    active and shared (end = min(b_t, max of the others' b)) and the active partners' Σ|τ| < f·|τ_t| (from
+    start on). The partners' sum can only fall at one of their bucket values, so start is the least
+    candidate (0 or a partner's bucket) where it is below the bound. (N, F, (L+1)²), float64."""
+    n = wide.shape[0]
+    mag = wide.abs()
+    out = torch.zeros(n, len(DOMINANCE), (L + 1) ** 2, dtype=torch.float64, device=wide.device)
+    if n < 2:
+        return out
+    for t in range(n):
+        others = [o for o in range(n) if o != t]
+        end = torch.minimum(b[t], torch.stack([b[o] for o in others]).amax(0))
+        starts = [torch.full_like(b[t], L) for _ in DOMINANCE]
+        for cand in [torch.zeros_like(b[t])] + [b[o] for o in others]:
+            partners = torch.zeros_like(mag[t])
+            for o in others:
+                partners = partners + torch.where(b[o] > cand, mag[o], 0.0)
+            for f, frac in enumerate(DOMINANCE):
+                starts[f] = torch.where(partners < frac * mag[t], torch.minimum(starts[f], cand), starts[f])
+        for f in range(len(DOMINANCE)):
+            out[t, f] = _bincount(starts[f] * (L + 1) + end, (L + 1) ** 2, mag[t].square())
+    return out
 
 
 def _bincount(x: torch.Tensor, bins: int, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -223,5 +372,16 @@ def _decode_tables(n: int, L: int) -> dict:
     k = torch.arange(1, n + 1).view(1, 1, 1, n)
     hist = active.unsqueeze(3) & (c.unsqueeze(3) == k)  # (states, N, L, N)
     f = torch.float64
-    return {"states": states, "active": active.to(f), "shared": shared.to(f), "unique": unique.to(f),
-            "conflict": conflict.to(f), "hist": hist.to(f)}
+    d = torch.arange(s)
+    act = (d // 2).unsqueeze(1) > torch.arange(L).view(1, L)  # (s, L): a digit's agent is active at ε_j
+    pos_d = (d % 2).bool()
+    pair_both = act.view(s, 1, L) & act.view(1, s, L)
+    pair_agree = pair_both & (pos_d.view(s, 1, 1) == pos_d.view(1, s, 1))
+    triple = pair_both.view(s, s, 1, L) & act.view(1, 1, s, L)
+    k = torch.arange((L + 1) ** 2)
+    start, end = (k // (L + 1)).view(-1, 1), (k % (L + 1)).view(-1, 1)
+    j = torch.arange(L).view(1, L)
+    return {"states": states, "s": s, "active": active.to(f), "shared": shared.to(f), "unique": unique.to(f),
+            "conflict": conflict.to(f), "hist": hist.to(f), "pair_both": pair_both.to(f),
+            "pair_agree": pair_agree.to(f), "triple_active": triple.to(f),
+            "interval": ((start <= j) & (j < end)).to(f)}

@@ -22,18 +22,22 @@ from merging.recipe import check_agent_count
 from merging.stream import DEFAULT_CHUNK_ELEMS
 
 from . import cache
-from .ladder import DEFAULT_LADDER, OverlapAccumulator, Pending
+from .ladder import DEFAULT_LADDER, DOMINANCE, OverlapAccumulator, Pending, pairs
 from .names import layer_of, module_of
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: not before the pass starts reading
     import pandas as pd
 
-STAT_COLUMNS = ["changed", "shared", "unique", "norm_unique", "norm_shared", "sign_conflicts"]
+DOMINATED_COLUMNS = [f"dominated_{round(100 * f)}" for f in DOMINANCE]  # Σ τ_t² where partners' Σ|τ| < f·|τ_t|
+STAT_COLUMNS = ["changed", "shared", "unique", "norm_unique", "norm_shared", "sign_conflicts", "dot_others",
+                "sq_others", *DOMINATED_COLUMNS]
+PAIR_COLUMNS = ["both_changed", "same_sign", "dot", "sq_a", "sq_b"]
 
 
 @dataclass
 class AnalysisResult:
-    """Statistics of one base + agents set; `frame` has one row per agent × tensor × ε."""
+    """Statistics of one base + agents set; `frame` has one row per agent × tensor × ε, `pairs` one row per
+    pair of agents (a, b in the order of `agents`) × tensor × ε, on the elements both changed."""
 
     base: str
     agents: list[str]
@@ -41,6 +45,7 @@ class AnalysisResult:
     total_params: int
     frame: pd.DataFrame
     seconds: float
+    pairs: pd.DataFrame
     fingerprint: str = ""
     from_cache: bool = False
     refs: list[str] = field(default_factory=list)
@@ -58,19 +63,21 @@ class AnalysisResult:
     def to_payload(self) -> dict:
         return {"base": self.base, "agents": self.agents, "ladder": list(self.ladder),
                 "total_params": self.total_params, "seconds": self.seconds, "refs": self.refs,
-                "frame": _split(self.frame)}
+                "frame": _split(self.frame), "pairs": _split(self.pairs)}
 
     @classmethod
     def from_payload(cls, p: dict, fingerprint: str) -> "AnalysisResult":
         import pandas as pd
 
-        f = p["frame"]
+        f, q = p["frame"], p["pairs"]
         frame = pd.DataFrame(f["data"], columns=f["columns"])
-        expected = {"agent", "tensor", "eps", *STAT_COLUMNS}
-        if not expected <= set(frame.columns) or frame.empty:
+        pair_frame = pd.DataFrame(q["data"], columns=q["columns"])
+        if not {"agent", "tensor", "eps", *STAT_COLUMNS} <= set(frame.columns) or frame.empty:
             raise ValueError("incomplete cached frame")
+        if not {"a", "b", "tensor", "eps", *PAIR_COLUMNS} <= set(pair_frame.columns) and len(p["agents"]) > 1:
+            raise ValueError("incomplete cached pair frame")
         return cls(p["base"], list(p["agents"]), tuple(p["ladder"]), int(p["total_params"]), frame,
-                   float(p["seconds"]), fingerprint, True, list(p.get("refs", [])))
+                   float(p["seconds"]), pair_frame, fingerprint, True, list(p.get("refs", [])))
 
 
 def _split(frame: pd.DataFrame) -> dict:
@@ -130,15 +137,13 @@ def validate_ladder(ladder: Sequence[float]) -> tuple[float, ...]:
     return tuple(values)
 
 
-def cached_counts(base: str, agents: Sequence[str], eps: float, policy: str = "error") -> dict[str, list[int]] | None:
-    """Whole-model shared/unique counts at ε from a cached analysis of these inputs (default ladder), or
-    None: lets a merge skip its counting pass when the statistics were already computed."""
-    if eps not in DEFAULT_LADDER:
-        return None
+def cached_result(base: str, agents: Sequence[str], policy: str = "error") -> AnalysisResult | None:
+    """A cached analysis of these inputs (default ladder), or None: lets a merge reuse its counts and record
+    its diagnostics without reading the weights again."""
     try:
         b, ags = _open_all(base, agents)
         payload = cache.load(cache.fingerprint(b, ags, validate_ladder(DEFAULT_LADDER), policy))
-        return AnalysisResult.from_payload(payload, "").counts_at(eps) if payload else None
+        return AnalysisResult.from_payload(payload, "") if payload else None
     except (RamStudioError, KeyError, ValueError, TypeError):
         return None
 
@@ -150,7 +155,7 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     acc = OverlapAccumulator(len(agents), ladder)
     deferred = gpu_style(device) and not uses_kernels(device)  # a GPU: nothing waits until the end
     batch = max(1, min(64, DECODE_BYTES // acc.pending_nbytes))  # tensors whose statistics are decoded together
-    columns: list[dict] = []
+    columns: list[tuple[dict, dict]] = []
     pending: list[tuple[str, Pending]] = []
     start = time.perf_counter()
     chunks = float_chunks(base, agents, phase="analyze", device=device, chunk_elems=chunk_elems, progress=progress,
@@ -172,9 +177,10 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     for i in range(0, len(pending), batch):
         columns.append(_columns(base, labels, ladder, acc, pending[i:i + batch]))
     refuse_identical_agents(labels, prints.finish()[1:])
-    frame = _frame(columns)
+    frame = _frame([c for c, _ in columns])
+    pair_frame = _frame([c for _, c in columns], PAIR_FRAME_COLUMNS)
     total = sum(e.numel for e in base.tensors.values() if e.dtype in FLOAT_CODES)
-    result = AnalysisResult(base.label, labels, ladder, total, frame, time.perf_counter() - start)
+    result = AnalysisResult(base.label, labels, ladder, total, frame, time.perf_counter() - start, pair_frame)
     _refuse_unchanged(result)
     return result
 
@@ -190,17 +196,23 @@ def _add_chunk(acc: OverlapAccumulator, chunk, fused: bool) -> bool:
         return acc.add_chunk(chunk, fused)
 
 
-def _frame(parts: list[dict]) -> pd.DataFrame:
-    """One frame from the batches' columns (arrays: objects for labels, numbers), in batch order; label
-    columns become strings, the layer column integers when every layer number fits int64."""
+PAIR_FRAME_COLUMNS = ["a", "b", "tensor", "layer", "module", "numel", "eps", *PAIR_COLUMNS]
+
+
+def _frame(parts: list[dict], columns: list[str] | None = None) -> pd.DataFrame:
+    """One frame from the batches' columns (lists or object arrays of labels, arrays of numbers), in batch
+    order; label columns are passed as lists, so pandas keeps strings and makes the layer column int64 when
+    every layer number fits (huge ones stay Python ints)."""
     import pandas as pd
 
     if not parts:
-        return pd.DataFrame()
-    cols = {c: np.concatenate([np.asarray(part[c]) for part in parts]) for c in parts[0]}
-    for c, v in cols.items():
-        if v.dtype == object:
-            cols[c] = list(v) if c == "layer" else v  # pandas infers int64 (or keeps huge ints) from a list
+        return pd.DataFrame(columns=columns)
+    cols = {}
+    for c, first in parts[0].items():
+        if isinstance(first, list) or np.asarray(first).dtype == object:
+            cols[c] = [v for part in parts for v in part[c]]
+        else:
+            cols[c] = np.concatenate([np.asarray(part[c]) for part in parts])
     return pd.DataFrame(cols)
 
 
@@ -222,8 +234,9 @@ DECODE_BYTES = 32 << 20  # at most this much of per-tensor sums is kept for one 
 
 
 def _columns(base: Checkpoint, labels: list[str], ladder: tuple[float, ...], acc: OverlapAccumulator,
-             batch: list[tuple[str, Pending]]) -> dict[str, list | np.ndarray]:
-    """The frame's columns for a batch of tensors: one row per tensor × agent × ε, in that order."""
+             batch: list[tuple[str, Pending]]) -> tuple[dict[str, list | np.ndarray], dict[str, list | np.ndarray]]:
+    """The frames' columns for a batch of tensors: one row per tensor × agent × ε, and one per tensor × pair
+    of agents × ε, in that order."""
     st = acc.results([p for _, p in batch])
     n, L = len(labels), len(ladder)
     per_tensor = n * L
@@ -242,11 +255,30 @@ def _columns(base: Checkpoint, labels: list[str], ladder: tuple[float, ...], acc
         "changed": st.changed.reshape(-1).numpy(), "shared": st.shared.reshape(-1).numpy(),
         "unique": st.unique.reshape(-1).numpy(),
         "norm_unique": st.sq_unique.reshape(-1).sqrt().numpy(), "norm_shared": st.sq_shared.reshape(-1).sqrt().numpy(),
-        "sign_conflicts": st.conflicts.reshape(-1).numpy()}
+        "sign_conflicts": st.conflicts.reshape(-1).numpy(),
+        "dot_others": st.dot_others.reshape(-1).numpy(), "sq_others": st.sq_others.reshape(-1).numpy()}
+    dominated = st.dominated.reshape(-1, len(DOMINANCE)).numpy()
+    for f, name in enumerate(DOMINATED_COLUMNS):
+        cols[name] = dominated[:, f]
     hist = st.hist.reshape(-1, n).numpy()
     for k in range(n):
         cols[f"k{k + 1}"] = hist[:, k]
-    return cols
+    pair_list = pairs(n)
+    per_pair = len(pair_list) * L
+    layers = cols["layer"][::per_tensor] if per_tensor else []
+    modules = cols["module"][::per_tensor] if per_tensor else []
+    pair_cols: dict[str, list | np.ndarray] = {
+        "a": [labels[a] for _ in names for a, _ in pair_list for _ in ladder],
+        "b": [labels[b] for _ in names for _, b in pair_list for _ in ladder],
+        "tensor": [name for name in names for _ in range(per_pair)],
+        "layer": [v for v in layers for _ in range(per_pair)],
+        "module": [v for v in modules for _ in range(per_pair)],
+        "numel": np.repeat(cols["numel"][::per_tensor], per_pair) if per_tensor else np.zeros(0, np.int64),
+        "eps": np.tile(np.array(ladder, dtype=np.float64), len(names) * len(pair_list)),
+        "both_changed": st.pair_both.reshape(-1).numpy(), "same_sign": st.pair_agree.reshape(-1).numpy(),
+        "dot": st.pair_dot.reshape(-1).numpy(), "sq_a": st.pair_sq_a.reshape(-1).numpy(),
+        "sq_b": st.pair_sq_b.reshape(-1).numpy()}
+    return cols, pair_cols
 
 
 def _refuse_unchanged(result: AnalysisResult) -> None:

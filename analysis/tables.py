@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from merging.regions import chance_unique_share, lambda_for, rho
@@ -28,11 +29,30 @@ def global_density(result: AnalysisResult, eps: float) -> pd.DataFrame:
 
 def unique_vs_chance(result: AnalysisResult, eps: float) -> pd.DataFrame:
     """Per agent: density, unique share of its changed elements, and the unique share independent random
-    masks of the same densities would give (Π_{j≠i}(1 − d_j)), to tell structure from chance."""
+    masks of the same densities would give (Π_{j≠i}(1 − d_j)), over the whole model and tensor by tensor
+    (`per_tensor_chance`), to tell element-level structure from chance."""
     g = global_density(result, eps)
     g["unique_share"] = (g["unique"] / g["changed"].where(g["changed"] > 0)).fillna(0.0)
     g["chance_unique_share"] = chance_unique_share(list(g["density"]))
+    g["chance_unique_share_tensor"] = g["agent"].map(per_tensor_chance(result, eps)).to_numpy()
     return g
+
+
+def per_tensor_chance(result: AnalysisResult, eps: float) -> pd.Series:
+    """Each agent's unique share if, tensor by tensor, the agents had changed independent random sets of that
+    tensor's own densities: Σ_tensors changed·Π_{j≠i}(1 − d_j) / Σ changed. Next to the whole-model chance it
+    separates structure (agents updating different tensors) from element-level avoidance or attraction."""
+    rows = _at(result, eps)
+    changed = rows.pivot_table(index="tensor", columns="agent", values="changed", aggfunc="sum", sort=False)
+    changed = changed.reindex(columns=result.agents).fillna(0.0)
+    numel = rows.groupby("tensor", sort=False)["numel"].first().reindex(changed.index).to_numpy(dtype=float)
+    c = changed.to_numpy(dtype=float)
+    d = np.divide(c, numel[:, None], out=np.zeros_like(c), where=numel[:, None] > 0)
+    out = {}
+    for i, agent in enumerate(result.agents):
+        keep = np.prod(np.delete(1.0 - d, i, axis=1), axis=1)
+        out[agent] = float((c[:, i] * keep).sum() / c[:, i].sum()) if c[:, i].sum() > 0 else 0.0
+    return pd.Series(out, name="chance_unique_share_tensor")
 
 
 def overlap_distribution(result: AnalysisResult, eps: float) -> pd.DataFrame:

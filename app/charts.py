@@ -154,10 +154,19 @@ def unique_vs_chance_bars(df: pd.DataFrame, agents: list[str], log: bool = False
                     name="chance (independent masks)",
                     marker=dict(symbol="diamond", size=13, color=NEUTRAL, line=dict(color="white", width=1)),
                     hovertemplate="%{x}: %{y:.3g}% by chance<extra></extra>")
-    _log_or_linear(fig, log, list(100 * d["unique_share"]) + list(100 * d["chance_unique_share"]),
-                   "unique share of changed elements (%)")
+    values = list(100 * d["unique_share"]) + list(100 * d["chance_unique_share"])
+    if "chance_unique_share_tensor" in d:
+        fig.add_scatter(x=agents, y=100 * d["chance_unique_share_tensor"], mode="markers",
+                        name="chance, tensor by tensor",
+                        marker=dict(symbol="diamond-open", size=13, color=NEUTRAL, line=dict(width=2)),
+                        hovertemplate="%{x}: %{y:.3g}% by chance with each tensor's own densities<extra></extra>")
+        values += list(100 * d["chance_unique_share_tensor"])
+    _log_or_linear(fig, log, values, "unique share of changed elements (%)")
     fig.update_xaxes(title="agent")
-    return _layout(fig)
+    _layout(fig)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.28, xanchor="left", x=0),
+                      margin=dict(l=10, r=10, t=30, b=10))  # three entries wrap: below the plot, never on the title
+    return fig
 
 
 def layer_module_heatmaps(df: pd.DataFrame, agents: list[str], value: str = "density", log: bool = False,
@@ -279,6 +288,151 @@ def norms_conflicts(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     fig.update_xaxes(title_text="agent", row=1, col=2)
     _layout(fig, height=380)
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0),
+                      margin=dict(l=10, r=10, t=30, b=10))
+    return fig
+
+
+# ---------------------------------------------------------------- Is the overlap real?
+
+def short_labels(names: list[str], width: int = 20) -> dict[str, str]:
+    """Axis labels for agent names, at most `width` characters: an `org/` prefix dropped, then the name parts
+    every agent shares (e.g. '-7B'), then middle parts replaced by '…' (the first part and as many of the last
+    as fit: 'Qwen2.5…grpo-cold'). Distinct names stay distinct; hover texts keep the full names."""
+    base = {n: n.rstrip("/").rsplit("/", 1)[-1] or n for n in names}
+    split = {n: re.split(r"([-_ ])", b) for n, b in base.items()}  # words at even positions, separators between
+    common = set.intersection(*(set(t[::2]) for t in split.values())) if len(names) > 1 else set()
+    out = {}
+    for n, tokens in split.items():
+        words = [(tokens[i - 1] if i else "", tokens[i]) for i in range(0, len(tokens), 2)]
+        kept = [(sep, w) for sep, w in words if w not in common]
+        if sum(len(w) for _, w in kept) < 6:  # too little left to recognise: keep the shared parts
+            kept = words
+        kept = [("", kept[0][1]), *kept[1:]]
+        text = "".join(sep + w for sep, w in kept)
+        if len(text) > width:
+            text = _middle_out(kept, width)
+        out[n] = text
+    if len(set(out.values())) < len(out):  # shortening made two names equal: number them
+        out = {n: f"{i + 1}: {v}" for i, (n, v) in enumerate(out.items())}
+    return out
+
+
+def _middle_out(parts: list[tuple[str, str]], width: int) -> str:
+    """(separator, word) parts shortened to `width`: the first word, '…', and as many whole last words as fit;
+    characters cut from the middle when even that does not fit."""
+    head = parts[0][1]
+    chosen: list[tuple[str, str]] = []
+    for part in reversed(parts[1:]):
+        trial = [part, *chosen]
+        tail = trial[0][1] + "".join(sep + w for sep, w in trial[1:])
+        if len(head) + 1 + len(tail) > width:
+            break
+        chosen = trial
+    if chosen and len(head) + 1 < width:
+        return head + "…" + chosen[0][1] + "".join(sep + w for sep, w in chosen[1:])
+    text = "".join(sep + w for sep, w in parts)
+    left = (width - 1) // 2
+    return text[:left] + "…" + text[len(text) - (width - 1 - left):]
+
+
+def pair_matrix(df: pd.DataFrame, agents: list[str]) -> go.Figure:
+    """Two agent × agent panels: sign agreement on the elements both changed (chance 50 %) and the cosine of the
+    two updates there (chance 0), every cell written out; colours diverge from the chance value (blue above,
+    red below), so a chance-level matrix is pale."""
+    short = short_labels(agents)
+    n = len(agents)
+    idx = {a: i for i, a in enumerate(agents)}
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=["same sign (%) · chance 50 %", "cosine of the updates · chance 0"])
+    for col, (value, scale, fmt, lo, hi) in enumerate([("sign_agreement", 100.0, "{:.1f}%", 30.0, 70.0),
+                                                        ("cosine", 1.0, "{:+.3f}", -0.4, 0.4)], start=1):
+        z = [[None] * n for _ in range(n)]
+        text = [["" if i != j else "·" for j in range(n)] for i in range(n)]
+        hover = [["" for _ in range(n)] for _ in range(n)]
+        for r in df.itertuples():
+            i, j = idx[r.a], idx[r.b]
+            v = getattr(r, value)
+            tip = (f"{r.a} and {r.b}<br>{int(r.both_changed):,} elements both changed "
+                   f"(independent masks: {r.expected_both_tensor:,.0f})<br>same sign {100 * r.sign_agreement:.2f}% "
+                   f"(unrelated updates: 50 ± {100 * r.sign_agreement_se:.2f})<br>cosine {r.cosine:+.4f}")
+            for a, b in ((i, j), (j, i)):
+                z[a][b] = None if v != v else scale * v
+                text[a][b], hover[a][b] = ("–" if v != v else fmt.format(scale * v)), tip
+        fig.add_trace(go.Heatmap(z=z, x=[short[a] for a in agents], y=[short[a] for a in agents], text=text,
+                                 texttemplate="%{text}", textfont=dict(size=14), customdata=hover,
+                                 hovertemplate="%{customdata}<extra></extra>", colorscale="RdBu", zmid=(lo + hi) / 2,
+                                 zmin=lo, zmax=hi, xgap=3, ygap=3, showscale=False), row=1, col=col)
+        fig.update_xaxes(type="category", showgrid=False, tickangle=0 if n <= 3 else -30, row=1, col=col)
+        fig.update_yaxes(type="category", showgrid=False, autorange="reversed", row=1, col=col)
+    return _layout(fig, height=110 + 75 * n, legend=False, margin=dict(l=10, r=10, t=40, b=10))
+
+
+ENERGY_PARTS = [("unique", "unique (kept whole by RAM)", UNIQUE_COLOR),
+                ("partners", "shared, partners ≥ 30 % as large", "#B0B0B0"),
+                ("dominant_30", "shared, partners 10–30 %", "#E69F00"),
+                ("dominant_10", "shared, partners < 10 %", "#D55E00")]
+
+
+def energy_profile(df: pd.DataFrame, agents: list[str]) -> go.Figure:
+    """Where each agent's update energy Σ τ² lies: unique elements, and shared elements split by how large the
+    other active agents' combined |τ| is next to the agent's own (averaging divides the dominant part although
+    the partners barely moved)."""
+    short = short_labels(agents)
+    d = df.set_index("agent").reindex(agents)
+    shared = d["shared_energy_share"].fillna(0.0)
+    parts = {"unique": 1.0 - shared, "dominant_10": shared * d["dominated_10_share"].fillna(0.0),
+             "dominant_30": shared * (d["dominated_30_share"] - d["dominated_10_share"]).fillna(0.0),
+             "partners": shared * (1.0 - d["dominated_30_share"].fillna(0.0))}
+    fig = go.Figure()
+    for key, name, color in ENERGY_PARTS:
+        v = 100 * parts[key]
+        fig.add_bar(y=[short[a] for a in agents], x=v, name=name, orientation="h", marker_color=color,
+                    text=[f"{x:.0f}%" if x >= 7 else "" for x in v], textposition="inside", customdata=agents,
+                    hovertemplate=f"%{{customdata}}: %{{x:.1f}}% of its update energy Σ τ² is {name}<extra></extra>")
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title="share of the agent's update energy Σ τ² (%)", range=[0, 100])
+    fig.update_yaxes(autorange="reversed", type="category")
+    _layout(fig, height=max(190, 90 + 45 * len(agents)))
+    fig.update_layout(legend=dict(orientation="v", yanchor="top", y=1, xanchor="left", x=1.02, traceorder="normal"),
+                      margin=dict(l=10, r=10, t=20, b=10))  # beside the bars: never over a title or an axis
+    return fig
+
+
+def agreement_by_group(df: pd.DataFrame, agents: list[str], by: str) -> go.Figure:
+    """Per pair of agents, sign agreement (left, chance 50 %) and cosine (right, chance 0) per layer (lines) or
+    module kind (bars): where agreement concentrates."""
+    short = short_labels(agents)
+    palette = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#8C564B", "#7F7F7F", "#999933",
+               "#882255"]
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+                        subplot_titles=["same sign (%) · chance 50 %", "cosine · chance 0"])
+    pairs = list(dict.fromkeys(zip(df["a"], df["b"])))
+    for k, (a, b) in enumerate(pairs):
+        part = df[(df["a"] == a) & (df["b"] == b)]
+        name = f"{short[a]} – {short[b]}"
+        xs = [("emb/head" if v == -1 else str(v)) if by == "layer" else str(v) for v in part[by]]
+        hover = [f"{a} – {b} · {by} {x}: %{{y:.3g}} ({int(n):,} elements both changed)" for x, n in
+                 zip(xs, part["both_changed"])]
+        for col, value, scale in ((1, "sign_agreement", 100.0), (2, "cosine", 1.0)):
+            kw = dict(x=xs, y=scale * part[value], name=name, legendgroup=name, showlegend=col == 1,
+                      hovertext=hover, hovertemplate="%{hovertext}<extra></extra>")
+            if by == "layer":
+                fig.add_scatter(mode="lines+markers", line=dict(color=palette[k % len(palette)], width=2.5),
+                                row=1, col=col, **kw)
+            else:
+                fig.add_bar(marker_color=palette[k % len(palette)], row=1, col=col, **kw)
+    fig.add_hline(y=50, line=dict(dash="dot", color=NEUTRAL), row=1, col=1)
+    fig.add_hline(y=0, line=dict(dash="dot", color=NEUTRAL), row=1, col=2)
+    fig.update_layout(barmode="group")
+    for col in (1, 2):
+        fig.update_xaxes(title_text="layer" if by == "layer" else "module kind", type="category", row=1, col=col)
+    # at least 40–60 % and ±0.2: a chance-level profile looks flat, not magnified
+    sa = [v for v in 100 * df["sign_agreement"] if v == v]
+    co = [v for v in df["cosine"] if v == v]
+    fig.update_yaxes(title_text="same sign (%)", range=[min([40.0, *sa]) - 2, max([60.0, *sa]) + 2], row=1, col=1)
+    fig.update_yaxes(title_text="cosine", range=[min([-0.2, *co]) - 0.02, max([0.2, *co]) + 0.02], row=1, col=2)
+    _layout(fig, height=380)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
                       margin=dict(l=10, r=10, t=30, b=10))
     return fig
 

@@ -130,7 +130,7 @@ class JobManager:
         return self.jobs.get(job_id) if job_id else None
 
     def submit(self, spec: MergeSpec, owner: str, *, overwrite: bool = False, counts: dict | None = None,
-               runner=None) -> Job:
+               overlap: dict | None = None, provenance: dict | None = None, runner=None) -> Job:
         """Start `spec` in a worker thread; raises Busy (or a folder conflict) as a readable error."""
         out = Path(spec.out).expanduser().absolute()
         with self._lock:
@@ -142,7 +142,8 @@ class JobManager:
             job = Job(id=uuid.uuid4().hex[:10], spec=spec, owner=owner, out=out)
             self.jobs[job.id] = job
             self.written_by[out] = owner
-        job.thread = threading.Thread(target=self._work, args=(job, overwrite, counts, runner), daemon=True,
+        job.thread = threading.Thread(target=self._work, args=(job, overwrite, counts, overlap, provenance, runner),
+                                      daemon=True,
                                       name=f"ram-merge-{job.id}")
         job.thread.start()
         return job
@@ -158,7 +159,8 @@ class JobManager:
                    "One merge runs at a time per server: wait for it to finish"
                    + (" or cancel it." if mine else ", then start yours."))
 
-    def _work(self, job: Job, overwrite: bool, counts: dict | None, runner) -> None:
+    def _work(self, job: Job, overwrite: bool, counts: dict | None, overlap: dict | None, provenance: dict | None,
+              runner) -> None:
         from merging.export import merge_to_folder
 
         def on_merge(p: Progress) -> None:
@@ -168,8 +170,9 @@ class JobManager:
             job.phase, job.progress = "count", p
 
         run = runner or merge_to_folder
-        job.result = record_outcome(job, lambda: run(job.spec, overwrite=overwrite, counts=counts, progress=on_merge,
-                                                     cancel=job.cancel, count_progress=on_count),
+        job.result = record_outcome(job, lambda: run(job.spec, overwrite=overwrite, counts=counts, overlap=overlap,
+                                                     provenance=provenance, progress=on_merge, cancel=job.cancel,
+                                                     count_progress=on_count),
                                     "Check the output folder and the inputs, then try again.")
         with self._lock:
             if job.status != "done":

@@ -182,16 +182,15 @@ def _akey(sel: Selection) -> str:
     return f"{sel.key}#{','.join(f'{e:g}' for e in DEFAULT_LADDER)}"
 
 
-def cached_counts(sel: Selection, spec) -> dict | None:
-    """Whole-model counts for a merge's global ρ from this server's cached analysis of `sel`, if any."""
-    from merging.methods import get_method
-
+def cached_statistics(sel: Selection, spec) -> tuple[dict | None, dict | None]:
+    """Whole-model counts for a merge's global ρ and the shared-region diagnostics for its card, from this
+    server's cached analysis of `sel`, if any."""
     res = cached_analysis(sel)
-    method = get_method(spec.method)
-    eps = method.global_counts_eps(method.resolve_params(spec.params))
-    if res is None or eps is None or eps not in res.ladder:
-        return None
-    return res.counts_at(eps)
+    if res is None:
+        return None, None
+    from analysis.agreement import merge_statistics
+
+    return merge_statistics(res, spec.method, spec.params)
 
 
 def forget_analysis(sel: Selection) -> None:

@@ -52,6 +52,7 @@ class MergeResult:
     losses: list[AgentLoss] = field(default_factory=list)
     written: WrittenFolder | None = None  # what was committed, for reading it back safely (merging.written)
     warnings: list[str] = field(default_factory=list)
+    overlap: dict[str, Any] | None = None  # the shared-region diagnostics recorded with the merge, if given
 
 
 @dataclass
@@ -91,15 +92,16 @@ def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: boo
                     expected_inputs: list[dict[str, Any]] | None = None,
                     counts: dict[str, list[int]] | None = None, progress: ProgressFn | None = None,
                     count_progress: ProgressFn | None = None, cancel: threading.Event | None = None,
-                    provenance: dict[str, Any] | None = None, warn: Callable[[str], None] | None = None
-                    ) -> MergeResult:
+                    provenance: dict[str, Any] | None = None, overlap: dict[str, Any] | None = None,
+                    warn: Callable[[str], None] | None = None) -> MergeResult:
     """Run `spec` end to end and write the merged model folder atomically.
 
     `counts` (whole-model shared/unique counts at the method's ε, e.g. from a cached analysis) saves the
     counting pass global ρ otherwise needs; `expected_inputs` (a recipe's recorded inputs) makes the
     merge refuse inputs whose content changed; `allow_noop` writes a merge that changes nothing;
-    `provenance` (e.g. the mergekit config it came from) is recorded in the recipe; `warn` is told at once
-    about anything allowed but worth knowing (an output inside the Hugging Face cache)."""
+    `provenance` (e.g. the mergekit config it came from) is recorded in the recipe; `overlap` (the shared-region
+    diagnostics of a cached analysis, analysis.agreement.overlap_summary) goes into the card and the recipe;
+    `warn` is told at once about anything allowed but worth knowing (an output inside the Hugging Face cache)."""
     t0 = time.perf_counter()
     method = get_method(spec.method)
     params = method.resolve_params(spec.params)
@@ -124,19 +126,20 @@ def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: boo
             lambdas, notes, written = _merge_into(target, spec, params, ins, allow_noop=allow_noop, counts=counts,
                                                   expected_inputs=expected_inputs, progress=progress,
                                                   count_progress=count_progress, cancel=cancel,
-                                                  provenance=provenance)
+                                                  provenance=provenance, overlap=overlap)
     except BaseException:
         discard(None, target)  # the parent folders this merge created (the lock file is gone now)
         raise
     files = [target.path / f.name for f in written.files]
     return MergeResult(target.path, files, written.bytes, time.perf_counter() - t0, lambdas, notes, ins.losses,
-                       written, list(target.warnings))
+                       written, list(target.warnings), overlap)
 
 
 def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], ins: _Inputs, *, allow_noop: bool,
                 counts: dict[str, list[int]] | None, expected_inputs: list[dict[str, Any]] | None,
                 progress: ProgressFn | None, count_progress: ProgressFn | None, cancel: threading.Event | None,
-                provenance: dict[str, Any] | None) -> tuple[list[dict[str, Any]] | None, list[str], WrittenFolder]:
+                provenance: dict[str, Any] | None, overlap: dict[str, Any] | None = None
+                ) -> tuple[list[dict[str, Any]] | None, list[str], WrittenFolder]:
     """The merge proper, with the target locked: counts (if needed), stream, check, write, commit."""
     method = get_method(spec.method)
     device = pick_device(spec.device)
@@ -154,6 +157,10 @@ def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], i
     shared = method.prepare(params, counts if eps is not None else None, ins.labels)
     lambdas = _lambda_rows(ins.labels, counts, shared) if eps is not None else None
     notes = list(ins.notes)
+    preset = (provenance or {}).get("preset")
+    if preset:
+        factor = f" with R = {preset['rescale_factor']:g}" if "rescale_factor" in preset else ""
+        notes.append(f"Preset {preset['name']}{factor}: {preset['summary']}")
     if params.get("rho_scope") == "tensor":
         notes.append("ρ_t and λ_t are computed per tensor (mergekit ramplus_tl style), so they vary by tensor.")
     tmp = None
@@ -193,9 +200,11 @@ def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], i
         if mergekit[0] is not None:
             (tmp / "mergekit.yaml").write_text(mergekit[0])
         extra = {"lambdas": lambdas, "notes": notes, **(provenance or {})}
+        if overlap:
+            extra["overlap"] = {k: v for k, v in overlap.items() if k != "markdown"}
         recipe_path = write_recipe(tmp, recipe_document(recorded, identities, extra))
         (tmp / "README.md").write_text(render_card(recorded, ins.labels, lambdas, recipe_path.read_text(), notes,
-                                                   mergekit))
+                                                   mergekit, (overlap or {}).get("markdown")))
         written = record(tmp, target.path, frozenset({PARTIAL_MARKER}))
         commit(tmp, target)
     except BaseException:

@@ -33,8 +33,10 @@ def hub_ids(refs: list[str]) -> list[str]:
 
 
 def render_card(spec: MergeSpec, agent_labels: list[str], lambdas: list[dict[str, Any]] | None,
-                recipe_text: str, notes: list[str], mergekit: tuple[str | None, str] | None = None) -> str:
-    """Markdown model card; `lambdas` rows hold agent, shared, unique, rho, lambda when RAM+ used them."""
+                recipe_text: str, notes: list[str], mergekit: tuple[str | None, str] | None = None,
+                statistics: list[str] | None = None) -> str:
+    """Markdown model card; `lambdas` rows hold agent, shared, unique, rho, lambda when RAM+ used them;
+    `statistics` are Markdown lines of the inputs' shared-region diagnostics (made by analysis.agreement)."""
     method = get_method(spec.method)
     lines = ["---"]
     hub = hub_ids([spec.base, *spec.agents])
@@ -55,6 +57,8 @@ def render_card(spec: MergeSpec, agent_labels: list[str], lambdas: list[dict[str
             rho_s = "∞" if rho is None or (isinstance(rho, float) and math.isinf(rho)) else f"{rho:.4f}"
             lines.append(f"| {row['agent']} | {row['shared']:,} | {row['unique']:,} | {rho_s} | {row['lambda']:.4f} |")
         lines.append("")
+    if statistics:
+        lines += [*statistics, ""] if statistics[-1] else statistics
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     if mergekit is not None:

@@ -70,8 +70,8 @@ def lambda_for(shared: int, unique: int, r: float, alpha: float | None, rule: st
     and shared_t > 0 (ρ_t = +∞) the limits of Eq. 6 and 8 apply (λ_t then multiplies nothing)."""
     if shared + unique == 0:
         return 1.0
-    if rule == "soft":
-        return 1.0 + r * shared / (shared + unique)  # Eq. 9: ρ/(1+ρ) = shared/(shared+unique), exact
+    if rule == "soft":  # Eq. 9: ρ/(1+ρ) = shared/(shared+unique), exact; the authors' script's order of operations
+        return 1.0 + r * (shared / (shared + unique))
     return lambda_from_rho(rho(shared, unique), r, alpha, rule)
 
 

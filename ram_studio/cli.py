@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -201,12 +202,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     agents = [open_checkpoint(a) for a in args.agents]
     json_out = _file_output(args.json, [base, *agents], args.overwrite)
     csv_out = _file_output(args.csv, [base, *agents], args.overwrite)
+    pairs_csv_out = _file_output(args.pairs_csv, [base, *agents], args.overwrite)
     ladder = _ladder(args.eps_ladder) if args.eps_ladder else list(DEFAULT_LADDER)
     with _stop_on_signal() as stop:
         result = analyze(base, agents, ladder=ladder, device=args.device, policy=args.on_mismatch,
                          use_cache=not args.no_cache, progress=None if args.quiet else _progress_printer("analyze"),
                          cancel=stop)
-    from analysis.tables import agents_json, global_density, rho_table  # pandas: only once there are results
+    from analysis import agreement  # pandas: only once there are results
+    from analysis.tables import agents_json, global_density, rho_table
 
     eps = args.eps if args.eps in result.ladder else (1e-5 if 1e-5 in result.ladder else result.ladder[-1])
     table = global_density(result, eps).merge(rho_table(result, eps)[["agent", "rho"]], on="agent")
@@ -214,13 +217,57 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     say(f"ε = {eps:g}; {result.total_params:,} parameters; "
           f"{'from cache' if result.from_cache else f'{result.seconds:.1f} s'}")
     say(_table(table[["agent", "changed", "shared", "unique", "density", "rho"]]))
+    read = agreement.reading(result, eps)
+    if len(result.agents) > 1:
+        say("\nIs the overlap real? (elements both changed; chance: 50 % same sign, cosine 0)")
+        say(_table(_pair_summary(agreement.pair_agreement(result, eps))))
+        say(_table(_agent_summary(agreement.agent_agreement(result, eps))))
+    say("\n" + textwrap.fill(printable(read.text, 4000), 100))
     if json_out:
+        fields = agreement.agent_fields(result)
+        records = [{**rec, **fields[(rec["name"], rec["eps"])]} for rec in agents_json(result)]
         doc = {"eps": list(result.ladder), "total_params": result.total_params, "base": result.base,
-               "agents": agents_json(result), "fingerprint": result.fingerprint, "seconds": result.seconds}
+               "agents": records, "pairs": agreement.pairs_json(result),
+               "reading": {"eps": eps, "regime": read.regime, "text": read.text},
+               "fingerprint": result.fingerprint, "seconds": result.seconds}
         write_file_atomically(json_out, (json.dumps(doc, indent=2) + "\n").encode())
     if csv_out:
         write_file_atomically(csv_out, csv_bytes(result.frame))
+    if pairs_csv_out:
+        write_file_atomically(pairs_csv_out, csv_bytes(result.pairs))
     return 0
+
+
+def _pct(v: float) -> str:
+    return "–" if v != v else f"{100 * v:.1f} %"
+
+
+def _pair_summary(pa):
+    """The pair diagnostics as printed columns."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        "pair": [f"{a}–{b}" for a, b in zip(pa["a"], pa["b"])],
+        "both changed": [f"{int(v):,}" for v in pa["both_changed"]],
+        "chance (per tensor)": [f"{v:,.0f}" for v in pa["expected_both_tensor"]],
+        "same sign": [_pct(v) for v in pa["sign_agreement"]],
+        "cosine": ["–" if v != v else f"{v:+.3f}" for v in pa["cosine"]]})
+
+
+def _agent_summary(ag):
+    """The per-agent diagnostics as printed columns."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        "agent": ag["agent"], "same sign": [_pct(v) for v in ag["sign_agreement"]],
+        "all agree (chance)": [f"{_pct(a)} ({_pct(c)})" for a, c in zip(ag["all_agree"], ag["chance_all_agree"])],
+        "cosine vs others": ["–" if v != v else f"{v:+.3f}" for v in ag["cosine_others"]],
+        "shared energy": [_pct(v) for v in ag["shared_energy_share"]],
+        "partners < 10 % / 30 %": [f"{_pct(a)} / {_pct(b)}" for a, b in
+                                   zip(ag["dominated_10_share"], ag["dominated_30_share"])],
+        "unique (chance: model / tensor)": [f"{_pct(u)} ({_pct(c)} / {_pct(t)})" for u, c, t in
+                                            zip(ag["unique_share"], ag["chance_unique_share"],
+                                                ag["chance_unique_share_tensor"])]})
 
 
 def method_flags(sp: argparse.ArgumentParser) -> None:
@@ -245,24 +292,42 @@ def params_from_args(args: argparse.Namespace) -> dict:
     return {p.name: getattr(args, p.dest) for p in all_params().values() if getattr(args, p.dest, None) is not None}
 
 
+def _method_and_params(args: argparse.Namespace) -> tuple[str, dict]:
+    """--method and the method flags, or a --preset (with --rescale-factor) and the flags it leaves open."""
+    given = params_from_args(args)
+    if args.preset:
+        from merging.presets import apply_preset
+
+        return apply_preset(args.preset, args.method, given, args.rescale_factor)
+    if args.rescale_factor is not None:
+        raise RamStudioError("--rescale-factor goes with --preset authors-default or authors-soft.",
+                             "E.g. --preset authors-default --rescale-factor 1.2, or set --r yourself.")
+    if not args.method:
+        raise RamStudioError("no merge method given.", "Pass --method NAME (see `methods`) or --preset NAME.")
+    return args.method, given
+
+
 def _spec_from_args(args: argparse.Namespace):
     from merging.dtypes import parse_out_dtype
     from merging.recipe import MergeSpec
 
-    return MergeSpec(base=args.base, agents=list(args.agents), method=args.method, params=params_from_args(args),
+    method, params = _method_and_params(args)
+    return MergeSpec(base=args.base, agents=list(args.agents), method=method, params=params,
                      out=args.out, out_dtype=parse_out_dtype(args.out_dtype) if args.out_dtype else None,
                      shard_size=args.shard_size, device=args.device, on_mismatch=args.on_mismatch,
                      chunk_elems=args.chunk_elems)
 
 
-def _cached_counts(spec) -> dict | None:
-    """Whole-model counts at the method's ε from a cached analysis of the same inputs, if there is one."""
-    from analysis.stats import cached_counts
-    from merging.methods import get_method
+def _cached_statistics(spec) -> tuple[dict | None, dict | None]:
+    """Counts for global ρ and the diagnostics for the card, from a cached analysis of the same inputs."""
+    from analysis.stats import cached_result
 
-    method = get_method(spec.method)
-    eps = method.global_counts_eps(method.resolve_params(spec.params))
-    return None if eps is None else cached_counts(spec.base, spec.agents, eps, spec.on_mismatch)
+    result = cached_result(spec.base, spec.agents, spec.on_mismatch)
+    if result is None:
+        return None, None
+    from analysis.agreement import merge_statistics
+
+    return merge_statistics(result, spec.method, spec.params)
 
 
 def _run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=None) -> int:
@@ -271,8 +336,9 @@ def _run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=N
 
     with _stop_on_signal() as stop:
         _prefetch([spec.base, *spec.agents], args.quiet, stop)
+        counts, overlap = _cached_statistics(spec)
         result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop,
-                                 expected_inputs=expected_inputs, counts=_cached_counts(spec), provenance=provenance,
+                                 expected_inputs=expected_inputs, counts=counts, provenance=provenance, overlap=overlap,
                                  warn=lambda message: say(f"warning: {message}", file=sys.stderr),
                                  progress=None if args.quiet else _progress_printer("merge"),
                                  count_progress=None if args.quiet else _progress_printer("count"), cancel=stop)
@@ -292,7 +358,13 @@ def _run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=N
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    return _run_spec(_spec_from_args(args), args)
+    spec = _spec_from_args(args)
+    provenance = None
+    if args.preset:
+        from merging.presets import provenance as preset_provenance
+
+        provenance = preset_provenance(args.preset, spec.method, spec.params)
+    return _run_spec(spec, args, provenance=provenance)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -553,6 +625,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser:
     """The parser; without `method_flags_for_merge` the merge command lacks its method flags, which
     saves importing the methods (and torch) for the other commands and for `--help`."""
+    from merging.presets import PRESETS  # light: names and numbers only
+
     p = argparse.ArgumentParser(prog=PROG, description="RAM Studio: analyse and merge RL-trained agents.")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -573,8 +647,10 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
     sp.add_argument("--eps-ladder", help="comma-separated ε values (default 0,1e-7,1e-6,3e-6,1e-5,3e-5,1e-4,1e-3)")
     sp.add_argument("--eps", type=float, default=1e-5, help="ε for the printed summary")
     sp.add_argument("--json", help="write per-agent summaries for every ε as JSON")
-    sp.add_argument("--csv", help="write the full per-tensor table as CSV")
-    sp.add_argument("--overwrite", action="store_true", help="replace existing --json/--csv files")
+    sp.add_argument("--csv", help="write the full per-tensor table as CSV (one row per agent × tensor × ε)")
+    sp.add_argument("--pairs-csv", help="write the per-tensor pair diagnostics as CSV (one row per pair of agents "
+                                        "× tensor × ε: elements both changed, same sign, Σ τ_a·τ_b, Σ τ_a², Σ τ_b²)")
+    sp.add_argument("--overwrite", action="store_true", help="replace existing --json/--csv/--pairs-csv files")
     sp.add_argument("--device", default="auto")
     sp.add_argument("--no-cache", action="store_true", help="recompute even if a cached result exists")
     sp.add_argument("--quiet", action="store_true")
@@ -589,7 +665,15 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
 
     sp = sub.add_parser("merge", help="merge and export a Hugging Face folder")
     models(sp)
-    sp.add_argument("--method", required=True, help="merge method (see `methods`)")
+    sp.add_argument("--method", help="merge method (see `methods`); or a --preset")
+    sp.add_argument("--preset", choices=list(PRESETS),
+                    help="a named setting: paper (RAM+, r 0.1, α 2); authors-default (the RAM authors' script's "
+                         "default mode: ram_plus, r = R − 1, α = 1); authors-soft (its older mode: ram_plus_soft, "
+                         "r = R − 1); mergekit-ramplus-tl (r 0.1, α 0.2, per-tensor ρ). ε and the other flags "
+                         "stay free; a flag that contradicts the preset is an error")
+    sp.add_argument("--rescale-factor", type=float, metavar="R",
+                    help="the authors' script's --rescale_factor R for the authors-* presets (default 1.05, the "
+                         "script's; its README uses 1.2); r = R − 1")
     sp.add_argument("--out", required=True, help="output folder (written atomically)")
     if method_flags_for_merge:
         method_flags(sp)

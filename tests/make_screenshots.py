@@ -6,12 +6,14 @@ every page in headless chromium at 1400 px, once with the browser set to light a
 the Merge page shows its results and a sweep so the Sweep page shows its results, and saves full-page PNGs as
 app-<page>-<light|dark>.png. `--long-names` first selects copies of the demo models named like the paper's
 (Qwen2.5-7B-Instruct, ReasonFlux-Coder-7B, …), to check that the charts stay readable with them (files are then
-named app-<page>-long-names-<scheme>.png).
+named app-<page>-long-names-<scheme>.png). Then the Heterogeneity page's "Is the overlap real?" panel on copies named like the paper's
+agents, as app-overlap-<scheme>.png; `--only overlap` takes just those.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,9 +28,9 @@ PAGES = {"models": "Models", "heterogeneity": "Heterogeneity", "tune": "Tune", "
 SWEEP_YAML = ("grids:\n  - ram_plus r=0,0.05,0.1,0.15,0.2\n  - task_arithmetic lambda=0.3,0.5,0.7,1.0\n"
               "  - ties lambda=0.5,1.0 density=0.1,0.2,0.3\n")
 SWEEP_EXAMPLES = 40  # per task and split: readable differences, a couple of minutes on a CPU
-LONG_NAMES = {"base": "Qwen2.5-7B-Instruct", "code": "ReasonFlux-Coder-7B",
-              "tool": "Qwen2.5-7B-Instruct-ToolRL-grpo-cold", "memory": "RL-MemoryAgent-7B"}
 CHROMIUM = "/usr/bin/chromium"
+PAPER_NAMES = {"base": "Qwen2.5-7B-Instruct", "code": "ReasonFlux-Coder-7B",
+               "tool": "Qwen2.5-7B-Instruct-ToolRL-grpo-cold", "memory": "RL-MemoryAgent-7B"}
 ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 
 
@@ -75,13 +77,8 @@ def run_sweep(pg) -> None:
     settle(pg)
 
 
-def select_long_names(pg, tmp: Path) -> None:
-    """Copies of the demo models under the paper's model names, chosen on the Models page."""
-    import shutil
-
-    from merging.refs import BUNDLED_DEMO_ROOT
-
-    folders = {k: shutil.copytree(BUNDLED_DEMO_ROOT / k, tmp / "paper-names" / v) for k, v in LONG_NAMES.items()}
+def select_long_names(pg, folders: dict[str, Path]) -> None:
+    """The copies of the demo models under the paper's model names (paper_named_copies), chosen on the Models page."""
     pg.locator('[data-testid="stSidebarNav"] a').filter(has_text="Models").first.click()
     pg.get_by_text("Custom: local folders or Hub ids").click()
     base = pg.get_by_role("textbox", name="Base model")
@@ -95,6 +92,46 @@ def select_long_names(pg, tmp: Path) -> None:
     settle(pg)
 
 
+def paper_named_copies(root: Path) -> dict[str, Path]:
+    """The demo models copied into folders named like the paper's models (labels come from folder names)."""
+    from merging.refs import BUNDLED_DEMO_ROOT
+
+    out = {}
+    for demo_name, paper_name in PAPER_NAMES.items():
+        out[demo_name] = shutil.copytree(BUNDLED_DEMO_ROOT / demo_name, root / paper_name)
+    return out
+
+
+def overlap_panel(pg, path: Path, width: int, folders: dict[str, Path]) -> None:
+    """Select the paper-named copies on the Models page, then shoot the Heterogeneity page's overlap panel: from
+    its heading to the next section's."""
+    pg.locator('[data-testid="stSidebarNav"] a').filter(has_text="Models").first.click()
+    pg.get_by_role("heading", name="Models", level=1).wait_for()
+    settle(pg)
+    pg.get_by_text("Custom: local folders or Hub ids").click()
+    settle(pg)
+    pg.get_by_role("textbox", name="Base model").fill(str(folders["base"]))
+    pg.get_by_role("textbox", name="Agents (one per line)").fill("\n".join(str(folders[a]) for a in ("code", "tool", "memory")))
+    pg.get_by_role("textbox", name="Agents (one per line)").press("Control+Enter")
+    settle(pg)
+    pg.get_by_role("button", name="Use these models").click()
+    settle(pg)
+    pg.locator('[data-testid="stSidebarNav"] a').filter(has_text="Heterogeneity").first.click()
+    pg.get_by_role("heading", name="Is the overlap real?").wait_for()
+    settle(pg)
+    h = pg.evaluate("document.querySelector('[data-testid=stMain]').scrollHeight")
+    pg.set_viewport_size({"width": width, "height": int(h) + 20})
+    settle(pg)
+    top = pg.get_by_role("heading", name="Is the overlap real?").bounding_box()["y"] - 10
+    end = pg.get_by_role("heading", name="Overlap-unique ratio").bounding_box()["y"] - 10
+    pg.screenshot(path=str(path), clip={"x": 0, "y": top, "width": width, "height": end - top})
+    pg.set_viewport_size({"width": width, "height": 900})
+    from PIL import Image
+
+    Image.open(path).convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT,
+                                             dither=Image.Dither.NONE).save(path, optimize=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     from playwright.sync_api import sync_playwright
 
@@ -104,12 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--pages", default=",".join(PAGES), help=f"which pages (default all: {','.join(PAGES)})")
     ap.add_argument("--long-names", action="store_true", help="the demo models under the paper's long model names")
+    ap.add_argument("--only", choices=["overlap"], help="take only the overlap panel shots")
     args = ap.parse_args(argv)
     pages = {k: PAGES[k] for k in args.pages.split(",") if k}
     suffix = "-long-names" if args.long_names else ""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="ram-shots-"))
+    folders = paper_named_copies(tmp / "paper-names")
     env = {**os.environ, "RAM_STUDIO_CACHE": str(tmp / "cache"), "RAM_STUDIO_SWEEP_CACHE": str(tmp / "sweeps"),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
@@ -133,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                 pg.wait_for_selector('[data-testid="stAppViewContainer"]')
                 settle(pg)
                 if args.long_names:
-                    select_long_names(pg, tmp / scheme)
-                for name, title in pages.items():
+                    select_long_names(pg, folders)
+                for name, title in ({} if args.only else pages).items():
                     pg.locator('[data-testid="stSidebarNav"] a').filter(has_text=title).first.click()
                     pg.get_by_role("heading", name=title, level=1).wait_for()
                     settle(pg)
@@ -150,11 +189,14 @@ def main(argv: list[str] | None = None) -> int:
                         settle(pg)
                     full_page(pg, out / f"app-{name}{suffix}-{scheme}.png", args.width)
                     print(f"{scheme} {name}", flush=True)
+                overlap_panel(pg, out / f"app-overlap-{scheme}.png", args.width, folders)
+                print(f"{scheme} overlap panel", flush=True)
                 ctx.close()
             browser.close()
     finally:
         proc.terminate()
         proc.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)  # our own temporary folder (copies, cache, merges)
     return 0
 
 

@@ -255,7 +255,7 @@ def test_one_merge_at_a_time(env, tmp_path):
 
     started = threading.Event()
 
-    def slow(spec, *, overwrite, counts, progress, cancel, count_progress):
+    def slow(spec, *, overwrite, counts, overlap, provenance, progress, cancel, count_progress):
         started.set()
         cancel.wait(60)
         raise MergeCancelled()
@@ -287,7 +287,7 @@ def test_cancel_from_the_ui(env, tmp_path):
 
     gate = threading.Event()
 
-    def gated(spec, *, overwrite, counts, progress, cancel, count_progress):
+    def gated(spec, *, overwrite, counts, overlap, provenance, progress, cancel, count_progress):
         from merging.errors import MergeCancelled
 
         gate.set()
@@ -567,7 +567,7 @@ def test_form_is_never_left_disabled_after_a_fast_failure(env, tmp_path):
     original = mgr.submit
     delay = {"s": 0.0}
 
-    def fails_fast(spec, *, overwrite, counts, progress, cancel, count_progress):
+    def fails_fast(spec, *, overwrite, counts, overlap, provenance, progress, cancel, count_progress):
         time.sleep(delay["s"])
         raise RamStudioError(f"simulated failure into {Path(spec.out).name}.", "Tick 'Overwrite'.")
 
@@ -717,7 +717,8 @@ def test_rho_views_per_layer_module_and_tensor(env):
     per_tensor = next(df.value for df in at.dataframe if "tensor" in df.value.columns and "rho" in df.value.columns)
     assert len(per_tensor) == res.frame[res.frame["eps"] == 1e-5].shape[0]
     # the norms / sign-conflict chart and the unique-vs-chance chart are drawn, with the chance marker
-    assert {t.name for t in figure(at, "chart_unique_vs_chance").data} == {"measured", "chance (independent masks)"}
+    assert {t.name for t in figure(at, "chart_unique_vs_chance").data} == {"measured", "chance (independent masks)",
+                                                                          "chance, tensor by tensor"}
     nc = figure(at, "chart_norms_and_sign_conflicts")
     assert {t.name for t in nc.data} >= {"unique part ‖τ_unique‖", "shared part ‖τ_shared‖"}
     at.toggle(key="het_log").set_value(True).run()
@@ -998,3 +999,108 @@ def test_an_alias_bomb_pasted_into_the_yaml_panel_is_refused_at_once(env):
     assert time.time() - start < 30  # a guard against the old minutes, not a speed claim
     assert not at.exception
     assert any("alias" in plain(e.value) for e in at.error)
+
+
+def test_overlap_panel_shows_the_diagnostics_next_to_chance(env):
+    """Issue 22: the Heterogeneity page's "Is the overlap real?" panel draws what analysis.agreement computes:
+    the pair matrix, where each agent's energy lies, the agent table with every chance value, the reading, and
+    agreement per layer or module."""
+    from analysis import agreement
+    from app import state
+
+    at = new_app().run()
+    no_problems(at)
+    assert "Is the overlap real?" in [h.value for h in at.subheader]
+    res = state.cached_analysis(state.demo_selection())
+    read = agreement.reading(res, 1e-5)
+    assert read.regime == "chance"  # the bundled demo: coincidental overlap
+    assert [w.value for w in at.warning if "chance" in w.value] == [agreement.markdown_text(read.text)]
+    pa = agreement.pair_agreement(res, 1e-5)
+    matrix = figure(at, "chart_overlap_pair_matrix")
+    cells = {t for trace in matrix.data for row in trace.text for t in row}
+    for r in pa.itertuples():
+        assert f"{100 * r.sign_agreement:.1f}%" in cells and f"{r.cosine:+.3f}" in cells
+    energy = figure(at, "chart_overlap_energy_profile")
+    totals = [sum(t.x[i] for t in energy.data) for i in range(len(res.agents))]
+    assert totals == pytest.approx([100.0] * len(res.agents))
+    ag = agreement.agent_agreement(res, 1e-5).set_index("agent")
+    unique = next(t.x for t in energy.data if t.name.startswith("unique"))
+    assert list(unique) == pytest.approx([100 * (1 - ag.loc[a, "shared_energy_share"]) for a in res.agents])
+    table = next(df.value for df in at.dataframe if "chance (per tensor)" in df.value.columns)
+    assert {"same sign (pairs)", "chance", "all agree", "chance (all agree)", "cosine vs others", "partners < 10 %",
+            "partners < 30 %", "chance (model)"} <= set(table.columns)
+    layer = figure(at, "chart_overlap_agreement_by_layer")
+    assert len(layer.data) == 2 * len(pa) and layer.layout.legend.y < 0  # legend below the plot, not on a title
+    at.segmented_control(key="het_agree_by").set_value("module").run()
+    no_problems(at)
+    assert figure(at, "chart_overlap_agreement_by_module").data[0].type == "bar"
+
+
+def test_overlap_panel_with_the_papers_long_names(env, tmp_path):
+    """Agents named like the paper's (ReasonFlux-Coder-7B, Qwen2.5-7B-Instruct-ToolRL-grpo-cold,
+    RL-MemoryAgent-7B): the charts use short labels and keep the full names in their hover texts."""
+    import shutil
+
+    from merging.refs import BUNDLED_DEMO_ROOT
+    from tests.make_screenshots import PAPER_NAMES
+
+    folders = {k: shutil.copytree(BUNDLED_DEMO_ROOT / k, tmp_path / v) for k, v in PAPER_NAMES.items()}
+    at = new_app().run()
+    use_models(at, str(folders["base"]), [str(folders[k]) for k in ("code", "tool", "memory")])
+    at.switch_page("views/heterogeneity.py").run()
+    no_problems(at)
+    matrix = figure(at, "chart_overlap_pair_matrix")
+    labels = list(matrix.data[0].x)
+    assert labels == ["ReasonFlux-Coder", "Qwen2.5…grpo-cold", "RL-MemoryAgent"]
+    assert all(len(x) <= 20 for x in labels)
+    hovers = " ".join(h for row in matrix.data[0].customdata for h in row)
+    assert all(name in hovers for name in (PAPER_NAMES["code"], PAPER_NAMES["tool"], PAPER_NAMES["memory"]))
+    energy = figure(at, "chart_overlap_energy_profile")
+    assert energy.layout.legend.x >= 1 and list(energy.data[0].customdata) == [PAPER_NAMES[k] for k in
+                                                                               ("code", "tool", "memory")]
+
+
+def test_presets_on_tune_and_merge(env, tmp_path):
+    """Issue 22: the authors' script's modes as presets — Tune sets r, α and the rule from them (λ_t as the script
+    computes it), moving a control makes the setting custom; Merge fills its form from the preset, and the card
+    and recipe of the merge name the preset and R."""
+    import json
+
+    from app import state
+    from merging.regions import lambda_for
+
+    at = new_app().run()
+    at.switch_page("views/tune.py").run()
+    at.selectbox(key="tune_preset").set_value("authors-default").run()
+    no_problems(at)
+    assert at.slider(key="tune_r").value == pytest.approx(0.05) and at.slider(key="tune_alpha").value == 1.0
+    at.number_input(key="tune_rescale").set_value(1.2).run()
+    no_problems(at)
+    assert at.slider(key="tune_r").value == pytest.approx(0.2) and at.radio(key="tune_rule").value == "clip"
+    res = state.cached_analysis(state.demo_selection())
+    counts = res.counts_at(1e-5)
+    script = [1 + 0.2 * min(1.0, s / u) for s, u in zip(counts["shared"], counts["unique"])]  # arm-r-v2, R = 1.2
+    assert [float(v) for v in lambdas(at)] == pytest.approx(script, abs=5e-5)  # the table shows 4 decimals
+    at.selectbox(key="tune_preset").set_value("authors-soft").run()
+    assert at.radio(key="tune_rule").value == "soft"
+    at.selectbox(key="tune_preset").set_value("authors-default").run()
+    at.switch_page("views/merge.py").run()
+    no_problems(at)
+    assert at.selectbox(key="merge_preset").value == "authors-default"
+    assert at.selectbox(key="merge_method").value == "ram_plus"
+    assert at.number_input(key="param_ram_plus_r").value == pytest.approx(0.2)
+    assert at.number_input(key="param_ram_plus_alpha").value == 1.0
+    out = tmp_path / "preset-merge"
+    at.text_input(key="merge_out").set_value(str(out)).run()
+    at.button(key="start_merge").click().run()
+    wait_merge(at)
+    no_problems(at)
+    card = (out / "README.md").read_text()
+    assert "Preset authors-default with R = 1.2" in card and "Is the overlap real?" in card
+    recipe = json.loads((out / "ram_recipe.json").read_text())
+    assert recipe["preset"]["rescale_factor"] == pytest.approx(1.2)
+    assert [row["lambda"] for row in recipe["lambdas"]] == pytest.approx(
+        [lambda_for(s, u, 0.2, 1.0) for s, u in zip(counts["shared"], counts["unique"])])
+    at.switch_page("views/tune.py").run()
+    at.slider(key="tune_r").set_value(0.3).run()
+    assert at.selectbox(key="tune_preset").value == "custom"  # moved by hand: no longer the preset

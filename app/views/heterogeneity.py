@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import streamlit as st
 
-from analysis import paper, tables
+from analysis import agreement, paper, tables
 from app import charts, state
 from merging.escaping import csv_bytes
 
@@ -37,6 +37,11 @@ buttons = top[2].container(horizontal=True, horizontal_alignment="right")
 buttons.download_button("All data", csv_bytes(res.frame), "analysis_statistics.csv", "text/csv",
                         key="csv_all_stats", icon=":material/download:",
                         help="Every statistic of the pass: one row per agent × tensor × ε (CSV).")
+if len(agents) > 1:
+    buttons.download_button("Pair data", res.pairs.to_csv(index=False).encode(), "analysis_pairs.csv", "text/csv",
+                            key="csv_all_pairs", icon=":material/download:",
+                            help="The shared-region sums per pair of agents × tensor × ε: elements both changed, "
+                                 "same sign, Σ τ_a·τ_b, Σ τ_a², Σ τ_b² (CSV).")
 if buttons.button("Re-run", icon=":material/refresh:", help="Forget the cached result and read the weights again.",
                   key="het_rerun"):
     state.forget_analysis(sel)
@@ -47,6 +52,57 @@ base_params = {"eps": eps, "agents": agents}
 
 def fmt_rho(v: float) -> str:
     return "∞" if not math.isfinite(v) else f"{v:.4g}"
+
+
+def overlap_panel(eps: float) -> None:
+    """Is the overlap real? Shared updates against chance: the pair matrix, where each agent's update energy
+    lies, per-tensor chance, the reading, and where agreement concentrates."""
+    st.subheader("Is the overlap real?")
+    st.markdown("RAM averages an element several agents changed, on the premise that it holds **shared "
+                "knowledge**. If the agents' updates there are unrelated, their signs agree half of the time and "
+                "their cosine is 0, and averaging mostly divides the largest update by the number of agents. "
+                "Measured on the elements both agents changed at this ε, next to those chance values.")
+    pa = agreement.pair_agreement(res, eps)
+    ag = agreement.agent_agreement(res, eps)
+    read = agreement.reading(res, eps)
+    box = st.success if read.regime == "shared" else (st.info if read.regime in ("single", "too_few") else st.warning)
+    box(agreement.markdown_text(read.text), icon=":material/insights:")
+    charts.show(charts.pair_matrix(pa, agents), pa,
+                "Each cell: one pair of agents, on the elements both changed. Blue = more agreement than chance, "
+                "red = less, pale = chance level; the hover gives the count, what independent masks would give and "
+                "one standard error at chance.", "overlap_pair_matrix", title="Do shared updates agree?",
+                params=base_params)
+    charts.show(charts.energy_profile(ag, agents), ag,
+                "Purple: unique elements, kept whole by RAM. Grey: shared elements where the partners moved at least "
+                "30 % as much. Orange/red: shared elements the agent dominates — averaging divides its update there "
+                "although the others barely moved.", "overlap_energy_profile",
+                title="Where each agent's update energy lies", params=base_params)
+    table = pd.DataFrame({
+        "agent": ag["agent"], "shared elements": ag["shared"].map("{:,}".format),
+        "same sign (pairs)": ag["sign_agreement"].map(charts.pct), "chance": "50%",
+        "all agree": ag["all_agree"].map(charts.pct), "chance (all agree)": ag["chance_all_agree"].map(charts.pct),
+        "cosine vs others": ag["cosine_others"].map(lambda v: "–" if v != v else f"{v:+.3f}"),
+        "shared energy": ag["shared_energy_share"].map(charts.pct),
+        "partners < 10 %": ag["dominated_10_share"].map(charts.pct),
+        "partners < 30 %": ag["dominated_30_share"].map(charts.pct),
+        "unique share": ag["unique_share"].map(charts.pct),
+        "chance (model)": ag["chance_unique_share"].map(charts.pct),
+        "chance (per tensor)": ag["chance_unique_share_tensor"].map(charts.pct)})
+    st.dataframe(table, hide_index=True, width="stretch")
+    st.caption("Per agent, on its shared elements: same sign with each partner (pooled, chance 50 %); every active "
+               "agent with its sign (chance from how many agents share each element); cosine of its update with the "
+               "others' combined update (chance 0); the share of its energy Σ τ² in shared elements, and of that "
+               "the share where the partners' combined |τ| is below 10 % or 30 % of its own. Unique share against "
+               "chance over the whole model and tensor by tensor (each tensor's own densities): the gap between the "
+               "two chance levels is structure — agents updating different tensors — not element-level avoidance.")
+    c = st.columns([2, 3], vertical_alignment="bottom")
+    by = c[0].segmented_control("Where does agreement concentrate?", ["layer", "module"], default="layer",
+                                key="het_agree_by") or "layer"
+    grouped = agreement.agreement_by(res, eps, by)
+    charts.show(charts.agreement_by_group(grouped, agents, by), grouped,
+                f"Per pair of agents and {by}: same sign and cosine on the elements both changed (dotted: chance). "
+                "Small groups swing: the hover gives each point's element count.",
+                f"overlap_agreement_by_{by}", title=f"Agreement per {by}", params={**base_params, "by": by})
 
 
 with state.guard("Drawing the charts"):
@@ -69,7 +125,8 @@ with state.guard("Drawing the charts"):
     with left:
         charts.show(charts.unique_vs_chance_bars(uvc, agents, log_small), uvc,
                     "Bars: the share of each agent's changed elements no other agent changed. ◆: the same share if "
-                    "every agent had changed an independent random set of the same size.",
+                    "every agent had changed an independent random set of the same size; ◇: the same, tensor by "
+                    "tensor, with each tensor's own densities (the gap between ◆ and ◇ is structure).",
                     "unique_vs_chance", title="Unique share against chance", params=base_params)
     with right:
         nc = tables.norms_and_conflicts(res, eps)
@@ -93,6 +150,10 @@ with state.guard("Drawing the charts"):
                    "Density = share of all parameters changed; unique share = share of the agent's changed "
                    "elements that no other *selected* agent changed (the paper's is among its three agents); "
                    "chance = the unique share independent masks of the same densities would give.")
+
+    # ---------------------------------------------------------------- is the overlap real?
+    if len(agents) > 1:
+        overlap_panel(eps)
 
     # ---------------------------------------------------------------- ρ_t and λ_t
     st.subheader("Overlap-unique ratio ρ_t and the λ_t it gives")

@@ -9,11 +9,12 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import jobs, state
+from app import jobs, presets, state
 from app.markup import md, md_code
 from merging.compat import POLICIES, POLICY_HELP
 from merging.errors import RamStudioError
 from merging.methods import METHODS, get_method
+from merging.presets import provenance as preset_provenance
 from merging.recipe import MergeSpec
 from merging.units import format_bytes, format_seconds
 from merging.written import read_bytes as read_written
@@ -98,7 +99,11 @@ def start(sel: state.Selection, method: str, params: dict, out: str, shard: str,
                                  side_file_ok=is_side_file)
     st.session_state[START_WARNING_KEY] = target.warnings  # e.g. an output inside the Hugging Face cache
     spec = MergeSpec(sel.base, list(sel.agents), method, params, out.strip(), dtype, shard, on_mismatch=policy)
-    job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite, counts=state.cached_counts(sel, spec))
+    counts, overlap = state.cached_statistics(sel, spec)
+    chosen = st.session_state.get("merge_preset", presets.CUSTOM)
+    provenance = None if chosen == presets.CUSTOM else preset_provenance(chosen, method, params)
+    job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite, counts=counts, overlap=overlap,
+                                provenance=provenance)
     st.session_state[JOB_KEY] = job.id
 
 
@@ -148,7 +153,8 @@ def results(job: jobs.Job, sel: state.Selection) -> None:
             st.caption(md(note))
     stats = {"out": str(res.out), "seconds": res.seconds, "bytes_written": res.bytes_written,
              "files": [{"name": f.name, "bytes": f.size, "sha256": f.sha256} for f in written.files],
-             "lambdas": res.lambdas, "notes": res.notes}
+             "lambdas": res.lambdas, "notes": res.notes,
+             **({"overlap": {k: v for k, v in res.overlap.items() if k != "markdown"}} if res.overlap else {})}
     c = st.columns(4)
     for col, name, label, mime, key, icon in ((c[0], "README.md", "Model card", "text/markdown", "dl_card",
                                                ":material/description:"),
@@ -353,6 +359,27 @@ def mergekit_panel(spec: MergeSpec) -> None:
                     st.caption(md(note))
 
 
+def apply_preset_to_form() -> None:
+    """Set the method and its r, α and ρ scope from the chosen preset (ε and the rest stay)."""
+    picked = presets.chosen("merge_preset", "merge_rescale")
+    if picked is None:
+        return
+    preset, params = picked
+    st.session_state["merge_method"] = preset.method
+    for key, value in params.items():
+        st.session_state[f"param_{preset.method}_{key}"] = value
+
+
+def preset_row(tuned: dict, disabled: bool) -> None:
+    """A named setting for the form (the paper's RAM+, the authors' script's two modes, mergekit's defaults);
+    starts from the one chosen on Tune."""
+    init("merge_preset", tuned.get("preset", presets.CUSTOM))
+    if tuned.get("rescale_factor"):
+        init("merge_rescale", float(tuned["rescale_factor"]))
+    presets.picker("merge_preset", "merge_rescale", apply_preset_to_form, "custom (the form below)",
+                   "Fills the method and its r, α and ρ scope; ε stays.", disabled=disabled)
+
+
 # ---------------------------------------------------------------- page
 
 st.title("Merge & export")
@@ -369,10 +396,19 @@ tuned = state.tuned()
 st.markdown(f"Merge {md_code(sel.base)} with {len(sel.agents)} agents. Parameters are pre-filled from **Tune**; the "
             "merge streams the weights in chunks and writes the folder atomically (no half model is ever left).")
 names = list(METHODS)
+preset_row(tuned, mine_running)
 init("merge_method", default_method(tuned))
 method = st.selectbox("Method", names, key="merge_method", format_func=lambda n: f"{n} — {METHODS[n].summary}",
                       disabled=mine_running)
 params = param_widgets(method, tuned, mine_running)
+if st.session_state.get("merge_preset", presets.CUSTOM) != presets.CUSTOM:
+    try:
+        matches = preset_provenance(st.session_state["merge_preset"], method, params) is not None
+    except RamStudioError:
+        matches = False
+    if not matches:
+        st.caption(f"The form no longer matches preset {st.session_state['merge_preset']}: the merge will be recorded "
+                   "with its own parameters only.")
 init("merge_shard", "5GB")
 init("merge_dtype", "as base")
 init("merge_policy", "error")

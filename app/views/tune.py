@@ -13,12 +13,13 @@ from merging import regions
 from merging.errors import RamStudioError, printable
 from merging.escaping import csv_bytes
 from merging.units import format_seconds
-from app import charts, jobs, state
+from app import charts, jobs, presets, state
 from app.markup import md
 
 st.title("Tune")
 st.markdown("RAM+ scales each agent's **unique** update by λ_t = 1 + r·clip(ρ_t, 0, α) (Eq. 6), or "
-            "1 + r·ρ_t/(1+ρ_t) with the soft rule (Eq. 8), where ρ_t = shared_t / unique_t (Eq. 2). "
+            "1 + r·ρ_t/(1+ρ_t) with the soft rule (Eq. 8), where ρ_t = shared_t / unique_t (Eq. 2). The RAM "
+            "authors' public script uses neither by default: its presets below map its two modes onto r and α. "
             "Everything below is recomputed from the cached counts, so it updates instantly. ρ and λ per layer, "
             "module and tensor are on **Heterogeneity**.")
 
@@ -50,21 +51,62 @@ def lambda_rows(lam: pd.DataFrame) -> pd.DataFrame:
     return out.set_index("agent")
 
 
-def setting_widgets(prefix: str, p: dict, ladder: list[float], cols) -> dict:
+def _start(key: str, value):
+    """A widget's starting value, unless session state already holds one (set by a preset: passing both
+    makes Streamlit warn)."""
+    return {} if key in st.session_state else {"value": value}
+
+
+def setting_widgets(prefix: str, p: dict, ladder: list[float], cols, on_change=None) -> dict:
     """ε, r, α, rule and scope inputs (keys `<prefix>_eps` …), starting from `p`."""
-    eps = cols[0].select_slider("ε (changed when |τ| > ε)", options=ladder,
-                                value=p["eps"] if p["eps"] in ladder else ladder[0], format_func=charts.eps_label,
-                                key=f"{prefix}_eps")
-    r = cols[1].slider("r (rescale strength)", 0.0, 1.0, float(p["r"]), 0.01, key=f"{prefix}_r",
-                       help="Paper: r = 0.1. r = 0 is plain RAM.")
-    rule = cols[3].radio("λ rule", list(regions.RULES), index=list(regions.RULES).index(p["rule"]), horizontal=True,
-                         key=f"{prefix}_rule", help="clip: Eq. 6 (RAM+). soft: Eq. 8 (RAM+s), no α.")
-    alpha = cols[2].slider("α (clip bound on ρ)", 0.0, 5.0, float(p["alpha"]), 0.1, key=f"{prefix}_alpha",
-                           disabled=rule == "soft", help="Paper: α = 2.0. Only used by the clip rule.")
-    scope = cols[4].radio("ρ scope", SCOPES, index=SCOPES.index(p["rho_scope"]), horizontal=True,
-                          key=f"{prefix}_scope",
+    eps = cols[0].select_slider("ε (changed when |τ| > ε)", options=ladder, format_func=charts.eps_label,
+                                key=f"{prefix}_eps", **_start(f"{prefix}_eps", p["eps"] if p["eps"] in ladder
+                                                              else ladder[0]))
+    r = cols[1].slider("r (rescale strength)", 0.0, 1.0, step=0.01, key=f"{prefix}_r", on_change=on_change,
+                       help="Paper: r = 0.1. r = 0 is plain RAM. The authors' script: r = R − 1.",
+                       **_start(f"{prefix}_r", float(p["r"])))
+    if f"{prefix}_rule" not in st.session_state:
+        st.session_state[f"{prefix}_rule"] = p["rule"]
+    if f"{prefix}_scope" not in st.session_state:
+        st.session_state[f"{prefix}_scope"] = p["rho_scope"]
+    rule = cols[3].radio("λ rule", list(regions.RULES), horizontal=True, key=f"{prefix}_rule", on_change=on_change,
+                         help="clip: Eq. 6 (RAM+). soft: Eq. 8 (RAM+s), no α.")
+    alpha = cols[2].slider("α (clip bound on ρ)", 0.0, 5.0, step=0.1, key=f"{prefix}_alpha", on_change=on_change,
+                           disabled=rule == "soft", help="Paper: α = 2.0. Only used by the clip rule.",
+                           **_start(f"{prefix}_alpha", float(p["alpha"])))
+    scope = cols[4].radio("ρ scope", SCOPES, horizontal=True, key=f"{prefix}_scope", on_change=on_change,
                           help="global: ρ_t over the whole model (paper). tensor: per tensor (mergekit ramplus_tl).")
     return {"eps": eps, "r": r, "alpha": alpha, "rule": rule, "rho_scope": scope}
+
+
+def _apply_preset() -> None:
+    """Set the tuner's r, α, rule and scope from the chosen preset (ε stays), before the widgets are drawn."""
+    picked = presets.chosen("tune_preset", "tune_rescale")
+    if picked is None:
+        return
+    preset, params = picked
+    values = {"r": float(params["r"]), "rule": "soft" if preset.method == "ram_plus_soft" else "clip",
+              "rho_scope": params["rho_scope"]}
+    if "alpha" in params:
+        values["alpha"] = float(params["alpha"])
+    for k, v in values.items():
+        st.session_state[f"tune_{'scope' if k == 'rho_scope' else k}"] = v
+    state.tuned().update(values, preset=preset.name, rescale_factor=st.session_state.get("tune_rescale"))
+
+
+def _custom() -> None:
+    """A control moved by hand: the setting is no longer the preset."""
+    st.session_state["tune_preset"] = presets.CUSTOM
+    state.tuned().update(preset=presets.CUSTOM)
+
+
+def preset_row() -> None:
+    """Start from a named setting: the paper's RAM+, the RAM authors' script's two modes, mergekit's defaults."""
+    if "tune_preset" not in st.session_state:
+        st.session_state["tune_preset"] = state.tuned().get("preset", presets.CUSTOM)
+    presets.picker("tune_preset", "tune_rescale", _apply_preset, "custom (the controls below)",
+                   "Sets r, α, the rule and the ρ scope; ε stays. Moving a control makes it custom.",
+                   label="Start from a preset")
 
 
 def describe(p: dict) -> str:
@@ -190,7 +232,8 @@ def tuner() -> None:
     t0 = time.perf_counter()
     p = state.tuned()
     ladder = list(res.ladder)
-    a = setting_widgets("tune", p, ladder, st.columns([2.4, 2, 2, 1.9, 2.1]))
+    preset_row()
+    a = setting_widgets("tune", p, ladder, st.columns([2.4, 2, 2, 1.9, 2.1]), on_change=_custom)
     p.update(a)
     eps, r, alpha, rule, scope = a["eps"], a["r"], a["alpha"], a["rule"], a["rho_scope"]
     agents = res.agents
