@@ -623,7 +623,7 @@ def short_text(text: str, limit: int = 18) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def short_labels(names: list[str], limit: int = 18) -> list[str]:
+def short_candidate_labels(names: list[str], limit: int = 18) -> list[str]:
     """Distinct short labels for `names`: the start and an ellipsis; where two would read the same (e.g.
     Qwen2.5-7B-Instruct and Qwen2.5-7B-Instruct-ToolRL-grpo-cold), the start and the end around it."""
     out = [short_text(n, limit) for n in names]

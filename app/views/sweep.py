@@ -302,7 +302,7 @@ def results(res: SweepResult, sel: state.Selection) -> None:
         rows += [{"name": e.label, "short": e.label, **e.scores, "average": e.average} for e in res.references()]
         if rows:
             df = pd.DataFrame(rows)
-            df["short"] = charts.short_labels(list(df["short"]))
+            df["short"] = charts.short_candidate_labels(list(df["short"]))
             charts.show(charts.sweep_task_bars(df, tasks, agents), df,
                         f"{spec.report_on.capitalize()} accuracy of each method's chosen candidate next to the base and "
                         "the agents (hover for full names).", "sweep_chosen", title="Chosen candidates and the agents",
