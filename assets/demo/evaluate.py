@@ -12,23 +12,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 import pandas as pd
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from .generation import generate, max_new_tokens
+from merging.errors import Cancelled
+
+from .generation import generate
 from .modeling import load_checkpoint
-from .tasks import DEFAULT_SUITE, SUITE_CONFIG_KEY, SUITES, TASKS, Example, TaskSuite, get_suite
+from .tasks import DEMO_SUITE, SUITE_CONFIG_KEY, SUITES, TASKS, Example, TaskSuite, get_suite
 
 BATCH_SIZE = 64
 
 
 def greedy_outputs(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
                    examples: Sequence[Example], batch_size: int = BATCH_SIZE,
-                   suite: TaskSuite = DEFAULT_SUITE) -> list[str]:
+                   max_new_tokens: Mapping[str, int] = DEMO_SUITE.max_new_tokens) -> list[str]:
     """Greedy-decode each example (batched, prompts sorted by length); outputs in input order."""
     order = sorted(range(len(examples)), key=lambda i: len(examples[i].prompt))
     outputs = [""] * len(examples)
@@ -36,7 +39,7 @@ def greedy_outputs(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
         idx = order[start:start + batch_size]
         batch = [examples[i] for i in idx]
         _, _, texts = generate(model, tokenizer, [e.prompt for e in batch],
-                               max_new_tokens(batch[0].task, suite))
+                               max_new_tokens[batch[0].task])
         for i, text in zip(idx, texts):
             outputs[i] = text
     return outputs
@@ -47,36 +50,57 @@ def is_habit(example: Example, output: str) -> bool:
     return bool(example.habit) and example.habit != example.answer and output.strip() == example.habit
 
 
+# (examples scored so far, examples in all, what is being scored)
+Progress = Callable[[int, int, str], None]
+
+
 def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
-                    tasks: Sequence[str] = TASKS, split: str = "test",
-                    limit: int | None = None, suite: TaskSuite = DEFAULT_SUITE) -> pd.DataFrame:
+                    tasks: Sequence[str] | None = None, split: str = "test",
+                    limit: int | None = None, suite: TaskSuite = DEMO_SUITE,
+                    progress: Progress | None = None,
+                    cancel: threading.Event | None = None) -> pd.DataFrame:
     """Tidy accuracy table for an already-loaded model (used during training too); `habit`
     counts outputs that are the careless habit answer; a suite with an answer envelope adds
-    `format_slip` (wrong only for the missing envelope: the answer or habit written bare)."""
+    `format_slip` (wrong only for the missing envelope: the answer or habit written bare).
+    `tasks` defaults to the suite's; `progress` is told after each task, `cancel` is checked
+    before each task (Cancelled when set)."""
+    tasks = suite.tasks if tasks is None else tuple(tasks)
+    sets = {task: suite.eval_set(task, split, limit) for task in tasks}
+    total, done = sum(len(v) for v in sets.values()), 0
     rows = []
     torch.manual_seed(0)
     for task in tasks:
-        examples = suite.eval_set(task, split, limit)
-        outputs = greedy_outputs(model, tokenizer, examples, suite=suite)
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("evaluation cancelled.")
+        examples = sets[task]
+        outputs = greedy_outputs(model, tokenizer, examples, max_new_tokens=suite.max_new_tokens)
         frame = pd.DataFrame({"subset": [e.subset for e in examples],
                               "ok": [suite.verify(e, o) for e, o in zip(examples, outputs)],
                               "habit": [is_habit(e, o) for e, o in zip(examples, outputs)],
                               "format_slip": [suite.is_format_slip(e, o)
                                               for e, o in zip(examples, outputs)]})
         groups = [("all", frame)]
-        if task == "memory":
-            groups += sorted(frame.groupby("subset"), key=lambda kv: int(kv[0]))
+        if task in suite.subset_tasks:
+            groups += sorted(frame.groupby("subset"), key=lambda kv: _subset_key(kv[0]))
         for subset, grp in groups:
             rows.append({"task": task, "subset": subset, "n": len(grp),
                          "correct": int(grp["ok"].sum()), "habit": int(grp["habit"].sum()),
                          "format_slip": int(grp["format_slip"].sum())})
+        done += len(examples)
+        if progress is not None:
+            progress(done, total, f"{task}: {len(examples)} examples scored")
     columns = ["task", "subset", "n", "correct", "habit"] + (["format_slip"] if suite.enveloped else [])
     df = pd.DataFrame(rows, columns=columns)
     df["accuracy"] = df["correct"] / df["n"]
     return df
 
 
-def evaluate_model(model_dir: Path, tasks: Sequence[str] = TASKS, split: str = "test",
+def _subset_key(subset: str) -> tuple[int, object]:
+    """Subsets in numeric order when they are numbers (memory's context lengths), else by name."""
+    return (0, int(subset)) if subset.isdigit() else (1, subset)
+
+
+def evaluate_model(model_dir: Path, tasks: Sequence[str] | None = None, split: str = "test",
                    limit: int | None = None, suite: TaskSuite | None = None) -> pd.DataFrame:
     """Load a model folder (bf16 weights upcast to fp32) and return its tidy accuracy table, on
     `suite` or else on the suite the folder's config.json names (`suite_of_folder`)."""
@@ -94,7 +118,7 @@ def suite_of_folder(model_dir: Path) -> TaskSuite:
     Raises ValueError for an unreadable config or a suite name this demo does not know."""
     path = Path(model_dir) / "config.json"
     if not path.is_file():
-        return DEFAULT_SUITE
+        return DEMO_SUITE
     if path.stat().st_size > MAX_CONFIG_BYTES:
         raise ValueError(f"config.json is larger than {MAX_CONFIG_BYTES >> 20} MB")
     try:
@@ -103,7 +127,7 @@ def suite_of_folder(model_dir: Path) -> TaskSuite:
         raise ValueError(f"config.json is not readable JSON ({exc})") from None
     name = config.get(SUITE_CONFIG_KEY) if isinstance(config, dict) else None
     if name is None:
-        return DEFAULT_SUITE
+        return DEMO_SUITE
     if not isinstance(name, str) or name not in SUITES:
         raise ValueError(f"config.json names an unknown task suite {str(name)[:40]!r} in "
                          f"{SUITE_CONFIG_KEY}; expected one of {sorted(SUITES)}")

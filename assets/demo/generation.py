@@ -6,14 +6,12 @@ from typing import Sequence
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from .tasks import TaskSuite
-
-MAX_NEW_TOKENS: dict[str, int] = {"code": 8, "tool": 96, "memory": 4}
+from .tasks import MAX_NEW_TOKENS, TaskSuite  # MAX_NEW_TOKENS re-exported: the RL rollouts' budgets
 
 
 def max_new_tokens(task: str, suite: TaskSuite | None = None) -> int:
     """Generation budget of a task; a suite with an answer envelope adds its `extra_tokens`."""
-    return MAX_NEW_TOKENS[task] + (suite.extra_tokens if suite is not None else 0)
+    return MAX_NEW_TOKENS[task] if suite is None else suite.max_new_tokens[task]
 
 
 def encode_prompts(tokenizer: PreTrainedTokenizerFast, prompts: Sequence[str]

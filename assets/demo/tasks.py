@@ -19,11 +19,12 @@ import random
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 TASKS: tuple[str, ...] = ("code", "tool", "memory")
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
 MEMORY_LENGTHS: tuple[int, ...] = (32, 64, 128)
+MAX_NEW_TOKENS: dict[str, int] = {"code": 8, "tool": 96, "memory": 4}  # decoding budget per task
 SEPARATOR = ">"  # ends every prompt; the answer follows it
 _SPLIT_SEED_BASE = {"train": 1_000_000, "validation": 2_000_000, "test": 3_000_000}
 _TASK_SEED_OFFSET = {"code": 0, "tool": 100_000, "memory": 200_000}
@@ -284,6 +285,13 @@ class TaskSuite:
     format_weight: float = 0.0
     extra_tokens: int = 0  # generation budget added to MAX_NEW_TOKENS for the envelope's tokens
     tasks: tuple[str, ...] = TASKS
+    subset_tasks: tuple[str, ...] = ("memory",)  # tasks whose accuracy is also reported per subset
+    splits: tuple[str, ...] = ("validation", "test")  # the splits an evaluation scores
+
+    @property
+    def max_new_tokens(self) -> Mapping[str, int]:
+        """Each task's greedy-decoding budget (the envelope's tokens added)."""
+        return {t: MAX_NEW_TOKENS[t] + self.extra_tokens for t in self.tasks}
 
     @property
     def enveloped(self) -> bool:
@@ -369,7 +377,7 @@ SUITES: dict[str, TaskSuite] = {s.name: s for s in [
               "\\boxed{...} (a shared protocol skill)", envelope=("\\boxed{", "}"),
               format_weight=0.2, extra_tokens=4),
 ]}
-DEFAULT_SUITE = SUITES["demo"]
+DEFAULT_SUITE = DEMO_SUITE = SUITES["demo"]
 # The key in a model's config.json that names its task suite (absent: the original `demo` suite).
 SUITE_CONFIG_KEY = "ram_studio_demo_suite"
 

@@ -1,0 +1,86 @@
+"""The demo's tasks as an `evaluation.base.Evaluator`: load a demo-compatible folder once, score it in memory
+with greedy decoding and the tasks' verifiers (accuracy in %)."""
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from evaluation.base import EvalProgress, LoadedModel, Scores
+from merging.errors import RamStudioError
+
+from .tasks import DEMO_SUITE, TaskSuite
+
+DECODER_VERSION = "greedy-1"  # bump when decoding could change an output (part of the fingerprint)
+
+
+class DemoEvaluator:
+    """Scores a model on a suite of the demo's tasks (default: code, tool, memory) with greedy decoding."""
+
+    name = "demo"
+
+    def __init__(self, tasks: Sequence[str] | None = None, suite: TaskSuite = DEMO_SUITE) -> None:
+        chosen = tuple(suite.tasks if tasks is None else tasks)
+        unknown = [t for t in chosen if t not in suite.tasks]
+        if unknown or not chosen:
+            raise RamStudioError(f"unknown demo task(s) {', '.join(unknown) or '(none given)'}.",
+                                 f"Choose from {', '.join(suite.tasks)}.")
+        self.suite = suite
+        self.tasks = chosen
+
+    def splits(self) -> tuple[str, ...]:
+        """The splits a sweep may select on and report (the train split is never scored)."""
+        return self.suite.splits
+
+    def fingerprint(self) -> str:
+        """Backend, suite, tasks, evaluation-set sizes and decoder version, hashed short."""
+        sizes = ",".join(f"{s}={len(self.suite.eval_set(t, s, None))}" for t in self.tasks for s in self.splits())
+        text = f"demo|{self.suite.name}|{','.join(self.tasks)}|{sizes}|{DECODER_VERSION}"
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def load(self, folder: Path) -> LoadedModel:
+        """Load a demo-compatible folder (safetensors, float32 compute) with transformers."""
+        from .modeling import load_checkpoint
+
+        module, tokenizer = load_checkpoint(Path(folder))
+        return LoadedModel(module=module, tokenizer=tokenizer, source=Path(folder))
+
+    def frame(self, model: LoadedModel, split: str, *, limit: int | None = None,
+              progress: EvalProgress | None = None, cancel: threading.Event | None = None) -> pd.DataFrame:
+        """The tidy per-task (and per-subset) table: task, subset, n, correct, habit, accuracy (0-1)."""
+        from .evaluate import evaluate_loaded
+
+        self._check_split(split)
+        return evaluate_loaded(model.module, model.tokenizer, self.tasks, split, limit, self.suite,
+                               progress=progress, cancel=cancel)
+
+    def score(self, model: LoadedModel, split: str, *, limit: int | None = None,
+              progress: EvalProgress | None = None, cancel: threading.Event | None = None) -> Scores:
+        """Score the model as it is in memory now on `split` (accuracy in % per task)."""
+        t0 = time.perf_counter()
+        df = self.frame(model, split, limit=limit, progress=progress, cancel=cancel)
+        return scores_from_frame(df, split, time.perf_counter() - t0)
+
+    def _check_split(self, split: str) -> None:
+        if split not in self.splits():
+            raise RamStudioError(f"the demo tasks have no split {split!r}.",
+                                 f"Choose one of {', '.join(self.splits())}.")
+
+
+def scores_from_frame(df: pd.DataFrame, split: str, seconds: float) -> Scores:
+    """`Scores` (accuracy in %) from a tidy evaluation frame; per-subset accuracies go into `detail` as
+    `task@subset`."""
+    scores: dict[str, float] = {}
+    n: dict[str, int] = {}
+    detail: dict[str, float] = {}
+    for rec in df.itertuples():
+        if rec.subset == "all":
+            scores[rec.task] = 100.0 * rec.accuracy
+            n[rec.task] = int(rec.n)
+        else:
+            detail[f"{rec.task}@{rec.subset}"] = 100.0 * rec.accuracy
+    return Scores(split=split, scores=scores, n=n, seconds=seconds, detail=detail)
