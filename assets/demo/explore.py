@@ -50,6 +50,8 @@ RESULTS_BY_SUITE = {"demo": RESULTS, "shared": DEMO_DIR / "results-shared"}
 EXPLORE_SUITES: dict[str, TaskSuite] = {s.name: s for s in [
     TaskSuite("shared-brace", "the shared suite with a one-token envelope {...}", envelope=("{", "}"),
               format_weight=0.2, extra_tokens=2),
+    TaskSuite("shared-close", "the shared suite with a closing tag only: answer</a>", envelope=("", "</a>"),
+              format_weight=0.2, extra_tokens=4),
 ]}
 
 
