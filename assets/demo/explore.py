@@ -47,9 +47,11 @@ RESULTS = DEMO_DIR / "results"
 # Each task suite keeps its exploration tables next to its own trio's results.
 RESULTS_BY_SUITE = {"demo": RESULTS, "shared": DEMO_DIR / "results-shared"}
 # Envelope variants tried for the shared-skill trio (the one shipped is tasks.SUITES["shared"]).
+# (`shared` itself is the envelope {...}; the first base, boxed-silu, used \boxed{...}, whose three
+# prefix tokens kept this model from learning the memory task's retrieval in the warm-up.)
 EXPLORE_SUITES: dict[str, TaskSuite] = {s.name: s for s in [
-    TaskSuite("shared-brace", "the shared suite with a one-token envelope {...}", envelope=("{", "}"),
-              format_weight=0.2, extra_tokens=2),
+    TaskSuite("shared-boxed", "the shared suite with the envelope \\boxed{...}", envelope=("\\boxed{", "}"),
+              format_weight=0.2, extra_tokens=4),
     TaskSuite("shared-close", "the shared suite with a closing tag only: answer</a>", envelope=("", "</a>"),
               format_weight=0.2, extra_tokens=4),
 ]}
@@ -118,9 +120,14 @@ BASES: dict[str, BaseSpec] = {
                          "(the v1 architecture with word tokens)", tokenizer="bpe", vocab_size=300,
                          model=V1_ARCH,
                          warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS)),
-    # The shared-skill suite (results-shared/): every answer in one envelope \boxed{...}; the
-    # mixed phase of the warm-up also drops the envelope from a share of the demonstrations.
-    "shared-silu": BaseSpec("shared suite: bpe-silu's tokens and architecture, answers in \\boxed{}, "
+    # The shared-skill suites (results-shared/): every answer in one envelope; the mixed phase of the
+    # warm-up also drops the envelope from a share of the demonstrations.
+    "boxed-silu": BaseSpec("shared suite with the envelope \\boxed{...}: bpe-silu's tokens and "
+                           "architecture, format slips in 50 % of the mixed-phase demonstrations",
+                           tokenizer="bpe", vocab_size=300, model=V1_ARCH,
+                           warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS,
+                                               format_slip_rate=0.5), suite="shared-boxed"),
+    "shared-silu": BaseSpec("shared suite (envelope {...}): bpe-silu's tokens and architecture, "
                             "format slips in 50 % of the mixed-phase demonstrations",
                             tokenizer="bpe", vocab_size=300, model=V1_ARCH,
                             warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS,
@@ -193,7 +200,8 @@ TRIOS: dict[str, Trio] = {t.id: t for t in [
     _labs("labs-e", "sgd3e-2x100", "sgd1e-3x300", "sgd1e-2x100"),
     _labs("labs-f", "sgd1e-2x200", "sgd1e-3x300", "sgd1e-2x300"),
     _labs("labs-adam", "sgd1e-2x100", "sgd1e-3x300", "adam1e-4x100"),
-    # The shared-skill suite: the shipped trio's recipes first.
+    # The shared-skill suites: the shipped trio's recipes first.
+    _labs("boxed-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="boxed-silu"),
     _labs("shared-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="shared-silu"),
 ]}
 
