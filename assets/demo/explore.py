@@ -132,6 +132,11 @@ BASES: dict[str, BaseSpec] = {
                             tokenizer="bpe", vocab_size=300, model=V1_ARCH,
                             warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS,
                                                 format_slip_rate=0.5), suite="shared"),
+    "close-silu": BaseSpec("shared suite with a closing tag only (answer</a>): bpe-silu's tokens and "
+                           "architecture, format slips in 50 % of the mixed-phase demonstrations",
+                           tokenizer="bpe", vocab_size=300, model=V1_ARCH,
+                           warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS,
+                                               format_slip_rate=0.5), suite="shared-close"),
 }
 
 # RL recipes (overrides of RLConfig), named so that runs can be cached and combined.
@@ -203,6 +208,7 @@ TRIOS: dict[str, Trio] = {t.id: t for t in [
     # The shared-skill suites: the shipped trio's recipes first.
     _labs("boxed-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="boxed-silu"),
     _labs("shared-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="shared-silu"),
+    _labs("close-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="close-silu"),
 ]}
 
 
