@@ -17,9 +17,10 @@ class LoadedModel:
     """A model held in memory for scoring: the torch module (parameters named as in the safetensors files,
     so a candidate's tensors can be copied in by name), its tokenizer and where it came from."""
 
-    module: Any  # a transformers PreTrainedModel
+    module: Any  # a transformers PreTrainedModel (None for a backend that holds the model itself, e.g. vLLM)
     tokenizer: Any
     source: Path | None = None
+    backend: Any = None  # the backend's own object for this model (lm-eval's wrapper, made once; a vLLM engine)
 
 
 @dataclass

@@ -16,6 +16,14 @@ def printable(text: object, limit: int | None = None) -> str:
     return s
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message as one printable line without a final period (its type name when empty), for
+    wrapping a third-party error into our own sentence."""
+    text = str(exc).strip()
+    line = text.splitlines()[0].rstrip(". ") if text else type(exc).__name__
+    return printable(line, limit)
+
+
 class RamStudioError(Exception):
     """A user-facing error: `message` says what is wrong, `hint` what to do about it."""
 

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Iterator, NoReturn, Sequence
 
@@ -340,23 +341,57 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from merging.checkpoint import open_checkpoint
+    # tqdm reads its settings once, when first imported: lm-eval's and transformers' bars stay off in this command.
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from ram_studio.evaluate_cmd import build_evaluator, display_frame, progress_printer
 
+    if args.limit is not None and args.limit < 1:
+        raise RamStudioError(f"--limit {args.limit} is not a positive number of examples.", "Give --limit 1 or more.")
+    evaluator = build_evaluator(args)
+    if args.split not in evaluator.splits():
+        raise RamStudioError(f"the {evaluator.name} tasks {', '.join(evaluator.tasks)} have no {args.split} split "
+                             f"to score.", f"Choose --split {' or '.join(evaluator.splits())}.")
+    from merging.checkpoint import open_checkpoint
+    from merging.placement import check_output_file, protected_paths, write_file_atomically
+
+    with _stop_on_signal() as stop:
+        _prefetch([args.model], args.quiet, stop)
     ckpt = open_checkpoint(args.model)  # safetensors only: a pickle-only or adapter folder is refused here
+    if args.lm_eval is None and not args.suite:  # the demo's tasks: the suite the model's config.json names
+        evaluator = build_evaluator(args, suite_folder=ckpt.folder)
+    out = None
     if args.json:
-        _file_output(args.json, [ckpt], args.overwrite)
-    try:
-        from assets.demo import evaluate as demo_eval
-    except ImportError:
-        raise RamStudioError("the demo evaluation module is not installed.", "Check assets/demo.") from None
-    argv = [str(ckpt.folder), "--tasks", args.tasks, "--split", args.split]
-    if args.json:
-        argv += ["--json", args.json]
-    if args.limit:
-        argv += ["--limit", str(args.limit)]
-    if args.suite:
-        argv += ["--suite", args.suite]
-    return int(demo_eval.main(argv) or 0)
+        inputs = [(ckpt.ref.raw, ckpt.folder)] + ([("--include-path", Path(args.include_path))] if args.include_path else [])
+        out = check_output_file(args.json, protected_paths(inputs), overwrite=args.overwrite)
+    loaded = evaluator.load(ckpt.folder)
+    with _stop_on_signal() as stop:
+        if hasattr(evaluator, "frame"):  # the demo's tasks: the per-subset table too
+            t0 = time.perf_counter()
+            frame = evaluator.frame(loaded, args.split, limit=args.limit, cancel=stop,
+                                    progress=None if args.quiet else progress_printer("evaluate"))
+            from assets.demo.evaluator import scores_from_frame
+
+            scores = scores_from_frame(frame, args.split, time.perf_counter() - t0)
+        else:
+            frame = None
+            scores = evaluator.score(loaded, args.split, limit=args.limit, cancel=stop,
+                                     progress=None if args.quiet else progress_printer("evaluate"))
+    suite = getattr(evaluator, "suite", None)
+    print(f"{printable(args.model)} · {evaluator.name}" + (f" (suite {suite.name})" if suite else "") + f" · {args.split} split"
+          + (f" · first {args.limit} examples per task" if args.limit else "") + f" · {scores.seconds:.1f} s")
+    print(_table(display_frame(frame, scores)))
+    print(f"average over {len(scores.scores)} task(s): {scores.average:.2f} %")
+    if out is not None:
+        doc = {"model": args.model, "folder": str(ckpt.folder), "evaluator": evaluator.name,
+               "suite": suite.name if suite else None,
+               "fingerprint": evaluator.fingerprint(), "tasks": list(evaluator.tasks), "split": args.split,
+               "limit": args.limit, "scores": scores.scores, "average": scores.average, "n": scores.n,
+               "detail": scores.detail, "seconds": round(scores.seconds, 3)}
+        if frame is not None:
+            doc["results"] = frame.to_dict(orient="records")
+        write_file_atomically(out, (json.dumps(doc, indent=2) + "\n").encode())
+    return 0
 
 
 def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser:
@@ -429,15 +464,23 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
     sp = sub.add_parser("methods", help="list merge methods and their parameters")
     sp.set_defaults(func=cmd_methods)
 
-    sp = sub.add_parser("evaluate", help="score a model on the demo's code/tool/memory tasks")
-    sp.add_argument("model")
-    sp.add_argument("--tasks", default="code,tool,memory")
-    sp.add_argument("--split", default="test")
-    sp.add_argument("--limit", type=int)
-    sp.add_argument("--suite", help="the demo's task suite, demo or shared (default: the one the model's config.json names, e.g. every "
-                         "demo-shared: model and its merges; else the original demo tasks)")
-    sp.add_argument("--json")
+    sp = sub.add_parser("evaluate", help="score a model on the demo's tasks or on lm-evaluation-harness tasks",
+                        description="Score one model: on the demo's code/tool/memory tasks (greedy decoding, the "
+                                    "tasks' verifiers), or with --lm-eval on lm-evaluation-harness tasks. Accuracy "
+                                    "in %.")
+    sp.add_argument("model", help="model: folder, org/name[@revision] or demo:NAME (demo:base, demo:tool, …)")
+    from ram_studio.evaluate_cmd import add_evaluator_options
+
+    add_evaluator_options(sp)
+    sp.add_argument("--split", default="test", metavar="validation|test",
+                    help="which split to score (default test); lm-eval: validation scores each task's TASK_validation "
+                         "companion or its own validation split")
+    sp.add_argument("--limit", type=int, default=None, metavar="N",
+                    help="score only the first N examples of each task (a quick look; not comparable to full scores)")
+    sp.add_argument("--json", metavar="FILE", help="also write the scores as JSON (the placement rules of analyze "
+                                                  "--json: never inside an input, never over a file without --overwrite)")
     sp.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
+    sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     sp.set_defaults(func=cmd_evaluate)
     return p
 

@@ -22,24 +22,19 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from merging.errors import Cancelled
 
-from .generation import generate
+from .generation import greedy_texts
 from .modeling import load_checkpoint
 from .tasks import DEMO_SUITE, SUITE_CONFIG_KEY, SUITES, TASKS, Example, TaskSuite, get_suite
 
-BATCH_SIZE = 64
-
 
 def greedy_outputs(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
-                   examples: Sequence[Example], batch_size: int = BATCH_SIZE,
+                   examples: Sequence[Example],
                    max_new_tokens: Mapping[str, int] = DEMO_SUITE.max_new_tokens) -> list[str]:
-    """Greedy-decode each example (batched, prompts sorted by length); outputs in input order."""
-    order = sorted(range(len(examples)), key=lambda i: len(examples[i].prompt))
+    """Greedy-decode each example (all examples of a task in one decoding batch); outputs in input order."""
     outputs = [""] * len(examples)
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        batch = [examples[i] for i in idx]
-        _, _, texts = generate(model, tokenizer, [e.prompt for e in batch],
-                               max_new_tokens[batch[0].task])
+    for task in dict.fromkeys(e.task for e in examples):
+        idx = [i for i, e in enumerate(examples) if e.task == task]
+        texts = greedy_texts(model, tokenizer, [examples[i].prompt for i in idx], max_new_tokens[task])
         for i, text in zip(idx, texts):
             outputs[i] = text
     return outputs

@@ -11,7 +11,8 @@ from typing import Sequence
 import pandas as pd
 
 from evaluation.base import EvalProgress, LoadedModel, Scores
-from merging.errors import RamStudioError
+from evaluation.quiet import quiet_libraries
+from merging.errors import RamStudioError, first_line
 
 from .tasks import DEMO_SUITE, TaskSuite
 
@@ -43,11 +44,23 @@ class DemoEvaluator:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def load(self, folder: Path) -> LoadedModel:
-        """Load a demo-compatible folder (safetensors, float32 compute) with transformers."""
+        """Load a demo-compatible folder (safetensors, float32 compute) with transformers; a folder transformers
+        cannot load, or whose tokenizer cannot write the demo's prompts for this model, is a RamStudioError."""
         from .modeling import load_checkpoint
 
-        module, tokenizer = load_checkpoint(Path(folder))
-        return LoadedModel(module=module, tokenizer=tokenizer, source=Path(folder))
+        folder = Path(folder)
+        with quiet_libraries():
+            try:
+                module, tokenizer = load_checkpoint(folder)
+            except Exception as exc:  # noqa: BLE001 — whatever transformers raises, one line for the user
+                raise RamStudioError(f"cannot load {folder} as a causal language model: {first_line(exc)}.",
+                                     "Give a Hugging Face model folder with safetensors weights and a tokenizer.") from None
+        problem = demo_incompatibility(module, tokenizer)
+        if problem:
+            raise RamStudioError(f"{folder} is not a demo-compatible model: {problem}.",
+                                 "The demo tasks need the demo's tokenizer (a demo model or a merge of demo models); "
+                                 "score other models on lm-eval tasks with --lm-eval TASKS.")
+        return LoadedModel(module=module, tokenizer=tokenizer, source=folder)
 
     def frame(self, model: LoadedModel, split: str, *, limit: int | None = None,
               progress: EvalProgress | None = None, cancel: threading.Event | None = None) -> pd.DataFrame:
@@ -69,6 +82,24 @@ class DemoEvaluator:
         if split not in self.splits():
             raise RamStudioError(f"the demo tasks have no split {split!r}.",
                                  f"Choose one of {', '.join(self.splits())}.")
+
+
+def demo_incompatibility(module, tokenizer) -> str:
+    """Why the demo's prompts cannot be scored on this model ("" when they can): the tokenizer must write every
+    printable ASCII character (the tasks' alphabet) and read it back, with ids the model's embedding has, and
+    have an end-of-text token to stop at."""
+    alphabet = "".join(chr(c) for c in range(32, 127))
+    ids = tokenizer(alphabet, add_special_tokens=False)["input_ids"]
+    if not ids:
+        return "its tokenizer turns the demo's prompts into no tokens (no tokenizer files, or an empty vocabulary)"
+    rows = module.get_input_embeddings().weight.shape[0]
+    if max(ids) >= rows:
+        return f"its tokenizer gives token id {max(ids)}, beyond the model's {rows} embedding rows"
+    if tokenizer.decode(ids, skip_special_tokens=True) != alphabet:
+        return "its tokenizer does not read the demo's characters back unchanged"
+    if tokenizer.eos_token_id is None:
+        return "its tokenizer has no end-of-text token"
+    return ""
 
 
 def scores_from_frame(df: pd.DataFrame, split: str, seconds: float) -> Scores:

@@ -14,6 +14,7 @@ whose hash bucket belongs to that split, and each split draws from its own seed 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import random
 import re
@@ -229,7 +230,13 @@ def eval_set(task: str, split: str, limit: int | None = None) -> list[Example]:
     n = EVAL_SIZES.get(split, 300)
     if limit is not None:
         n = min(n, limit)
-    return make_split(task, split, n)
+    return list(_fixed_split(task, split, n))
+
+
+@functools.lru_cache(maxsize=64)
+def _fixed_split(task: str, split: str, n: int) -> tuple[Example, ...]:
+    """`make_split`, made once per process (a sweep scores the same sets for every candidate)."""
+    return tuple(make_split(task, split, n))
 
 
 TRAIN_MEMORY_LENGTHS: tuple[int, ...] = (16, 32, 64, 128)  # 16: a short-context curriculum

@@ -1,0 +1,56 @@
+"""lm-evaluation-harness glue for the RAM Studio demo tasks: the data loader (`load`) and the metric
+(`process_results`: the demo's own verifier).
+
+The data is read from `data/` next to this file, whatever the current directory. The decoding budget:
+every demo model's `generation_config.json` sets `max_new_tokens: 96`, which transformers lets win over the
+`max_length` lm-eval derives from `max_gen_toks`, so the code (8 tokens) and memory (4 tokens) tasks decode
+up to 96 tokens under lm-eval. `process_results` therefore keeps only the first `max_new_tokens` tokens of
+the output (re-tokenized with the demo tokenizer) before verifying: with greedy decoding those are the
+tokens the demo evaluator decodes with its budget.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TOKENIZER = HERE.parent / "models" / "base" / "tokenizer.json"
+
+try:
+    from assets.demo.tasks import Example, verify
+except ImportError:  # a checkout that is not installed: the repository root is three levels up
+    sys.path.insert(0, str(HERE.parents[2]))
+    from assets.demo.tasks import Example, verify
+
+
+def _rows(task: str, split: str) -> list[dict]:
+    with open(HERE / "data" / f"{task}_{split}.jsonl", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def load(task: str, **_: object) -> dict:
+    """`custom_dataset`: the task's validation and test rows as in-memory datasets (no cache files)."""
+    import datasets
+
+    return {split: datasets.Dataset.from_list(_rows(task, split)) for split in ("validation", "test")}
+
+
+@functools.lru_cache(maxsize=1)
+def _tokenizer():
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(TOKENIZER))
+
+
+def within_budget(text: str, max_new_tokens: int) -> str:
+    """The output cut to its first `max_new_tokens` tokens (unchanged when it is not longer)."""
+    ids = _tokenizer().encode(text, add_special_tokens=False).ids
+    return text if len(ids) <= max_new_tokens else _tokenizer().decode(ids[:max_new_tokens])
+
+
+def process_results(doc: dict, results: list[str]) -> dict[str, float]:
+    """acc = the demo verifier's verdict on the output cut to the task's budget."""
+    example = Example(doc["task"], doc["subset"], doc["prompt"], doc["answer"], doc["habit"])
+    return {"acc": float(verify(example, within_budget(results[0], int(doc["max_new_tokens"]))))}
