@@ -209,6 +209,7 @@ TRIOS: dict[str, Trio] = {t.id: t for t in [
     _labs("boxed-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="boxed-silu"),
     _labs("shared-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="shared-silu"),
     _labs("close-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="close-silu"),
+    _labs("close-b", "sgd1e-2x200", "sgd3e-3x300", "sgd1e-2x300", base="close-silu"),
 ]}
 
 
