@@ -254,7 +254,7 @@ with st.expander("What the demo is"):
         "It comes as **two trios**, the two regimes a merge can meet:\n\n"
         f"- **Bundled demo** (`demo:`): each agent learns only its own task, so where two agents changed the "
         f"same weight it is coincidence. Present here: {present[DEMO_PREFIX]}.\n"
-        f"- **Bundled demo: shared skill** (`demo-shared:`): every task's verifier also requires one answer "
-        "envelope `\\boxed{…}` that the base often forgets, so every agent's RL fixes that same habit besides "
-        f"its own skill — shared knowledge, like agents tuned from one instruct base. Present here: "
+        f"- **Bundled demo: shared skill** (`demo-shared:`): every task's verifier also requires the answer to "
+        "end with one closing tag `</a>` that the base often forgets, so every agent's RL fixes that same habit "
+        f"besides its own skill — shared knowledge, like agents tuned from one instruct base. Present here: "
         f"{present[DEMO_SHARED_PREFIX]}.")

@@ -47,13 +47,14 @@ RESULTS = DEMO_DIR / "results"
 # Each task suite keeps its exploration tables next to its own trio's results.
 RESULTS_BY_SUITE = {"demo": RESULTS, "shared": DEMO_DIR / "results-shared"}
 # Envelope variants tried for the shared-skill trio (the one shipped is tasks.SUITES["shared"]).
-# (`shared` itself is the envelope {...}; the first base, boxed-silu, used \boxed{...}, whose three
-# prefix tokens kept this model from learning the memory task's retrieval in the warm-up.)
+# (`shared` itself ends every answer with the closing tag </a>. The first base, boxed-silu, used
+# \boxed{...}, whose three prefix tokens kept this model from learning the memory task's retrieval in
+# the warm-up; the second, brace-silu, {...}, learned it too late in the warm-up.)
 EXPLORE_SUITES: dict[str, TaskSuite] = {s.name: s for s in [
     TaskSuite("shared-boxed", "the shared suite with the envelope \\boxed{...}", envelope=("\\boxed{", "}"),
               format_weight=0.2, extra_tokens=4),
-    TaskSuite("shared-close", "the shared suite with a closing tag only: answer</a>", envelope=("", "</a>"),
-              format_weight=0.2, extra_tokens=4),
+    TaskSuite("shared-brace", "the shared suite with the envelope {...}", envelope=("{", "}"),
+              format_weight=0.2, extra_tokens=2),
 ]}
 
 
@@ -127,16 +128,17 @@ BASES: dict[str, BaseSpec] = {
                            tokenizer="bpe", vocab_size=300, model=V1_ARCH,
                            warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS,
                                                format_slip_rate=0.5), suite="shared-boxed"),
-    "shared-silu": BaseSpec("shared suite (envelope {...}): bpe-silu's tokens and architecture, "
-                            "format slips in 50 % of the mixed-phase demonstrations",
-                            tokenizer="bpe", vocab_size=300, model=V1_ARCH,
-                            warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS,
-                                                format_slip_rate=0.5), suite="shared"),
-    "close-silu": BaseSpec("shared suite with a closing tag only (answer</a>): bpe-silu's tokens and "
-                           "architecture, format slips in 50 % of the mixed-phase demonstrations",
+    "brace-silu": BaseSpec("shared suite with the envelope {...}: bpe-silu's tokens and architecture, "
+                           "format slips in 50 % of the mixed-phase demonstrations",
                            tokenizer="bpe", vocab_size=300, model=V1_ARCH,
                            warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS,
-                                               format_slip_rate=0.5), suite="shared-close"),
+                                               format_slip_rate=0.5), suite="shared-brace"),
+    # The shipped shared-skill base (build.SHARED_FULL reproduces it bit for bit).
+    "close-silu": BaseSpec("shared suite (closing tag </a>): bpe-silu's tokens and architecture, "
+                           "format slips in 50 % of the mixed-phase demonstrations",
+                           tokenizer="bpe", vocab_size=300, model=V1_ARCH,
+                           warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS,
+                                               format_slip_rate=0.5), suite="shared"),
 }
 
 # RL recipes (overrides of RLConfig), named so that runs can be cached and combined.
@@ -207,7 +209,6 @@ TRIOS: dict[str, Trio] = {t.id: t for t in [
     _labs("labs-adam", "sgd1e-2x100", "sgd1e-3x300", "adam1e-4x100"),
     # The shared-skill suites: the shipped trio's recipes first.
     _labs("boxed-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="boxed-silu"),
-    _labs("shared-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="shared-silu"),
     _labs("close-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="close-silu"),
     _labs("close-b", "sgd1e-2x200", "sgd3e-3x300", "sgd1e-2x300", base="close-silu"),
 ]}
