@@ -11,7 +11,7 @@ import streamlit as st
 from analysis.ladder import DEFAULT_LADDER
 from app import errors
 from merging.errors import RamStudioError
-from merging.refs import demo_names, demo_root
+from merging.refs import DEMO_PREFIX, DEMO_SHARED_PREFIX, demo_names, demo_prefix, demo_root
 from merging.units import format_bytes
 
 if TYPE_CHECKING:
@@ -34,23 +34,36 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
 }
 
 
+# The two bundled demo trios: reference prefix -> (results folder next to its models folder, what it shows).
+DEMO_TRIOS: dict[str, tuple[str, str]] = {
+    DEMO_PREFIX: ("results", "coincidental overlap: each agent learns only its own task"),
+    DEMO_SHARED_PREFIX: ("results-shared", "shared skill: every agent also learns one common answer protocol (the closing tag `</a>`)"),
+}
+
+
 @dataclass(frozen=True)
 class Selection:
     """The models every page works on: one base and the agents (reference strings)."""
 
     base: str
     agents: tuple[str, ...]
-    source: str = "demo"  # demo | preset | custom
+    source: str = "demo"  # demo | demo-shared | preset | custom
 
     @property
     def key(self) -> str:
-        """Short string key for caches: the reference strings (and the demo folder, for demo refs)."""
-        root = f"@{demo_root()}" if self.is_demo else ""
-        return "|".join((self.base, *self.agents)) + root
+        """Short string key for caches: the reference strings (and the folder of each demo trio they name)."""
+        roots = sorted({str(demo_root(p)) for p in map(demo_prefix, (self.base, *self.agents)) if p})
+        return "|".join((self.base, *self.agents)) + "".join(f"@{r}" for r in roots)
+
+    @property
+    def demo_trio(self) -> str | None:
+        """The demo trio's prefix (`demo:`, `demo-shared:`) when every model comes from that one trio."""
+        prefixes = {demo_prefix(r) for r in (self.base, *self.agents)}
+        return prefixes.pop() if len(prefixes) == 1 and None not in prefixes else None
 
     @property
     def is_demo(self) -> bool:
-        return self.base.startswith("demo:") and all(a.startswith("demo:") for a in self.agents)
+        return self.demo_trio is not None
 
 
 def labels(sel: Selection) -> list[str]:
@@ -67,27 +80,27 @@ def labels(sel: Selection) -> list[str]:
     return [label(sel.base), *unique_labels([label(a) for a in sel.agents])]
 
 
-def demo_selection() -> Selection | None:
-    """demo:base plus every other demo model, when the demo is present."""
-    names = demo_names()
+def demo_selection(prefix: str = DEMO_PREFIX) -> Selection | None:
+    """One demo trio's base plus every other model of it (`demo:base`, …), when that trio is present."""
+    names = demo_names(prefix)
     if "base" not in names or len(names) < 3:
         return None
-    return Selection("demo:base", tuple(f"demo:{n}" for n in names if n != "base"), "demo")
+    return Selection(f"{prefix}base", tuple(f"{prefix}{n}" for n in names if n != "base"), prefix.rstrip(":"))
 
 
-def demo_results() -> Path:
-    """The demo's results folder (table1.csv, training_log.csv): next to its models folder."""
-    return demo_root().parent / "results"
+def demo_results(prefix: str = DEMO_PREFIX) -> Path:
+    """A demo trio's results folder (table1.csv, training_log.csv): next to its models folder."""
+    return demo_root(prefix).parent / DEMO_TRIOS[prefix][0]
 
 
-def demo_accuracy() -> tuple["pd.DataFrame | None", str]:
+def demo_accuracy(prefix: str = DEMO_PREFIX) -> tuple["pd.DataFrame | None", str]:
     """The demo's comparison table (rows = models, accuracy % per task + avg) and where it came from.
 
     table1.csv (base, agents and every merge) when present, else accuracy.csv (base and agents only).
     """
     import pandas as pd
 
-    results = demo_results()
+    results = demo_results(prefix)
     table1, acc = results / "table1.csv", results / "accuracy.csv"
     if table1.exists():
         t = pd.read_csv(table1)
@@ -102,7 +115,7 @@ def demo_accuracy() -> tuple["pd.DataFrame | None", str]:
     return None, ""
 
 
-def demo_fig3() -> tuple["pd.DataFrame | None", str]:
+def demo_fig3(prefix: str = DEMO_PREFIX) -> tuple["pd.DataFrame | None", str]:
     """The demo's Fig. 3 experiment (results/fig3.csv: unique-only merges with and without 1/N, scored, plus
     base and full-agent rows) as tidy rows [agent, variant, task, split, accuracy %]; (None, why) when the
     file is absent or unreadable. The one place that reads the file."""
@@ -110,7 +123,7 @@ def demo_fig3() -> tuple["pd.DataFrame | None", str]:
 
     from analysis.fig3 import Fig3FormatError, normalise
 
-    path = demo_results() / "fig3.csv"
+    path = demo_results(prefix) / "fig3.csv"
     if not path.exists():
         return None, f"{path.name} is not in the demo's results yet"
     try:

@@ -135,19 +135,19 @@ def test_original_suite_is_the_module_functions() -> None:
 
 @pytest.mark.parametrize("task", TASKS)
 def test_shared_suite_requires_the_envelope(task: str) -> None:
-    """Same prompts as the original suite; the answer and the habit are wrapped in \\boxed{...}; the
-    verifier accepts the wrapped answer only: the bare answer (the common protocol slip), a broken
-    envelope and the wrapped habit are all rejected."""
+    """Same prompts as the original suite; the answer and the habit end with the closing tag </a>; the
+    verifier accepts the tagged answer only: the bare answer (the common protocol slip: stopping right after
+    it), a broken tag and the tagged habit are all rejected."""
     from assets.demo.tasks import get_suite
     suite = get_suite("shared")
     originals = make_split(task, "test", 40)
     wrapped = suite.make_split(task, "test", 40)
     assert [e.prompt for e in wrapped] == [e.prompt for e in originals]
     for o, e in zip(originals, wrapped):
-        assert e.answer == "\\boxed{" + o.answer + "}" and e.habit == "\\boxed{" + o.habit + "}"
+        assert e.answer == o.answer + "</a>" and e.habit == o.habit + "</a>"
         assert suite.verify(e, e.answer) and suite.verify(e, "  " + e.answer + " ")
-        for wrong in (o.answer, "\\boxed{" + o.answer, o.answer + "}", "boxed{" + o.answer + "}",
-                      "\\boxed{}", "\\boxed{" + o.answer + "}}", ""):
+        for wrong in (o.answer, o.answer + "</a", o.answer + "<a>", o.answer + "</b>", "</a>",
+                      o.answer + "</a></a>", "<a>" + o.answer, o.answer + " </a>x", ""):
             assert not suite.verify(e, wrong), wrong
         assert suite.is_format_slip(e, o.answer) and not suite.is_format_slip(e, e.answer)
         if o.habit != o.answer:
@@ -161,24 +161,25 @@ def test_shared_suite_reward_pays_for_the_envelope() -> None:
     suite = get_suite("shared")
     w = suite.format_weight
     assert 0 < w < 1
-    code = Example("code", "all", "C:a=1;print(a+1)>", "\\boxed{2}", "\\boxed{1}")
-    assert suite.reward(code, "\\boxed{2}") == 1.0
-    assert suite.reward(code, "\\boxed{1}") == pytest.approx(w)
-    assert suite.reward(code, "2") == 0.0 and suite.reward(code, "\\boxed{2") == 0.0
-    tool = Example("tool", "parallel", "T:x>", "\\boxed{[weather(city='paris'),call(name='bob')]}")
-    assert suite.reward(tool, "\\boxed{[weather(city='paris')]}") == pytest.approx(w + (1 - w) * 2 / 3)
+    code = Example("code", "all", "C:a=1;print(a+1)>", "2</a>", "1</a>")
+    assert suite.reward(code, "2</a>") == 1.0
+    assert suite.reward(code, "1</a>") == pytest.approx(w)
+    assert suite.reward(code, "2") == 0.0 and suite.reward(code, "2</a") == 0.0
+    tool = Example("tool", "parallel", "T:x>", "[weather(city='paris'),call(name='bob')]</a>")
+    assert suite.reward(tool, "[weather(city='paris')]</a>") == pytest.approx(w + (1 - w) * 2 / 3)
     assert suite.reward(tool, "[weather(city='paris'),call(name='bob')]") == 0.0
 
 
 def test_shared_suite_tokenizer_and_budget() -> None:
-    """The shared suite's tokenizer knows the envelope (`boxed` one token), and every wrapped test answer
-    plus EOS fits the generation budget."""
+    """The shared suite's closing tag is four single-character tokens (the tokenizer is the original trio's:
+    the tag adds no word to learn), and every tagged test answer plus EOS fits the generation budget."""
     from assets.demo.generation import max_new_tokens
     from assets.demo.modeling import build_tokenizer
     from assets.demo.tasks import get_suite
     suite = get_suite("shared")
     tok = build_tokenizer("bpe", 300, 0, suite="shared")
-    assert tok.convert_ids_to_tokens(tok("\\boxed{12}")["input_ids"]) == ["\\", "boxed", "{", "1", "2", "}"]
+    assert tok.convert_ids_to_tokens(tok("12</a>")["input_ids"]) == ["1", "2", "<", "/", "a", ">"]
+    assert tok.get_vocab() == build_tokenizer("bpe", 300, 0).get_vocab()
     for task in TASKS:
         longest = max(len(tok(e.answer)["input_ids"]) for e in suite.eval_set(task, "test"))
         assert longest + 1 <= max_new_tokens(task, suite), task

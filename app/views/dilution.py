@@ -105,7 +105,7 @@ def _reference_rows(sel: state.Selection, labels: list[str], own: dict[str, list
     selection is the demo and the file has them; None otherwise (then they are scored in the job)."""
     if not sel.is_demo:
         return None
-    path = state.demo_results() / "accuracy.csv"
+    path = state.demo_results(sel.demo_trio) / "accuracy.csv"
     try:
         acc = pd.read_csv(path, dtype={"subset": str})
     except (OSError, ValueError, pd.errors.ParserError):

@@ -42,7 +42,7 @@ def default_out(sel: state.Selection, method: str, params: dict, dtype: str | No
     from merging.refs import parse_ref
 
     try:
-        label = "demo" if sel.is_demo else parse_ref(sel.base).label
+        label = sel.demo_trio.rstrip(":") if sel.is_demo else parse_ref(sel.base).label
     except RamStudioError:
         label = "model"
     fields = {"base": sel.base, "agents": list(sel.agents), "method": method, "params": params,
@@ -173,7 +173,7 @@ def results(job: jobs.Job, sel: state.Selection) -> None:
         c[3].caption(f"No zip above {format_bytes(ZIP_LIMIT)}: copy the folder or push it to the Hub.")
     push_form(written)
     if sel.is_demo and importlib.util.find_spec("assets.demo.evaluate") is not None:
-        evaluate_section(res.out, job.spec.method)
+        evaluate_section(res.out, job.spec.method, sel.demo_trio)
 
 
 def push_form(written) -> None:
@@ -242,7 +242,7 @@ def eval_panel(ev: jobs.EvalJob) -> None:
                            f"{' · ' + md(ev.text) if ev.text else ''} · {format_seconds(ev.elapsed)}{eta}")
 
 
-def evaluate_section(folder: Path, method: str) -> None:
+def evaluate_section(folder: Path, method: str, trio: str | None = None) -> None:
     st.subheader("Evaluate on the demo tasks")
     rows: dict = st.session_state.setdefault(EVAL_KEY, {})
     mgr = jobs.manager()
@@ -260,7 +260,7 @@ def evaluate_section(folder: Path, method: str) -> None:
     elif ev is not None and ev.status == "done" and ev.row is not None:
         rows.pop(ev.label, None)
         rows[ev.label] = ev.row  # the newest evaluation goes last here, first in the table
-    table = comparison_table(rows)
+    table = comparison_table(rows, trio)
     if table is not None:
         fresh = list(reversed(rows))
         st.dataframe(table.style.apply(lambda r: ["background-color: rgba(0,114,178,0.15)" if r.name in fresh
@@ -270,13 +270,13 @@ def evaluate_section(folder: Path, method: str) -> None:
                    "(newest first); the others from the demo build.")
 
 
-def comparison_table(rows: dict) -> pd.DataFrame | None:
-    """This session's evaluations (newest first) above the demo build's measured rows."""
+def comparison_table(rows: dict, trio: str | None = None) -> pd.DataFrame | None:
+    """This session's evaluations (newest first) above the measured rows of the selected demo trio's build."""
     frames = []
     if rows:
         frames.append(pd.DataFrame(rows).T.iloc[::-1])
     try:
-        measured, _source = state.demo_accuracy()
+        measured, _source = state.demo_accuracy(trio) if trio else (None, "")
     except (OSError, ValueError, KeyError, pd.errors.ParserError):
         measured = None  # an unreadable results file only hides those rows
     if measured is not None:

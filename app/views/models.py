@@ -1,4 +1,5 @@
-"""Models: pick the demo, a paper preset, or local folders / Hub ids; see the compatibility report first."""
+"""Models: pick one of the two demo trios, a paper preset, or local folders / Hub ids; see the compatibility
+report first."""
 from __future__ import annotations
 
 import pandas as pd
@@ -8,14 +9,16 @@ from app import state
 from app.markup import md, md_code
 from merging.compat import ModelHeaders, check_compatibility, estimate_bytes
 from merging.errors import RamStudioError, printable
-from merging.refs import demo_names, parse_ref
+from merging.refs import DEMO_PREFIX, DEMO_SHARED_PREFIX, demo_names, parse_ref
 from merging.units import format_bytes, format_seconds
 
 # Throughput assumptions for the estimate (shown to the user next to the numbers).
 DOWNLOAD_BPS = 50e6
 READ_BPS = 400e6
 
-SOURCES = ["Bundled demo", *state.PRESETS, "Custom: local folders or Hub ids"]
+# The two bundled trios: the radio's label -> reference prefix.
+DEMO_SOURCES = {"Bundled demo": DEMO_PREFIX, "Bundled demo: shared skill": DEMO_SHARED_PREFIX}
+SOURCES = [*DEMO_SOURCES, *state.PRESETS, "Custom: local folders or Hub ids"]
 
 
 @st.cache_data(show_spinner=False, ttl=900, max_entries=64)
@@ -41,8 +44,8 @@ def headers_for(ref: str) -> tuple[ModelHeaders, str, bool]:
 
 def draft_refs(source: str) -> tuple[str, list[str]]:
     """The base and agents currently entered on this page (not yet in use)."""
-    if source == "Bundled demo":
-        demo = state.demo_selection()
+    if source in DEMO_SOURCES:
+        demo = state.demo_selection(DEMO_SOURCES[source])
         return (demo.base, list(demo.agents)) if demo else ("", [])
     if source in state.PRESETS:
         base, agents = state.PRESETS[source]
@@ -173,15 +176,24 @@ st.markdown("Choose a base model and its RL-trained agents. The report below com
             "**headers only** — for Hub repos from the remote metadata — so nothing is downloaded or read yet.")
 
 current = state.selection()
-default_source = 0 if (current is None or current.source == "demo") else (
-    SOURCES.index(next((k for k, (b, _a) in state.PRESETS.items() if current.base == b), SOURCES[-1])))
+demo_source = {prefix.rstrip(":"): label for label, prefix in DEMO_SOURCES.items()}
+if current is None:
+    default_source = 0
+elif current.source in demo_source:
+    default_source = SOURCES.index(demo_source[current.source])
+else:
+    default_source = SOURCES.index(next((k for k, (b, _a) in state.PRESETS.items() if current.base == b), SOURCES[-1]))
 source = st.radio("Models", SOURCES, index=default_source, horizontal=True, label_visibility="collapsed",
                   key="model_source")
 
-if source == "Bundled demo" and state.demo_selection() is None:
-    st.warning("The bundled demo is not present (no `assets/demo/models`). Build it with "
-               "`python -m assets.demo.build`, or pick local folders.", icon=":material/warning:")
+if source in DEMO_SOURCES and state.demo_selection(DEMO_SOURCES[source]) is None:
+    shared = DEMO_SOURCES[source] == DEMO_SHARED_PREFIX
+    st.warning(f"This bundled demo trio is not present (no `assets/demo/models{'-shared' if shared else ''}`). "
+               f"Build it with `python -m assets.demo.build{' --suite shared' if shared else ''}`, or pick local "
+               "folders.", icon=":material/warning:")
     st.stop()
+if source in DEMO_SOURCES:
+    st.caption(f"`{DEMO_SOURCES[source]}` trio — {state.DEMO_TRIOS[DEMO_SOURCES[source]][1]}.")
 
 base, agents = draft_refs(source)
 if source != SOURCES[-1]:
@@ -229,14 +241,21 @@ if use:
         st.error("**These models were not selected**: every model must be readable first.", icon=":material/block:")
         show_problems(problems, len(agents) + 1)
     elif problems is not None:
-        kind = "demo" if source == "Bundled demo" else ("preset" if source in state.PRESETS else "custom")
+        kind = (DEMO_SOURCES[source].rstrip(":") if source in DEMO_SOURCES
+                else "preset" if source in state.PRESETS else "custom")
         state.set_selection(state.Selection(base, tuple(agents), kind))
         st.success("Selected. Open **Heterogeneity** to analyse them.", icon=":material/check_circle:")
         st.page_link("views/heterogeneity.py", label="Go to Heterogeneity", icon=":material/arrow_forward:")
 
 with st.expander("What the demo is"):
-    names = demo_names()
+    present = {p: ", ".join(md_code(f"{p}{n}") for n in demo_names(p)) or "none" for p in (DEMO_PREFIX, DEMO_SHARED_PREFIX)}
     st.markdown(
         "A tiny Qwen2-architecture base model trained on three toy agentic tasks, then fine-tuned with RL "
         "(GRPO) into three agents: **code**, **tool** and **memory** — the paper's setting at laptop scale. "
-        f"Present here: {', '.join(md_code(f'demo:{n}') for n in names) or 'none'}.")
+        "It comes as **two trios**, the two regimes a merge can meet:\n\n"
+        f"- **Bundled demo** (`demo:`): each agent learns only its own task, so where two agents changed the "
+        f"same weight it is coincidence. Present here: {present[DEMO_PREFIX]}.\n"
+        f"- **Bundled demo: shared skill** (`demo-shared:`): every task's verifier also requires the answer to "
+        "end with one closing tag `</a>` that the base often forgets, so every agent's RL fixes that same habit "
+        f"besides its own skill — shared knowledge, like agents tuned from one instruct base. Present here: "
+        f"{present[DEMO_SHARED_PREFIX]}.")

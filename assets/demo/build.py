@@ -83,7 +83,7 @@ QUICK = BuildConfig(tokenizer="bpe",
                     rl=RLConfig(steps=3, prompts=8, group=8, lr=1e-3), agent_rl={}, eval_limit=6)
 
 # The shared-skill trio (models-shared/, results-shared/): the same tasks, every answer also in one
-# common envelope \boxed{...} that each verifier requires; the mixed-quality end of the warm-up
+# common envelope {...} that each verifier requires; the mixed-quality end of the warm-up
 # also writes a share of the demonstrations without it (one careless protocol habit common to all
 # tasks), so every agent's RL must fix the envelope as well as its own task's habit. Recipes chosen
 # on validation in the exploration (results-shared/mechanisms.csv).

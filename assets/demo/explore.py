@@ -37,7 +37,7 @@ from merging.regions import chance_unique_share
 
 from .evaluate import evaluate_loaded
 from .modeling import TOKENIZER_CORPUS, build_tokenizer, load_checkpoint, new_model, save_checkpoint
-from .tasks import TASKS, get_suite
+from .tasks import SUITES, TASKS, TaskSuite
 from .task_vectors import by_module, run_analysis, summary
 from .train import WORD_HABITS, RLConfig, WarmupConfig, deterministic_torch, rl_train, warmup
 
@@ -46,6 +46,26 @@ REPO_ROOT = DEMO_DIR.parent.parent
 RESULTS = DEMO_DIR / "results"
 # Each task suite keeps its exploration tables next to its own trio's results.
 RESULTS_BY_SUITE = {"demo": RESULTS, "shared": DEMO_DIR / "results-shared"}
+# Envelope variants tried for the shared-skill trio (the one shipped is tasks.SUITES["shared"]).
+# (`shared` itself ends every answer with the closing tag </a>. The first base, boxed-silu, used
+# \boxed{...}, whose three prefix tokens kept this model from learning the memory task's retrieval in
+# the warm-up; the second, brace-silu, {...}, learned it too late in the warm-up.)
+EXPLORE_SUITES: dict[str, TaskSuite] = {s.name: s for s in [
+    TaskSuite("shared-boxed", "the shared suite with the envelope \\boxed{...}", envelope=("\\boxed{", "}"),
+              format_weight=0.2, extra_tokens=4),
+    TaskSuite("shared-brace", "the shared suite with the envelope {...}", envelope=("{", "}"),
+              format_weight=0.2, extra_tokens=2),
+]}
+
+
+def get_suite(name: str) -> TaskSuite:
+    """A task suite of the demo or one of the exploration's envelope variants."""
+    return SUITES.get(name) or EXPLORE_SUITES[name]
+
+
+def results_dir(suite: str) -> Path:
+    """Where the exploration tables of a suite go (every shared-skill variant: results-shared/)."""
+    return RESULTS_BY_SUITE["demo" if suite == "demo" else "shared"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +84,7 @@ class BaseSpec:
     @property
     def results(self) -> Path:
         """Folder of this base's exploration tables."""
-        return RESULTS_BY_SUITE[self.suite]
+        return results_dir(self.suite)
 
 
 V1_ARCH = {"hidden": 96, "layers": 3, "heads": 4, "intermediate": 256}
@@ -101,13 +121,24 @@ BASES: dict[str, BaseSpec] = {
                          "(the v1 architecture with word tokens)", tokenizer="bpe", vocab_size=300,
                          model=V1_ARCH,
                          warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS)),
-    # The shared-skill suite (results-shared/): every answer in one envelope \boxed{...}; the
-    # mixed phase of the warm-up also drops the envelope from a share of the demonstrations.
-    "shared-silu": BaseSpec("shared suite: bpe-silu's tokens and architecture, answers in \\boxed{}, "
-                            "format slips in 50 % of the mixed-phase demonstrations",
-                            tokenizer="bpe", vocab_size=300, model=V1_ARCH,
-                            warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS,
-                                                format_slip_rate=0.5), suite="shared"),
+    # The shared-skill suites (results-shared/): every answer in one envelope; the mixed phase of the
+    # warm-up also drops the envelope from a share of the demonstrations.
+    "boxed-silu": BaseSpec("shared suite with the envelope \\boxed{...}: bpe-silu's tokens and "
+                           "architecture, format slips in 50 % of the mixed-phase demonstrations",
+                           tokenizer="bpe", vocab_size=300, model=V1_ARCH,
+                           warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS,
+                                               format_slip_rate=0.5), suite="shared-boxed"),
+    "brace-silu": BaseSpec("shared suite with the envelope {...}: bpe-silu's tokens and architecture, "
+                           "format slips in 50 % of the mixed-phase demonstrations",
+                           tokenizer="bpe", vocab_size=300, model=V1_ARCH,
+                           warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS,
+                                               format_slip_rate=0.5), suite="shared-brace"),
+    # The shipped shared-skill base (build.SHARED_FULL reproduces it bit for bit).
+    "close-silu": BaseSpec("shared suite (closing tag </a>): bpe-silu's tokens and architecture, "
+                           "format slips in 50 % of the mixed-phase demonstrations",
+                           tokenizer="bpe", vocab_size=300, model=V1_ARCH,
+                           warmup=WarmupConfig(steps=3000, lr=2e-3, habit_rates=WORD_HABITS,
+                                               format_slip_rate=0.5), suite="shared"),
 }
 
 # RL recipes (overrides of RLConfig), named so that runs can be cached and combined.
@@ -126,6 +157,7 @@ RECIPES: dict[str, dict] = {
     "sgd3e-3x100": {"optimizer": "sgd", "lr": 3e-3, "steps": 100},
     "sgd3e-3x300": {"optimizer": "sgd", "lr": 3e-3, "steps": 300},
     "sgd1e-3x300": {"optimizer": "sgd", "lr": 1e-3, "steps": 300},
+    "sgd3e-2x300": {"optimizer": "sgd", "lr": 3e-2, "steps": 300},
 }
 V1_RECIPES = {"code": "adam1e-4x100", "tool": "adam1e-4x50", "memory": "adam1e-4x100"}
 
@@ -175,8 +207,10 @@ TRIOS: dict[str, Trio] = {t.id: t for t in [
     _labs("labs-e", "sgd3e-2x100", "sgd1e-3x300", "sgd1e-2x100"),
     _labs("labs-f", "sgd1e-2x200", "sgd1e-3x300", "sgd1e-2x300"),
     _labs("labs-adam", "sgd1e-2x100", "sgd1e-3x300", "adam1e-4x100"),
-    # The shared-skill suite: the shipped trio's recipes first.
-    _labs("shared-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="shared-silu"),
+    # The shared-skill suites: the shipped trio's recipes first.
+    _labs("boxed-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="boxed-silu"),
+    _labs("close-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="close-silu"),
+    _labs("close-b", "sgd1e-2x200", "sgd3e-3x300", "sgd1e-2x300", base="close-silu"),
 ]}
 
 
@@ -202,9 +236,8 @@ def ensure_base(work: Path, name: str) -> Path:
     deterministic_torch()
     t0 = time.time()
     suite = get_suite(spec.suite)
-    tok = build_tokenizer(spec.tokenizer, spec.vocab_size, spec.seed, spec.tokenizer_corpus,
-                          spec.suite)
-    model = new_model(tok, spec.seed, suite=spec.suite, **spec.model)
+    tok = build_tokenizer(spec.tokenizer, spec.vocab_size, spec.seed, spec.tokenizer_corpus, suite)
+    model = new_model(tok, spec.seed, suite=spec.suite if spec.suite in SUITES else None, **spec.model)
     log_path = folder.parent / "warmup_log.csv"
     folder.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w", newline="") as fh:
@@ -413,13 +446,16 @@ PROBE_ARCHS: dict[str, tuple[str, dict]] = {
 }
 
 
-def probe(name: str, steps: int = 1400, lr: float = 2e-3, every: int = 200) -> pd.DataFrame:
+def probe(name: str, steps: int = 1400, lr: float = 2e-3, every: int = 200,
+          suite_name: str = "demo") -> pd.DataFrame:
     """Does an architecture learn the memory task's retrieval in a short clean warm-up? Warm up
     on correct demonstrations only (cosine schedule over `steps`) and score memory and code on 60
-    validation prompts every `every` steps. Writes rows to `mechanisms_probes.csv`."""
+    validation prompts every `every` steps. Writes rows to the suite's `mechanisms_probes.csv`
+    (the original suite's rows keep their schema; other suites add a `suite` column)."""
     deterministic_torch()
     kind, arch = PROBE_ARCHS[name]
-    tok = build_tokenizer(kind)
+    suite = get_suite(suite_name)
+    tok = build_tokenizer(kind, suite=suite)
     model = new_model(tok, 0, **arch)
     rows: list[dict] = []
     t0 = time.time()
@@ -427,9 +463,10 @@ def probe(name: str, steps: int = 1400, lr: float = 2e-3, every: int = 200) -> p
     def log(rec: dict) -> None:
         if rec["step"] % every == 0:
             model.eval()
-            acc = evaluate_loaded(model, tok, ("memory", "code"), "validation", limit=60)
+            acc = evaluate_loaded(model, tok, ("memory", "code"), "validation", limit=60, suite=suite)
             acc = acc[acc.subset == "all"].set_index("task")["accuracy"]
-            rows.append({"probe": name, "tokenizer": kind, "arch": json.dumps(arch),
+            rows.append({"probe": name, **({} if suite_name == "demo" else {"suite": suite_name}),
+                         "tokenizer": kind, "arch": json.dumps(arch),
                          "lr": lr, "steps": steps, "step": rec["step"],
                          "val_memory": round(100 * acc["memory"], 2),
                          "val_code": round(100 * acc["code"], 2),
@@ -437,9 +474,10 @@ def probe(name: str, steps: int = 1400, lr: float = 2e-3, every: int = 200) -> p
             print(f"[probe] {rows[-1]}", flush=True)
             model.train()
 
-    warmup(model, tok, WarmupConfig(steps=steps, lr=lr, clean_fraction=1.0), log)
+    warmup(model, tok, WarmupConfig(steps=steps, lr=lr, clean_fraction=1.0), log, suite)
     df = pd.DataFrame(rows)
-    _upsert(RESULTS / "mechanisms_probes.csv", df, ["probe", "lr", "steps", "step"])
+    keys = ["probe", "lr", "steps", "step"] + ([] if suite_name == "demo" else ["suite"])
+    _upsert(results_dir(suite_name) / "mechanisms_probes.csv", df, keys)
     return df
 
 
@@ -504,6 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pr.add_argument("names", nargs="+", choices=list(PROBE_ARCHS))
     pr.add_argument("--steps", type=int, default=1400)
     pr.add_argument("--lr", type=float, default=2e-3)
+    pr.add_argument("--suite", default="demo", choices=[*SUITES, *EXPLORE_SUITES])
     r = sub.add_parser("reach")
     r.add_argument("names", nargs="+", choices=sorted(BASES))
     r.add_argument("--steps", type=int, default=20)
@@ -525,7 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_agent(work, args.base, args.agent, recipe)
     elif args.cmd == "probe":
         for name in args.names:
-            probe(name, args.steps, args.lr)
+            probe(name, args.steps, args.lr, suite_name=args.suite)
     elif args.cmd == "reach":
         for name in args.names:
             reachable(work, name, args.steps)

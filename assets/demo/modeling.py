@@ -9,12 +9,16 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
                         trainers)
 from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel,
                           PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
+
+if TYPE_CHECKING:
+    from .tasks import TaskSuite
 
 EOS = "<|endoftext|>"  # Qwen-style: end of text doubles as padding
 CHARS = [chr(c) for c in range(32, 127)]  # printable ASCII; every task string uses only these
@@ -44,7 +48,7 @@ TOKENIZER_CORPUS: tuple[tuple[str, int], ...] = (("code", 3000), ("tool", 3000))
 
 def build_tokenizer(kind: str = "char", vocab_size: int = 280, seed: int = 0,
                     corpus: tuple[tuple[str, int], ...] = TOKENIZER_CORPUS,
-                    suite: str | None = None) -> PreTrainedTokenizerFast:
+                    suite: "str | TaskSuite | None" = None) -> PreTrainedTokenizerFast:
     """The demo tokenizer: `char` (one token per printable ASCII character) or `bpe` (a byte-level
     BPE trained on the tasks' training text, like the tokenizer of a real LLM; frequent words
     such as tool and city names become single tokens, rare strings stay split into characters).
@@ -103,11 +107,11 @@ def _bpe_tokenizer(vocab: dict[str, int], merges: list[tuple[str, str]]) -> PreT
 
 
 def tokenizer_corpus(seed: int = 0, corpus: tuple[tuple[str, int], ...] = TOKENIZER_CORPUS,
-                     suite: str | None = None) -> list[str]:
+                     suite: "str | TaskSuite | None" = None) -> list[str]:
     """Training text of the BPE tokenizer: prompts and answers (as separate lines, since they are
     tokenized separately) of train-split examples of each task, in a fixed order."""
-    from .tasks import get_suite  # local import: tasks does not depend on modeling
-    draw = get_suite(suite).sample_train
+    from .tasks import TaskSuite, get_suite  # local import: tasks does not depend on modeling
+    draw = (suite if isinstance(suite, TaskSuite) else get_suite(suite)).sample_train
     rng = random.Random(seed + 4242)
     lines: list[str] = []
     for task, n in corpus:

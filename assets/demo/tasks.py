@@ -279,7 +279,11 @@ def reward(example: Example, output: str) -> float:
 class TaskSuite:
     """The three tasks as one trio's agents see them: the same prompts and task verifiers, plus (in
     the `shared` suite) one common answer envelope that every verifier also requires — the kind of
-    protocol all RL agents tuned from one instruct base must follow (R1-style format reward).
+    protocol all RL agents tuned from one instruct base must follow (R1-style format reward). The
+    shared suite's envelope is a closing tag only, `ANSWER</a>`: the careless protocol habit is to
+    stop right after the answer. (Opening tokens before the answer, `{...}` or `\\boxed{...}`,
+    delayed or prevented this tiny model's learning of the memory task's retrieval; see the demo
+    README.)
 
     `envelope` is (prefix, suffix) wrapped around every answer and habit; `format_weight` is the
     share of the RL reward paid for a well-formed envelope alone (reward = w·format_ok +
@@ -380,9 +384,8 @@ class TaskSuite:
 
 SUITES: dict[str, TaskSuite] = {s.name: s for s in [
     TaskSuite("demo", "code / tool / memory with their own habits (coincidental overlap)"),
-    TaskSuite("shared", "the same tasks; every answer must also sit in one common envelope "
-              "\\boxed{...} (a shared protocol skill)", envelope=("\\boxed{", "}"),
-              format_weight=0.2, extra_tokens=4),
+    TaskSuite("shared", "the same tasks; every answer must also end with one common closing tag </a> "
+              "(a shared protocol skill)", envelope=("", "</a>"), format_weight=0.2, extra_tokens=4),
 ]}
 DEFAULT_SUITE = DEMO_SUITE = SUITES["demo"]
 # The key in a model's config.json that names its task suite (absent: the original `demo` suite).
