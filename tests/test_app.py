@@ -1104,3 +1104,59 @@ def test_presets_on_tune_and_merge(env, tmp_path):
     at.switch_page("views/tune.py").run()
     at.slider(key="tune_r").set_value(0.3).run()
     assert at.selectbox(key="tune_preset").value == "custom"  # moved by hand: no longer the preset
+
+
+def _table1(folder: Path, ram: float, ta: float) -> None:
+    import pandas as pd
+
+    folder.mkdir(parents=True)
+    pd.DataFrame({"model": ["base", "code", "tool", "memory", "average", "task_arithmetic", "ram", "ram_plus"],
+                  "params": ["", "", "", "", "", "lambda=1.0", "eps=1e-05", "r=0.1"],
+                  "code": [10.0, 30.0, 10.0, 10.0, 15.0, ta, ram, ram - 1], "tool": [10.0, 10.0, 40.0, 10.0, 15.0, ta, ram, ram - 1],
+                  "memory": [10.0, 10.0, 10.0, 50.0, 15.0, ta, ram, ram - 1],
+                  "avg": [10.0, 16.67, 20.0, 23.33, 15.0, ta, ram, ram - 1],
+                  "val_avg": [10.0, 16.0, 20.0, 23.0, 15.0, ta, ram, ram - 1]}).to_csv(folder / "table1.csv", index=False)
+
+
+def test_dilution_two_regimes_side_by_side(tmp_path, monkeypatch):
+    """Issue 22: both demo trios' Table 1 and shared-region diagnostics side by side, each with a reading computed
+    from its own numbers, and one sentence across the two; a trio that is not built is said so."""
+    from tests.app_helpers import build_demo
+
+    build_demo(tmp_path / "a" / "models")
+    build_demo(tmp_path / "b" / "models-shared")
+    _table1(tmp_path / "a" / "results", ram=30.0, ta=40.0)
+    _table1(tmp_path / "b" / "results-shared", ram=45.0, ta=40.0)
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in app_env(tmp_path, use_real_demo=False).items():
+            mp.setenv(k, v)
+        mp.setenv("RAM_STUDIO_DEMO_ROOT", str(tmp_path / "a" / "models"))
+        mp.setenv("RAM_STUDIO_DEMO_SHARED_ROOT", str(tmp_path / "b" / "models-shared"))
+        st.cache_resource.clear()
+        at = new_app()
+        at.switch_page("views/dilution.py").run()
+        no_problems(at)
+        frames = [d.value for d in at.dataframe][-6:]  # per trio (left, then right): Table 1, pairs, agents
+        for table, ram in ((frames[0], 30.0), (frames[3], 45.0)):
+            assert table.loc["ram", "avg"] == ram and table.loc["task_arithmetic", "avg"] == 40.0
+        assert all(sorted(f["agent"]) == ["code", "memory", "tool"] for f in (frames[2], frames[5]))
+        pairs = frames[1]
+        assert list(pairs["pair"]) == ["code–memory", "code–tool", "memory–tool"]
+        from app.charts import pct
+        assert set(pairs["chance"]) == {pct(0.5)}
+        text = " ".join(plain(m.value) for m in at.markdown)
+        assert "RAM (30.0): RAM trails task arithmetic (40.0) by 10.0 points" in text
+        assert "RAM (45.0): RAM beats task arithmetic (40.0) by 5.0 points" in text
+        assert "RAM is behind task arithmetic (-10.0 points)" in text
+        assert "RAM is ahead of task arithmetic (+5.0 points)" in text
+        assert "Reading across the two trios" in text
+        assert "Shared updates" in text or "changed elements per pair" in text  # the diagnostics' own reading
+
+        mp.setenv("RAM_STUDIO_DEMO_SHARED_ROOT", str(tmp_path / "nothing"))
+        st.cache_resource.clear()
+        at = new_app()
+        at.switch_page("views/dilution.py").run()
+        no_problems(at)
+        assert any("Not here yet: `demo-shared:`" in plain(c.value) for c in at.caption)
+        assert "Reading across the two trios" not in " ".join(plain(m.value) for m in at.markdown)
+    st.cache_resource.clear()

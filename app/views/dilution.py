@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.fig3 import own_task
+from analysis import tables
 from analysis.toy import COLS, ROWS, TOY_EPS, toy_rho_lambda, toy_taus, unique_retention
 from app import charts, jobs, state
 from app.markup import md
@@ -142,6 +143,76 @@ def fig3_chart(tidy: pd.DataFrame, agents: list[str], source: str, name: str) ->
                 "divided by N (hatched), as averaging does, that part shrinks — the paper's signal dilution. Grey: "
                 "the base; faint: the full agent. " + md(source) + ".", name,
                 title="Fig. 3 on the demo: unique region only, whole and ÷ N", params={"agents": agents, "split": "test"})
+
+
+# ---------------------------------------------------------------- two trios, two regimes
+
+REGIME_EPS = 1e-5
+
+
+def trio_evidence(prefix: str) -> tuple[str, "regimes.TableReading"] | None:
+    """One demo trio's Table 1, its shared-region diagnostics next to chance, and the readings of both (drawn
+    into the current column); None when the trio or its results are not here."""
+    from analysis import agreement, regimes
+
+    st.markdown(f"**`{prefix}`** · {state.DEMO_TRIOS[prefix][1]}")
+    sel = state.demo_selection(prefix)
+    table, source = state.demo_accuracy(prefix)
+    if sel is None or table is None:
+        st.caption(f"Not here yet: `{prefix}` needs its models and its results ({md(source or 'table1.csv')}), "
+                   "built by `python -m assets.demo.build" + ("" if prefix == "demo:" else " --suite shared") + "`.")
+        return None
+    agents = [a.split(":", 1)[-1] for a in sel.agents]
+    shown = table.drop(columns=[c for c in table.columns if "@" in str(c)]).round(1)
+    st.dataframe(shown, width="stretch", key=f"regime_table_{prefix}")
+    st.caption(f"Test split, accuracy % ({md(source)}; each method's settings chosen on validation).")
+    res = state.run_analysis(sel)
+    if res is None:
+        return None
+    pairs = agreement.pair_agreement(res, REGIME_EPS)
+    st.dataframe(pd.DataFrame({
+        "pair": [f"{r.a}–{r.b}" for r in pairs.itertuples()],
+        "both changed": pairs["both_changed"].map(state.fmt_count),
+        "same sign": pairs["sign_agreement"].map(charts.pct), "chance": pairs["chance_sign_agreement"].map(charts.pct),
+        "cosine": pairs["cosine"].map("{:+.3f}".format), "chance ": pairs["chance_cosine"].map("{:+.0f}".format)}),
+        hide_index=True, width="stretch", key=f"regime_pairs_{prefix}")
+    ag = agreement.agent_agreement(res, REGIME_EPS)
+    rho = tables.rho_table(res, REGIME_EPS).set_index("agent")["rho"]
+    st.dataframe(pd.DataFrame({
+        "agent": ag["agent"], "density": (ag["changed"] / res.total_params).map(charts.pct),
+        "unique share": ag["unique_share"].map(charts.pct),
+        "chance (model / tensor)": [f"{charts.pct(a)} / {charts.pct(b)}" for a, b in
+                                    zip(ag["chance_unique_share"], ag["chance_unique_share_tensor"])],
+        "ρ_t": ag["agent"].map(rho).map(lambda v: "∞" if not math.isfinite(v) else f"{v:.2f}"),
+        "shared energy": ag["shared_energy_share"].map(charts.pct),
+        "of it dominated (< 30 %)": ag["dominated_30_share"].map(charts.pct)}),
+        hide_index=True, width="stretch", key=f"regime_agents_{prefix}")
+    diag = agreement.reading(res, REGIME_EPS)
+    read = regimes.read_table1(table, agents)
+    st.markdown(md(diag.text))
+    st.markdown(md(read.text))
+    return diag.regime, read
+
+
+def two_regimes() -> None:
+    """Both demo trios side by side: coincidental overlap (`demo:`) and a shared skill (`demo-shared:`)."""
+    from analysis import regimes
+
+    st.header("Two demos, two regimes")
+    st.markdown(f"The bundled demo's agents share no skill: where two of them changed the same weight, their updates "
+                "are unrelated. The second demo trio (`demo-shared:`) was trained so that every agent must also learn "
+                "one common habit. Same tasks, same merges; the diagnostics (ε = {REGIME_EPS:g}, elements both "
+                "agents changed) say whether the overlap is real, Table 1 what each merge keeps.")
+    cols = st.columns(2)
+    readings = {}
+    for col, prefix in zip(cols, state.DEMO_TRIOS):
+        with col, state.guard(f"The {prefix} trio"):
+            got = trio_evidence(prefix)
+            if got is not None:
+                readings[f"`{prefix}`"] = got
+    text = regimes.contrast(readings)
+    if text:
+        st.markdown("**Reading across the two trios.** " + text)
 
 
 # ---------------------------------------------------------------- page
@@ -296,3 +367,6 @@ if log.exists():
                         "Solid = moving average: each agent's reward should climb on its own task — the skill "
                         "its task vector carries.",
                         "reward_curves", title="RL reward during training", params={"agents": agents})
+
+st.divider()
+two_regimes()

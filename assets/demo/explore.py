@@ -211,6 +211,10 @@ TRIOS: dict[str, Trio] = {t.id: t for t in [
     _labs("boxed-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="boxed-silu"),
     _labs("close-a", "sgd1e-2x100", "sgd1e-3x300", "sgd1e-2x300", base="close-silu"),
     _labs("close-b", "sgd1e-2x200", "sgd3e-3x300", "sgd1e-2x300", base="close-silu"),
+    # Larger steps for the two agents short of +10 (code: a larger lr instead of more steps, which
+    # lowered its gain in close-b's code run; tool: 10x and 3x its close-a lr).
+    _labs("close-c", "sgd3e-2x100", "sgd3e-3x300", "sgd1e-2x300", base="close-silu"),
+    _labs("close-d", "sgd3e-2x100", "sgd1e-2x100", "sgd1e-2x300", base="close-silu"),
 ]}
 
 
