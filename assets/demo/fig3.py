@@ -8,6 +8,7 @@ their own). Whatever it shows is the direct measurement of signal
 dilution on these agents.
 
     python -m assets.demo.fig3 [--models assets/demo/models] [--out assets/demo/results]
+    python -m assets.demo.fig3 --models assets/demo/models-shared --out assets/demo/results-shared
 
 Writes `fig3.csv` (tidy: agent, variant, task, subset, split, n, correct, accuracy; variant is
 `base`, `unique`, `unique_div_N` or `agent`) and `fig3.md`.
@@ -25,7 +26,7 @@ from typing import Sequence
 import pandas as pd
 
 from .evaluate import evaluate_model
-from .table1 import AGENTS, DEMO_DIR, RAM_DEFAULTS
+from .table1 import AGENTS, DEMO_DIR, RAM_DEFAULTS, trio_name
 from .tasks import TASKS
 
 REPO_ROOT = DEMO_DIR.parent.parent
@@ -77,18 +78,19 @@ def run(models: Path, out_dir: Path, limit: int | None = None) -> pd.DataFrame:
     tidy = pd.concat(frames, ignore_index=True)[COLUMNS]
     out_dir.mkdir(parents=True, exist_ok=True)
     tidy.to_csv(out_dir / "fig3.csv", index=False)
-    (out_dir / "fig3.md").write_text(markdown(tidy, "test") + "\n")
-    print(markdown(tidy, "test"))
+    trio = trio_name(models)
+    (out_dir / "fig3.md").write_text(markdown(tidy, "test", trio) + "\n")
+    print(markdown(tidy, "test", trio))
     print(f"[fig3] done in {time.time() - t0:.0f} s")
     return tidy
 
 
-def markdown(tidy: pd.DataFrame, split: str = "test") -> str:
+def markdown(tidy: pd.DataFrame, split: str = "test", trio: str = "demo") -> str:
     """Per agent: accuracy (%) on each task of the base, the unique region alone, the unique
     region divided by N, and the full agent; own-task gains relative to the base."""
     t = tidy[(tidy.split == split) & (tidy.subset == "all")]
     base = t[t.variant == "base"].set_index("task")["accuracy"]
-    lines = [f"Fig. 3 on the demo ({split} split, accuracy %): base + one agent's unique region "
+    lines = [f"Fig. 3 on the {trio} trio ({split} split, accuracy %): base + one agent's unique region "
              "(ε = 1e-5), whole or divided by N = 3", "",
              "| unique region of | model | " + " | ".join(TASKS) + " | own-task gain vs base |",
              "|---|---|" + "---|" * len(TASKS) + "---|"]

@@ -5,6 +5,7 @@ code: every candidate is merged in memory and scored on the validation split, ea
 chosen there, and only the chosen ones (with the base and the agents) are scored on the test split.
 
     python -m assets.demo.table1 [--models assets/demo/models] [--out assets/demo/results] [--limit N]
+    python -m assets.demo.table1 --models assets/demo/models-shared --out assets/demo/results-shared
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from evaluation.grid import read_grid_file
 from evaluation.store import ScoreStore
 from evaluation.sweep import CANDIDATE, Entry, SweepProgressFn, SweepResult, SweepSpec, run_sweep
 
-from .evaluate import format_table
+from .evaluate import format_table, suite_of_folder
 from .evaluator import DemoEvaluator
 from .tasks import TASKS
 
@@ -33,9 +34,10 @@ RAM_DEFAULTS = {"eps": 1e-5, "r": 0.1, "alpha": 2.0}
 
 def sweep(models: Path, limit: int | None = None, executor: str = "local", store: ScoreStore | None = None,
           progress: SweepProgressFn | None = None) -> SweepResult:
-    """The Table 1 search: GRIDS over base + the three agents, demo tasks, validation → test."""
+    """The Table 1 search: GRIDS over base + the three agents, demo tasks (the suite the base's config names:
+    the shared-skill trio is scored with its closing tag), validation → test."""
     spec = SweepSpec(str(models / "base"), [str(models / a) for a in AGENTS], read_grid_file(GRIDS),
-                     DemoEvaluator(), limit=limit)
+                     DemoEvaluator(suite=suite_of_folder(models / "base")), limit=limit)
     return run_sweep(spec, EXECUTORS[executor](), store=store, progress=progress)
 
 
@@ -58,7 +60,12 @@ def tables(res: SweepResult) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(rows), pd.DataFrame(trials)
 
 
-def save(table: pd.DataFrame, trials: pd.DataFrame, out_dir: Path) -> pd.DataFrame:
+def trio_name(models: Path) -> str:
+    """The demo trio a models folder holds, for titles: `demo-shared` for models-shared/, else `demo`."""
+    return "demo-shared" if models.name == "models-shared" else "demo"
+
+
+def save(table: pd.DataFrame, trials: pd.DataFrame, out_dir: Path, trio: str = "demo") -> pd.DataFrame:
     """table1.csv (columns in order), table1.md and table1_validation_search.csv; returns the table."""
     memory = sorted([c for c in table.columns if c.startswith("memory@")], key=lambda c: int(c[7:]))
     table = table[["model", "params", "code", "tool", "memory", *memory, "avg", "val_avg"]]
@@ -68,7 +75,7 @@ def save(table: pd.DataFrame, trials: pd.DataFrame, out_dir: Path) -> pd.DataFra
     md = format_table(table.set_index("model").drop(columns=["params", "val_avg"]))
     notes = "\n".join(f"- {r.model}: {r.params}" for r in table.itertuples() if r.params)
     (out_dir / "table1.md").write_text(
-        "Mini Table 1 (demo, test split, accuracy %; hyper-parameters chosen on validation)\n\n"
+        f"Mini Table 1 ({trio}, test split, accuracy %; hyper-parameters chosen on validation)\n\n"
         + md + "\n\nChosen settings:\n" + notes + "\n")
     return table
 
@@ -84,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     t0 = time.time()
     res = sweep(args.models.resolve(), args.limit, args.executor, ScoreStore(read=not args.no_resume))
-    table = save(*tables(res), args.out.resolve())
+    table = save(*tables(res), args.out.resolve(), trio_name(args.models.resolve()))
     print(format_table(table.set_index("model").drop(columns=["params", "val_avg"])))
     print(f"[table1] done in {time.time() - t0:.0f} s")
     return 0
