@@ -82,13 +82,16 @@ QUICK = BuildConfig(tokenizer="bpe",
                     warmup=WarmupConfig(steps=400, batch_size=16, lr=3e-3),
                     rl=RLConfig(steps=3, prompts=8, group=8, lr=1e-3), agent_rl={}, eval_limit=6)
 
-# The shared-skill trio (models-shared/, results-shared/): the same tasks, every answer also in one
-# common envelope {...} that each verifier requires; the mixed-quality end of the warm-up
-# also writes a share of the demonstrations without it (one careless protocol habit common to all
-# tasks), so every agent's RL must fix the envelope as well as its own task's habit. Recipes chosen
-# on validation in the exploration (results-shared/mechanisms.csv).
+# The shared-skill trio (models-shared/, results-shared/): the same tasks, every answer also ends with
+# one closing tag </a> that each verifier requires; the mixed-quality end of the warm-up also writes a
+# share of the demonstrations without it (one careless protocol habit common to all tasks), so every
+# agent's RL must fix the tag as well as its own task's habit. Recipes chosen on validation in the
+# exploration (results-shared/mechanisms.csv, trio close-g); the base is explore's close-silu.
 SHARED_FULL = replace(FULL, suite="shared",
-                      warmup=replace(FULL.warmup, format_slip_rate=0.5))
+                      warmup=replace(FULL.warmup, format_slip_rate=0.5),
+                      agent_rl={"code": {"optimizer": "sgd", "lr": 1e-2, "steps": 100},
+                                "tool": {"optimizer": "sgd", "lr": 3e-3, "steps": 300},
+                                "memory": {"optimizer": "sgd", "lr": 1e-2, "steps": 300}})
 SHARED_QUICK = replace(QUICK, suite="shared", warmup=replace(QUICK.warmup, format_slip_rate=0.5))
 CONFIGS: dict[tuple[str, bool], BuildConfig] = {("demo", False): FULL, ("demo", True): QUICK,
                                                 ("shared", False): SHARED_FULL,
@@ -172,10 +175,15 @@ def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) ->
         print(f"[build] reusing the base from {reuse_base}", flush=True)
         shutil.copytree(reuse_base, models / "base")
         old_log = reuse_base.parent.parent / cfg.folders[1] / "training_log.csv"
+        explore_log = reuse_base.parent / "warmup_log.csv"  # a base warmed up by assets.demo.explore
         if old_log.is_file():  # keep the warm-up rows of the run that produced this base
             old = pd.read_csv(old_log, dtype=str, keep_default_na=False)
             for rec in old[old.stage == "warmup"].to_dict("records"):
                 log({**rec, "step": int(rec["step"])})
+        elif explore_log.is_file():
+            old = pd.read_csv(explore_log, dtype=str, keep_default_na=False)
+            for rec in old.to_dict("records"):
+                log({**rec, "stage": "warmup", "step": int(rec["step"])})
 
     update_stats: list[dict] = []
     for agent in AGENTS:

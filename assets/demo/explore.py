@@ -158,6 +158,7 @@ RECIPES: dict[str, dict] = {
     "sgd3e-3x300": {"optimizer": "sgd", "lr": 3e-3, "steps": 300},
     "sgd1e-3x300": {"optimizer": "sgd", "lr": 1e-3, "steps": 300},
     "sgd3e-2x300": {"optimizer": "sgd", "lr": 3e-2, "steps": 300},
+    "sgd1e-1x50": {"optimizer": "sgd", "lr": 1e-1, "steps": 50},
 }
 V1_RECIPES = {"code": "adam1e-4x100", "tool": "adam1e-4x50", "memory": "adam1e-4x100"}
 
@@ -215,6 +216,13 @@ TRIOS: dict[str, Trio] = {t.id: t for t in [
     # lowered its gain in close-b's code run; tool: 10x and 3x its close-a lr).
     _labs("close-c", "sgd3e-2x100", "sgd3e-3x300", "sgd1e-2x300", base="close-silu"),
     _labs("close-d", "sgd3e-2x100", "sgd1e-2x100", "sgd1e-2x300", base="close-silu"),
+    # close-c's tool recipe (+50.7 val) with code at a still larger lr, or 3x the steps at close-c's.
+    _labs("close-e", "sgd1e-1x100", "sgd3e-3x300", "sgd1e-2x300", base="close-silu"),
+    _labs("close-f", "sgd3e-2x300", "sgd3e-3x300", "sgd1e-2x300", base="close-silu"),
+    # close-a's code recipe with close-c's tool: denser partners raised memory's ρ past 2 in close-c/d.
+    _labs("close-g", "sgd1e-2x100", "sgd3e-3x300", "sgd1e-2x300", base="close-silu"),
+    # close-e's code lr (+12.0 val, but 64 % dense: ρ_t ≥ 2.07 for every agent) for half the steps.
+    _labs("close-h", "sgd1e-1x50", "sgd3e-3x300", "sgd1e-2x300", base="close-silu"),
 ]}
 
 
