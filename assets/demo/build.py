@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import platform
 import shutil
@@ -174,6 +175,7 @@ def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) ->
     else:
         print(f"[build] reusing the base from {reuse_base}", flush=True)
         shutil.copytree(reuse_base, models / "base")
+        _record_suite(models / "base", cfg.suite)
         old_log = reuse_base.parent.parent / cfg.folders[1] / "training_log.csv"
         explore_log = reuse_base.parent / "warmup_log.csv"  # a base warmed up by assets.demo.explore
         if old_log.is_file():  # keep the warm-up rows of the run that produced this base
@@ -233,6 +235,21 @@ def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) ->
     write_json(results / "build_info.json", info)
     print(f"[build] done in {timings['total_s']} s: {timings}", flush=True)
     return info
+
+
+def _record_suite(base: Path, suite: str) -> None:
+    """Name the build's task suite in a reused base's config.json, as `modeling.new_model` does for a base it
+    warms up (an exploration base may predate the key); every agent copies it from the base. A base that names
+    another suite is refused."""
+    path = base / "config.json"
+    config = json.loads(path.read_text())
+    named = config.get(SUITE_CONFIG_KEY, "demo")
+    if named == suite:
+        return
+    if named != "demo" or suite == "demo":
+        raise ValueError(f"{base} was warmed up on the {named!r} suite, not {suite!r}")
+    config[SUITE_CONFIG_KEY] = suite
+    write_json(path, config)
 
 
 def _update_stats(agent: str, start: dict[str, torch.Tensor], end: dict[str, torch.Tensor]) -> dict:
