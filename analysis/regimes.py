@@ -80,9 +80,13 @@ def contrast(readings: dict[str, tuple[str, TableReading]]) -> str:
                      for n, (reg, d) in known.items())
     regimes = {reg for reg, _ in known.values()}
     if len(set(verdict.values())) == 1:
+        gaps = sorted(known, key=lambda n: abs(known[n][1]))
+        narrow = (f" The gap is smallest on {gaps[0]} ({abs(known[gaps[0]][1]):.1f} against "
+                  f"{abs(known[gaps[-1]][1]):.1f} points)." if abs(known[gaps[-1]][1]) - abs(known[gaps[0]][1]) >= TIE
+                  else "")
         return (f"On {each}: the same standing in every trio, so on these demos the regime of the shared region "
                 "alone does not decide whether RAM beats task arithmetic; the agents' own gains and where their "
-                "updates sit matter as much.")
+                "updates sit matter as much." + narrow)
     if len(regimes) == 1:
         return f"On {each}: the standing changes between trios whose shared regions read the same."
     shared = [d for reg, d in known.values() if reg == "shared"]

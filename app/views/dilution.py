@@ -164,7 +164,7 @@ def trio_evidence(prefix: str) -> tuple[str, "regimes.TableReading"] | None:
         return None
     agents = [a.split(":", 1)[-1] for a in sel.agents]
     shown = table.drop(columns=[c for c in table.columns if "@" in str(c)]).round(1)
-    st.dataframe(shown, width="stretch", key=f"regime_table_{prefix}")
+    st.dataframe(shown, width="stretch", height=36 * (len(shown) + 1) + 2, key=f"regime_table_{prefix}")
     st.caption(f"Test split, accuracy % ({md(source)}; each method's settings chosen on validation).")
     res = state.run_analysis(sel)
     if res is None:
@@ -184,11 +184,14 @@ def trio_evidence(prefix: str) -> tuple[str, "regimes.TableReading"] | None:
         "chance (model / tensor)": [f"{charts.pct(a)} / {charts.pct(b)}" for a, b in
                                     zip(ag["chance_unique_share"], ag["chance_unique_share_tensor"])],
         "ρ_t": ag["agent"].map(rho).map(lambda v: "∞" if not math.isfinite(v) else f"{v:.2f}"),
-        "shared energy": ag["shared_energy_share"].map(charts.pct),
-        "of it dominated (< 30 %)": ag["dominated_30_share"].map(charts.pct)}),
+        "shared Σ τ²": ag["shared_energy_share"].map(charts.pct),
+        "dominated": ag["dominated_30_share"].map(charts.pct)}),
         hide_index=True, width="stretch", key=f"regime_agents_{prefix}")
     diag = agreement.reading(res, REGIME_EPS)
     read = regimes.read_table1(table, agents)
+    st.caption("Per agent: share of its update energy Σ τ² in shared elements, and of that the share where the "
+               "other agents together moved less than 30 % as much (what averaging divides though the partners "
+               "barely moved).")
     st.markdown(md(diag.text))
     st.markdown(md(read.text))
     return diag.regime, read
@@ -201,7 +204,7 @@ def two_regimes() -> None:
     st.header("Two demos, two regimes")
     st.markdown(f"The bundled demo's agents share no skill: where two of them changed the same weight, their updates "
                 "are unrelated. The second demo trio (`demo-shared:`) was trained so that every agent must also learn "
-                "one common habit. Same tasks, same merges; the diagnostics (ε = {REGIME_EPS:g}, elements both "
+                f"one common habit. Same tasks, same merges; the diagnostics (ε = {REGIME_EPS:g}, elements both "
                 "agents changed) say whether the overlap is real, Table 1 what each merge keeps.")
     cols = st.columns(2)
     readings = {}
