@@ -166,7 +166,7 @@ def test_first_pass_never_waits_for_a_compile(family, tmp_path, monkeypatch):
         return real_warm(name, dtype)
 
     monkeypatch.setattr(kernels, "_WARMUP", kernels._Warmup())
-    monkeypatch.setattr(kernels, "_cached_marker_exists", lambda dtype: False)
+    monkeypatch.setattr(kernels, "_cached_marker_exists", lambda dtype, names=(): False)
     monkeypatch.setattr(cpu, "warm", slow_warm)
     try:
         assert main(["merge", *args, "--method", "ram_plus", "--out", str(tmp_path / "cold"), "--quiet",
