@@ -114,7 +114,7 @@ def plain_job(cfg: dict) -> dict:
         time.sleep(0.5)
     if job.status != "done":
         raise SystemExit(f"{kind} {job.status}: {job.error}")
-    return {"job_s": job.elapsed, "engine_s": getattr(job.result, "seconds", None)}
+    return {"job_s": job.elapsed, "engine_s": getattr(getattr(job, "result", None), "seconds", None)}
 
 
 def run_plain(cfg: dict, env: dict) -> dict:
@@ -135,17 +135,17 @@ def run_plain(cfg: dict, env: dict) -> dict:
 class AppServer:
     """`streamlit run app_job_page.py` for one job kind; each `run()` opens a new browser session."""
 
-    def __init__(self, cfg: dict, env: dict, scratch: Path) -> None:
+    def __init__(self, cfg: dict, env: dict, scratch: Path, extra: tuple[str, ...] = (), name: str = "app") -> None:
         from playwright.sync_api import sync_playwright
 
-        self.cfg = {**cfg, "result": str(scratch / f"app-{cfg['kind']}")}
+        self.cfg = {**cfg, "result": str(scratch / f"{name}-{cfg['kind']}")}
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        self.log = open(scratch / f"streamlit-{cfg['kind']}.log", "w")
+        self.log = open(scratch / f"streamlit-{name}-{cfg['kind']}.log", "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(PAGE), "--server.port", str(port),
                                       "--server.headless", "true", "--server.address", "127.0.0.1",
-                                      "--browser.gatherUsageStats", "false"],
+                                      "--browser.gatherUsageStats", "false", *extra],
                                      cwd=ROOT, env={**env, "RAM_BENCH_JOB": json.dumps(self.cfg)},
                                      stdout=self.log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{port}"
@@ -201,11 +201,13 @@ def models(folder: Path, names: list[str]) -> tuple[str, list[str]]:
 
 
 def compare(kind: str, cfg: dict, cli: dict[str, tuple[list[str], dict]], env: dict, scratch: Path, runs: int,
-            outputs: dict[str, Path] | None = None) -> dict:
-    """Interleave the CLI variants, the plain process and the app server `runs` times."""
-    rows: dict[str, list[dict]] = {name: [] for name in [*cli, "plain", "app"]}
+            outputs: dict[str, Path] | None = None, gc_on: bool = False) -> dict:
+    """Interleave the CLI variants, the plain process and the app server `runs` times (with `gc_on`, also
+    a server with Streamlit's default `runner.postScriptGC = true`, as the app ran before issue 23)."""
+    rows: dict[str, list[dict]] = {name: [] for name in [*cli, "plain", "app", *(["app_gc_on"] if gc_on else [])]}
     hashes: dict[str, str] = {}
     server = AppServer(cfg, env, scratch)
+    old = AppServer(cfg, env, scratch, ("--runner.postScriptGC", "true"), "app_gc_on") if gc_on else None
     try:
         for r in range(runs):
             for name, (cmd, cmd_env) in cli.items():
@@ -218,14 +220,21 @@ def compare(kind: str, cfg: dict, cli: dict[str, tuple[list[str], dict]], env: d
             rows["app"].append(server.run())
             if outputs:
                 hashes["app"] = digest(Path(cfg["out"]))
+            if old is not None:
+                rows["app_gc_on"].append(old.run())
+                if outputs:
+                    hashes["app_gc_on"] = digest(Path(cfg["out"]))
             print(f"[{kind}] run {r + 1}: " + "  ".join(f"{k} {v[-1]['job_s']:.1f} s" for k, v in rows.items()),
                   flush=True)
     finally:
         server.close()
+        if old is not None:
+            old.close()
     med = {k: round(statistics.median(x["job_s"] for x in v), 2) for k, v in rows.items()}
     first_cli = next(iter(cli)) if cli else "plain"
     summary = {"runs": rows, "median_job_s": med,
                "app_over_plain": round(med["app"] / med["plain"], 2),
+               "app_gc_on_over_plain": round(med["app_gc_on"] / med["plain"], 2) if gc_on else None,
                "app_over_cli": round(med["app"] / med[first_cli], 2) if cli else None,
                "cli_reference": first_cli if cli else None}
     if outputs:
@@ -241,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--jobs", default="merge,analyze,evaluate,fig3")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--gc-on-jobs", default="merge,evaluate,fig3",
+                    help="jobs also run in a server with Streamlit's default post-script GC (the app before issue 23)")
     ap.add_argument("--plain-job", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.plain_job:
@@ -257,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                     "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "kernels_cached": {d: _cached_marker_exists(d, ("ram", "count_and_peak")) for d in ("bf16", "f32")},
                     "set": str(args.set), "jobs": {}}
-    jobs = args.jobs.split(",")
+    jobs, gc_jobs = args.jobs.split(","), args.gc_on_jobs.split(",")
     try:
         base, agents = models(args.set, ["base", "agent_code", "agent_tool", "agent_memory"])
         if "merge" in jobs:
@@ -268,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             report["jobs"]["merge"] = compare(
                 "merge", cfg, {"cli_cached": (cmd + [str(scratch / "cli-cached")], env),  # after `analyze`
                                "cli_cold": (cmd + [str(scratch / "cli-cold")], cold_env)},  # counting pass included
-                env, scratch, args.runs, {"cli_cached": scratch / "cli-cached", "cli_cold": scratch / "cli-cold"})
+                env, scratch, args.runs, {"cli_cached": scratch / "cli-cached", "cli_cold": scratch / "cli-cold"},
+                gc_on="merge" in gc_jobs)
         if "analyze" in jobs:
             cfg = {"kind": "analyze", "base": base, "agents": agents}
             report["jobs"]["analyze"] = compare("analyze", cfg, {"cli": (cli + ["analyze", base, *agents, "--quiet",
@@ -280,11 +292,11 @@ def main(argv: list[str] | None = None) -> int:
             cfg = {"kind": "evaluate", "folder": str(folder), "base": dbase, "agents": dagents}
             report["jobs"]["evaluate"] = compare("evaluate", cfg, {"cli": (cli + ["evaluate", str(folder), "--quiet",
                                                                                  "--split", "test"], env)},
-                                                 env, scratch, args.runs)
+                                                 env, scratch, args.runs, gc_on="evaluate" in gc_jobs)
         if "fig3" in jobs:
             # The demo selected as the app selects it (its measured base and agent rows are then reused).
             cfg = {"kind": "fig3", "base": "demo:base", "agents": ["demo:code", "demo:tool", "demo:memory"]}
-            report["jobs"]["fig3"] = compare("fig3", cfg, {}, env, scratch, args.runs)
+            report["jobs"]["fig3"] = compare("fig3", cfg, {}, env, scratch, args.runs, gc_on="fig3" in gc_jobs)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     report["load_end"] = load()
