@@ -10,7 +10,6 @@ app/views/dilution.py); their functions are taken from the files without running
 """
 from __future__ import annotations
 
-import ast
 import json
 import os
 import time
@@ -20,19 +19,12 @@ import streamlit as st
 
 from app import jobs, state
 from merging.recipe import MergeSpec
+from tests.benchmarks import app_vs_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 CFG = json.loads(os.environ["RAM_BENCH_JOB"])
 
 
-@st.cache_resource(show_spinner=False)
-def page_functions(rel: str) -> dict:
-    """The top-level imports and functions of a page script, without its page code."""
-    tree = ast.parse((ROOT / rel).read_text())
-    keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))]
-    ns: dict = {"__name__": f"bench_{Path(rel).stem}"}
-    exec(compile(ast.Module(keep, []), str(ROOT / rel), "exec"), ns)  # noqa: S102 - our own source
-    return ns
+page_functions = st.cache_resource(show_spinner=False)(app_vs_cli.page_functions)
 
 
 @st.cache_resource(show_spinner=False)
@@ -57,9 +49,32 @@ def poll(job_id: str, run: int, started: float) -> None:
         frac = p.fraction if p is not None else getattr(job, "fraction", 0.0)
         st.progress(min(1.0, frac), text=f"{job.status} · {time.time() - started:.1f} s")
         return
+    if Path(f"{CFG['result']}.{run}.json").exists():
+        return  # reported already
     result = getattr(job, "result", None)
     write(run, {"kind": CFG["kind"], "status": job.status, "error": job.error, "job_s": job.elapsed,
                 "engine_s": getattr(result, "seconds", None), "pid": os.getpid()})
+
+
+def start_job(kind: str, run: int, mgr: jobs.JobManager):
+    """Start the job as the app's page does; returns its record."""
+    if kind == "merge":
+        state.run_analysis(sel)  # the Models page's analysis (from the disk cache the CLI's `analyze` wrote)
+        # Each session its own folder: the server refuses a folder another session wrote (issue 23, point 11).
+        spec = MergeSpec(sel.base, list(sel.agents), CFG["method"], {}, f"{CFG['result']}-out.{run}")
+        counts, overlap = state.cached_statistics(sel, spec)
+        st.session_state["bench_t0"] = time.time()
+        job = mgr.submit(spec, jobs.session_id(), overwrite=True, counts=counts, overlap=overlap)
+    elif kind == "evaluate":
+        fns = page_functions("app/views/merge.py")
+        job = mgr.submit_eval(Path(CFG["folder"]), "bench", fns["run_demo_eval"])
+    elif kind == "fig3":
+        fns = page_functions("app/views/dilution.py")
+        job = mgr.submit_task("fig3", jobs.session_id(), "the Fig. 3 experiment",
+                              lambda t, s=sel: fns["run_fig3"](s, t), merges=True)
+    else:
+        raise ValueError(f"unknown job kind {kind!r}")
+    return job
 
 
 sel = state.Selection(CFG["base"], tuple(CFG["agents"]), "custom")
@@ -77,21 +92,12 @@ if "bench_run" not in st.session_state:
         write(run, {"kind": kind, "status": "done" if res is not None else "failed", "job_s": time.time() - t0,
                     "pid": os.getpid()})
         st.stop()
-    if kind == "merge":
-        state.run_analysis(sel)  # the Models page's analysis (from the disk cache the CLI's `analyze` wrote)
-        spec = MergeSpec(sel.base, list(sel.agents), CFG["method"], {}, CFG["out"])
-        counts, overlap = state.cached_statistics(sel, spec)
-        t0 = st.session_state["bench_t0"] = time.time()
-        job = mgr.submit(spec, jobs.session_id(), overwrite=True, counts=counts, overlap=overlap)
-    elif kind == "evaluate":
-        fns = page_functions("app/views/merge.py")
-        job = mgr.submit_eval(Path(CFG["folder"]), "bench", fns["run_demo_eval"])
-    elif kind == "fig3":
-        fns = page_functions("app/views/dilution.py")
-        job = mgr.submit_task("fig3", jobs.session_id(), "the Fig. 3 experiment",
-                              lambda t, s=sel: fns["run_fig3"](s, t), merges=True)
-    else:
-        raise SystemExit(f"unknown job kind {kind!r}")
+    try:
+        job = start_job(kind, run, mgr)
+    except Exception as exc:  # noqa: BLE001 - reported to the benchmark instead of leaving it waiting
+        write(run, {"kind": kind, "status": "failed", "error": f"{type(exc).__name__}: {exc}", "job_s": 0.0,
+                    "pid": os.getpid()})
+        st.stop()
     st.session_state["bench_job"] = job.id
 
 if "bench_job" in st.session_state:

@@ -73,6 +73,18 @@ def timed(cmd: list[str], env: dict) -> dict:
 
 # ---------------------------------------------------------------- the app's job code, in a plain process
 
+def page_functions(rel: str) -> dict:
+    """The top-level imports and functions of a page script (the evaluation's and the Fig. 3 job's worker
+    bodies live in app/views/), without running its page code."""
+    import ast
+
+    tree = ast.parse((ROOT / rel).read_text())
+    keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))]
+    ns: dict = {"__name__": f"bench_{Path(rel).stem}"}
+    exec(compile(ast.Module(keep, []), str(ROOT / rel), "exec"), ns)  # noqa: S102 - our own source
+    return ns
+
+
 def plain_job(cfg: dict) -> dict:
     """Run one job the way the app does, outside Streamlit (called in a fresh process)."""
     from app import jobs
@@ -95,13 +107,7 @@ def plain_job(cfg: dict) -> dict:
         counts, overlap = merge_statistics(cached_result(spec.base, spec.agents), spec.method, spec.params)
         job = mgr.submit(spec, "plain", overwrite=True, counts=counts, overlap=overlap)
     else:
-        import ast
-
-        rel = "app/views/merge.py" if kind == "evaluate" else "app/views/dilution.py"
-        tree = ast.parse((ROOT / rel).read_text())
-        ns: dict = {"__name__": "bench_page"}
-        exec(compile(ast.Module([n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))],
-                                []), str(ROOT / rel), "exec"), ns)  # noqa: S102 - our own source
+        ns = page_functions("app/views/merge.py" if kind == "evaluate" else "app/views/dilution.py")
         if kind == "evaluate":
             job = mgr.submit_eval(Path(cfg["folder"]), "bench", ns["run_demo_eval"])
         else:
@@ -132,12 +138,29 @@ def run_plain(cfg: dict, env: dict) -> dict:
 
 # ---------------------------------------------------------------- the app's job code, in a Streamlit server
 
+_BROWSER: list = []  # (playwright, browser): one per benchmark process, shared by the servers
+
+
+def browser():
+    if not _BROWSER:
+        from playwright.sync_api import sync_playwright
+
+        pw = sync_playwright().start()
+        _BROWSER.extend([pw, pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])])
+    return _BROWSER[1]
+
+
+def close_browser() -> None:
+    if _BROWSER:
+        _BROWSER[1].close()
+        _BROWSER[0].stop()
+        _BROWSER.clear()
+
+
 class AppServer:
     """`streamlit run app_job_page.py` for one job kind; each `run()` opens a new browser session."""
 
     def __init__(self, cfg: dict, env: dict, scratch: Path, extra: tuple[str, ...] = (), name: str = "app") -> None:
-        from playwright.sync_api import sync_playwright
-
         self.cfg = {**cfg, "result": str(scratch / f"{name}-{cfg['kind']}")}
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -160,8 +183,7 @@ class AppServer:
                 time.sleep(0.3)
         else:
             raise SystemExit("streamlit did not start")
-        self._pw = sync_playwright().start()
-        self.browser = self._pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        self.browser = browser()
         self.runs = 0
 
     def run(self, timeout: float = 1800) -> dict:
@@ -184,8 +206,6 @@ class AppServer:
                 "cpu_s": round(cpu, 2), "load": la, "server_pid": out["pid"]}
 
     def close(self) -> None:
-        self.browser.close()
-        self._pw.stop()
         self.proc.terminate()
         try:
             self.proc.wait(15)
@@ -206,9 +226,10 @@ def compare(kind: str, cfg: dict, cli: dict[str, tuple[list[str], dict]], env: d
     a server with Streamlit's default `runner.postScriptGC = true`, as the app ran before issue 23)."""
     rows: dict[str, list[dict]] = {name: [] for name in [*cli, "plain", "app", *(["app_gc_on"] if gc_on else [])]}
     hashes: dict[str, str] = {}
-    server = AppServer(cfg, env, scratch)
-    old = AppServer(cfg, env, scratch, ("--runner.postScriptGC", "true"), "app_gc_on") if gc_on else None
+    servers = {"app": AppServer(cfg, env, scratch)}
     try:
+        if gc_on:
+            servers["app_gc_on"] = AppServer(cfg, env, scratch, ("--runner.postScriptGC", "true"), "app_gc_on")
         for r in range(runs):
             for name, (cmd, cmd_env) in cli.items():
                 rows[name].append(timed(cmd, cmd_env))
@@ -217,19 +238,17 @@ def compare(kind: str, cfg: dict, cli: dict[str, tuple[list[str], dict]], env: d
             rows["plain"].append(run_plain(cfg, env))
             if outputs:
                 hashes["plain"] = digest(Path(cfg["out"]))
-            rows["app"].append(server.run())
-            if outputs:
-                hashes["app"] = digest(Path(cfg["out"]))
-            if old is not None:
-                rows["app_gc_on"].append(old.run())
+            for name, server in servers.items():
+                rows[name].append(server.run())
                 if outputs:
-                    hashes["app_gc_on"] = digest(Path(cfg["out"]))
+                    folder = Path(f"{server.cfg['result']}-out.{server.runs}")
+                    hashes[name] = digest(folder)
+                    shutil.rmtree(folder)
             print(f"[{kind}] run {r + 1}: " + "  ".join(f"{k} {v[-1]['job_s']:.1f} s" for k, v in rows.items()),
                   flush=True)
     finally:
-        server.close()
-        if old is not None:
-            old.close()
+        for server in servers.values():
+            server.close()
     med = {k: round(statistics.median(x["job_s"] for x in v), 2) for k, v in rows.items()}
     first_cli = next(iter(cli)) if cli else "plain"
     summary = {"runs": rows, "median_job_s": med,
@@ -298,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = {"kind": "fig3", "base": "demo:base", "agents": ["demo:code", "demo:tool", "demo:memory"]}
             report["jobs"]["fig3"] = compare("fig3", cfg, {}, env, scratch, args.runs, gc_on="fig3" in gc_jobs)
     finally:
+        close_browser()
         shutil.rmtree(scratch, ignore_errors=True)
     report["load_end"] = load()
     text = json.dumps(report, indent=2)
