@@ -8,8 +8,9 @@ Kernels are never waited for. The first pass asks for the ones it needs (`prepar
 thread imports numba and loads them from numba's on-disk cache, or compiles them there on the first
 use of a fresh install (about a minute for all of them). Until a kernel is ready the engine runs the
 torch path, which gives the same bits; it switches at a chunk (or, for methods with passes, a tensor)
-boundary. When the cache already holds the kernels (a marker written after a complete warm-up says
-so), `prepare` waits for the load, a fraction of a second. `python -m merging.kernels` compiles all of
+boundary. When the cache already holds a kernel (a marker written when a process first made it ready,
+one per kernel and dtype, besides one after a complete warm-up, says so), `prepare` and the engine wait for
+the load, a fraction of a second. `python -m merging.kernels` compiles all of
 them ahead of time (e.g. in an image build).
 """
 from __future__ import annotations
