@@ -434,3 +434,60 @@ def test_sweep_page_start_progress_results_and_export(page, server):
         .startswith("ram_plus —")
     assert abs(float(page.get_by_role("spinbutton", name="r", exact=True).input_value()) - r) < 1e-9
     assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_a_reload_keeps_the_models_the_analysis_and_the_merge(page, server):
+    """Issue 23 (11): the selection lives in the URL, so a reload (a new session) opens the same models with the
+    server's cached analysis; the Merge page re-attaches to the merge the old session ran, and owns its folder."""
+    from urllib.parse import parse_qs, urlparse
+
+    goto(page, server, "Models")
+    page.get_by_text("Custom: local folders or Hub ids").click()
+    base = page.get_by_role("textbox", name="Base model")
+    base.fill("demo:base")
+    agents = page.get_by_role("textbox", name="Agents (one per line)")
+    agents.fill("demo:memory\ndemo:code")
+    base.click()  # leave the text area so its value is sent
+    settle(page)
+    page.get_by_role("button", name="Use these models").click()
+    page.get_by_text("Selected.").wait_for()
+    goto(page, server, "Heterogeneity")
+    page.locator('[data-testid="stPlotlyChart"]').nth(4).wait_for(timeout=120_000)
+    query = parse_qs(urlparse(page.url).query)
+    assert query["base"] == ["demo:base"] and query["agent"] == ["demo:memory", "demo:code"], page.url
+
+    page.reload()
+    page.get_by_role("heading", name="Heterogeneity", level=1).wait_for()
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    sidebar.get_by_text("analysis ready").wait_for(timeout=30_000)  # the server's cached analysis, not a new pass
+    settle(page)
+    assert "tool" not in sidebar.inner_text() and "memory" in sidebar.inner_text()
+    assert page.locator('[data-testid="stPlotlyChart"]').count() >= 5
+
+    out = server["tmp"] / "merged" / "reload-merge"
+    goto(page, server, "Merge & export")
+    box = page.get_by_role("textbox", name="Output folder")
+    box.fill(str(out))
+    box.press("Enter")
+    settle(page)
+    page.get_by_role("button", name="Start merge").click()
+    page.get_by_text("Merged into").wait_for(timeout=120_000)
+    assert "job=" in page.url
+    page.reload()
+    page.get_by_role("heading", name="Merge & export", level=1).wait_for()
+    page.get_by_text("Merged into").wait_for(timeout=30_000)  # the finished job, re-attached
+    box = page.get_by_role("textbox", name="Output folder")
+    box.fill(str(out))
+    box.press("Enter")
+    settle(page)
+    page.locator('[data-testid="stCheckbox"]').filter(has_text="Overwrite an existing folder").click()
+    settle(page)
+    assert page.get_by_role("checkbox", name="Overwrite an existing folder").is_checked()
+    before = (out / "ram_recipe.json").stat().st_mtime_ns
+    page.get_by_role("button", name="Start merge").click()
+    settle(page)
+    page.get_by_text("Merged into").wait_for(timeout=120_000)
+    assert page.get_by_text("written by another session").count() == 0
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert (out / "ram_recipe.json").stat().st_mtime_ns != before  # written again by the new session
+    shoot(page, "merge-after-reload")

@@ -250,7 +250,7 @@ with state.guard("Reading fig3.csv"):
 
 sel = state.selection()
 mgr = jobs.manager()
-task = mgr.task(st.session_state.get(FIG3_JOB))
+task = mgr.task(jobs.follow(FIG3_JOB, "fig3"))
 running = task is not None and task.running
 with st.container(border=True):
     if sel is None:
@@ -268,7 +268,7 @@ with st.container(border=True):
             except RamStudioError as exc:
                 state.show_error(exc, "Starting the experiment")
             else:
-                st.session_state[FIG3_JOB] = task.id
+                jobs.remember(FIG3_JOB, "fig3", task.id)
                 st.rerun()
         if running:
             st.fragment(run_every=1.0)(fig3_panel)(task.id)

@@ -104,7 +104,7 @@ def start(sel: state.Selection, method: str, params: dict, out: str, shard: str,
     provenance = None if chosen == presets.CUSTOM else preset_provenance(chosen, method, params)
     job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite, counts=counts, overlap=overlap,
                                 provenance=provenance)
-    st.session_state[JOB_KEY] = job.id
+    jobs.remember(JOB_KEY, "merge", job.id)
 
 
 def progress_panel(job: jobs.Job) -> None:
@@ -386,7 +386,7 @@ st.title("Merge & export")
 sel = state.selection_or_stop()
 
 mgr = jobs.manager()
-job = mgr.get(st.session_state.get(JOB_KEY))
+job = mgr.get(jobs.follow(JOB_KEY, "merge"))
 # One look at the job for the whole page: the form, the progress panel and the results all follow it, and
 # the progress fragment redraws the page as soon as the job is no longer running.
 mine_running = job is not None and job.running

@@ -1,0 +1,232 @@
+"""Issue 23: what survives a reload. The selection lives in the URL's query parameters (validated, shown
+escaped), a new session re-attaches to the server's running or finished job (AppTest; the browser test with a
+real reload is in test_browser_app.py)."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.app_helpers import plain
+from tests.test_app import env, new_app, no_problems, wait_merge  # noqa: F401 — the module's app fixture
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def url(at) -> tuple[list[str], list[str]]:
+    q = at.query_params
+    listed = lambda v: v if isinstance(v, list) else [v]  # noqa: E731
+    return listed(q.get("base", [])), listed(q.get("agent", []))
+
+
+def test_the_selection_goes_into_the_url_and_a_link_opens_it(env):
+    at = new_app().run()
+    no_problems(at)
+    sel = at.session_state["ram_selection"]
+    assert url(at) == ([sel.base], list(sel.agents))  # the demo, written out: a bookmark names its models
+    at.switch_page("views/tune.py").run()  # every page keeps them
+    assert url(at) == ([sel.base], list(sel.agents))
+
+    link = new_app()  # a new session from a link naming two agents in another order
+    link.query_params["base"] = "demo:base"
+    link.query_params["agent"] = ["demo:tool", "demo:code"]
+    link.run()
+    no_problems(link)
+    opened = link.session_state["ram_selection"]
+    assert (opened.base, opened.agents, opened.source) == ("demo:base", ("demo:tool", "demo:code"), "demo")
+    assert url(link) == (["demo:base"], ["demo:tool", "demo:code"])
+    assert any(plain(m.value) == "Agents" or "Agents" in plain(m.value) for m in link.sidebar.markdown)
+
+
+def test_a_link_reuses_the_servers_cached_analysis(env, monkeypatch):
+    first = new_app()
+    first.query_params.update({"base": "demo:base", "agent": ["demo:memory", "demo:code"]})
+    first.run()
+    no_problems(first)
+    assert len(first.get("plotly_chart")) >= 5
+
+    import analysis.stats
+
+    def never(*_a, **_k):
+        raise AssertionError("the analysis was computed again")
+
+    monkeypatch.setattr(analysis.stats, "analyze", never)
+    again = new_app()  # a reload: a new session, the same URL
+    again.query_params.update(first.query_params)
+    again.run()
+    no_problems(again)
+    assert len(again.get("plotly_chart")) >= 5
+    assert any("analysis ready" in plain(c.value) for c in again.sidebar.caption)
+
+
+@pytest.mark.parametrize("params, why", [
+    ({"base": "demo:base", "agent": ["demo:../../..", "demo:code"]}, "unknown demo model"),
+    ({"base": "demo:base", "agent": ["demo:code"]}, "between 2 and"),
+    ({"agent": ["demo:code", "demo:tool"]}, "no base model"),
+    ({"base": ["demo:base", "demo:code"], "agent": ["demo:code", "demo:tool"]}, "more than one base"),
+    ({"base": "demo:base", "agent": ["demo:code", "x" * 600]}, "too long"),
+    ({"base": "demo:base", "agent": ["demo:code", "evil\u202e\x1b[31m"]}, "control characters"),
+    ({"base": "[click](http://evil.example) <b>x</b>", "agent": ["demo:code", "demo:tool"]}, "does not exist"),
+])
+def test_a_bad_link_is_said_once_escaped_and_opens_the_demo(env, params, why):
+    at = new_app()
+    at.query_params.update(params)
+    at.run()
+    assert not at.exception
+    warnings = [w for w in at.warning if "were not opened" in plain(w.value)]
+    assert len(warnings) == 1 and why in plain(warnings[0].value), [plain(w.value) for w in at.warning]
+    raw = warnings[0].value
+    assert "](http" not in raw and "<b>" not in raw and "\x1b" not in raw and "\u202e" not in raw
+    sel = at.session_state["ram_selection"]
+    assert sel.source == "demo" and url(at) == ([sel.base], list(sel.agents))  # the URL now names what is shown
+    at.switch_page("views/models.py").run()
+    assert not at.exception
+    at.radio(key="model_source").set_value("Bundled demo").run()
+    at.button(key="use_models").click().run()
+    at.run()
+    assert not [w for w in at.warning if "were not opened" in plain(w.value)]  # gone once models are chosen
+
+
+def test_choosing_models_updates_the_url(env):
+    at = new_app()
+    at.switch_page("views/models.py").run()
+    at.radio(key="model_source").set_value("Custom: local folders or Hub ids").run()
+    at.text_input(key="custom_base").set_value("demo:base").run()
+    at.text_area(key="custom_agents").set_value("demo:memory\ndemo:tool").run()
+    at.button(key="use_models").click().run()
+    no_problems(at)
+    assert url(at) == (["demo:base"], ["demo:memory", "demo:tool"])
+
+
+def gated_runner(gate: threading.Event):
+    def gated(spec, *, overwrite, counts, overlap, provenance, progress, cancel, count_progress):
+        from merging.errors import MergeCancelled
+
+        gate.set()
+        cancel.wait(60)
+        raise MergeCancelled()
+    return gated
+
+
+@pytest.fixture
+def sessions(monkeypatch):
+    """AppTest gives every app the same session id: name them, so that ownership is what a server sees."""
+    from app import jobs
+
+    who = {"id": "first", "gone": set()}
+    monkeypatch.setattr(jobs, "session_id", lambda: who["id"])
+    monkeypatch.setattr(jobs, "session_alive", lambda sid: sid not in who["gone"])
+    return who
+
+
+def reload_as(sessions: dict, at, *, keep_url: bool = True):
+    """A reload: the old session is gone, a new one opens the Merge page (on the same URL, or the bare one)."""
+    sessions["gone"].add(sessions["id"])
+    sessions["id"] = f"session-{len(sessions['gone'])}"
+    new = new_app()
+    if keep_url:
+        new.query_params.update(at.query_params)
+    return new.switch_page("views/merge.py").run()
+
+
+@pytest.mark.parametrize("keep_url", [True, False], ids=["reload", "bare-url"])
+def test_a_reload_reattaches_to_the_running_merge_and_can_cancel_it(env, tmp_path, sessions, keep_url):
+    from app import jobs
+
+    gate = threading.Event()
+    first = new_app()
+    first.switch_page("views/merge.py").run()
+    first.text_input(key="merge_out").set_value(str(tmp_path / "c")).run()
+    mgr = jobs.manager()
+    original = mgr.submit
+    mgr.submit = lambda spec, owner, **kw: original(spec, owner, **{**kw, "runner": gated_runner(gate)})
+    try:
+        first.button(key="start_merge").click().run()
+        assert gate.wait(10)
+        job_id = first.session_state["merge_job"]
+        assert first.query_params.get("job") in (job_id, [job_id])  # the URL names the job
+
+        reloaded = reload_as(sessions, first, keep_url=keep_url)
+        assert not reloaded.exception
+        assert not any("Busy" in plain(w.value) for w in reloaded.warning)  # it is this session's merge now
+        assert reloaded.button(key="start_merge").disabled
+        cancel = reloaded.button(key="cancel_merge")
+        assert not cancel.disabled and mgr.get(job_id).owner == sessions["id"]
+        cancel.click().run()
+        wait_merge(reloaded, 20)
+        assert any("cancelled" in plain(i.value) for i in reloaded.info)
+    finally:
+        del mgr.submit
+    assert mgr.running() is None and not (tmp_path / "c").exists()
+
+
+def test_a_reload_shows_the_finished_merge_and_owns_its_folder(env, tmp_path, sessions):
+    out = tmp_path / "merged"
+    first = new_app()
+    first.switch_page("views/merge.py").run()
+    first.text_input(key="merge_out").set_value(str(out)).run()
+    first.button(key="start_merge").click().run()
+    wait_merge(first)
+    no_problems(first)
+
+    reloaded = reload_as(sessions, first)
+    no_problems(reloaded)
+    assert any("Merged into" in plain(s.value) for s in reloaded.success)  # the results came back
+    assert {"Model card", "Recipe"} <= {b.label for b in reloaded.get("download_button")}
+    # the folder is this session's own now: overwriting it is allowed (not "written by another session")
+    reloaded.text_input(key="merge_out").set_value(str(out)).run()
+    reloaded.checkbox(key="merge_overwrite").check().run()
+    reloaded.button(key="start_merge").click().run()
+    wait_merge(reloaded)
+    no_problems(reloaded)
+    assert any("Merged into" in plain(s.value) for s in reloaded.success)
+    assert (out / "README.md").exists()
+
+
+def test_a_connected_sessions_merge_is_not_taken_over(env, tmp_path, sessions):
+    """A second tab (its own session, the first still open) sees the merge as busy, without its cancel."""
+    from app import jobs
+
+    gate = threading.Event()
+    first = new_app()
+    first.switch_page("views/merge.py").run()
+    first.text_input(key="merge_out").set_value(str(tmp_path / "c")).run()
+    mgr = jobs.manager()
+    original = mgr.submit
+    mgr.submit = lambda spec, owner, **kw: original(spec, owner, **{**kw, "runner": gated_runner(gate)})
+    try:
+        first.button(key="start_merge").click().run()
+        assert gate.wait(10)
+        sessions["id"] = "second-tab"
+        other = new_app().switch_page("views/merge.py").run()
+        assert any("Busy" in plain(w.value) for w in other.warning)
+        assert not other.button(key="start_merge").disabled and mgr.get(first.session_state["merge_job"]).owner == "first"
+    finally:
+        del mgr.submit
+        mgr.cancel(first.session_state["merge_job"])
+    wait_merge(first, 20)
+
+
+def test_a_job_id_in_the_url_is_untrusted(env):
+    at = new_app()
+    at.query_params["job"] = ["../../etc", "<script>", "0123456789abcdef" * 4]
+    at.switch_page("views/merge.py").run()
+    no_problems(at)
+    assert "merge_job" not in at.session_state
+
+
+def test_only_a_gone_sessions_job_is_adopted():
+    """The page opened by its URL without `?job=` (a new tab, a typed address) takes over the newest job whose
+    session has gone, never one a connected session still follows."""
+    from app.jobs import JobManager, Task
+
+    mgr = JobManager()
+    old = Task(id="a" * 10, kind="fig3", owner="gone")
+    live = Task(id="b" * 10, kind="fig3", owner="open-tab")
+    old.started, live.started = 1.0, 2.0
+    mgr.tasks = {old.id: old, live.id: live}
+    assert mgr.orphan("fig3", lambda owner: owner == "open-tab") is old
+    assert mgr.orphan("sweep", lambda owner: False) is None
+    mgr.adopt(old.id, "new")
+    assert old.owner == "new"
