@@ -258,8 +258,18 @@ def _analysis_store() -> _Store:
 
 
 def cached_analysis(sel: Selection):
-    """The analysis of `sel` if some session already computed it in this server, else None."""
-    return _analysis_store().results.get(_akey(sel))
+    """The analysis of `sel` if some session already computed it in this server — or one of the same models
+    listed in another order, reordered (the statistics do not depend on the order) — else None."""
+    store = _analysis_store()
+    hit = store.results.get(_akey(sel))
+    if hit is None:
+        same = _akey(Selection(sel.base, tuple(sorted(sel.agents))))
+        twin = next((r for r in list(store.results.values()) if _akey(Selection(r.refs[0] if r.refs else "",
+                     tuple(sorted(r.refs[1:])))) == same), None) if sel.agents else None
+        hit = twin.reordered([sel.base, *sel.agents]) if twin is not None else None
+        if hit is not None:
+            store.results[_akey(sel)] = hit
+    return hit
 
 
 def _akey(sel: Selection) -> str:
@@ -286,7 +296,7 @@ def forget_analysis(sel: Selection) -> None:
 def run_analysis(sel: Selection):
     """Analyse `sel` with a progress bar (disk-cached by the core, memory-cached here); None on error."""
     store = _analysis_store()
-    hit = store.results.get(_akey(sel))
+    hit = cached_analysis(sel)
     if hit is not None:
         return hit
     from analysis.stats import analyze

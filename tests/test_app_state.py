@@ -230,3 +230,52 @@ def test_only_a_gone_sessions_job_is_adopted():
     assert mgr.orphan("sweep", lambda owner: False) is None
     mgr.adopt(old.id, "new")
     assert old.owner == "new"
+
+
+def test_a_reordered_analysis_equals_a_fresh_pass_in_that_order(env):
+    """Issue 23 (8): the same models in another order are the same analysis: reordering a result gives exactly
+    what a new pass over the weights in that order computes."""
+    import pandas as pd
+
+    from analysis.ladder import DEFAULT_LADDER
+    from analysis.stats import analyze
+
+    first = analyze("demo:base", ["demo:code", "demo:memory", "demo:tool"], ladder=DEFAULT_LADDER, use_cache=False)
+    order = ["demo:base", "demo:tool", "demo:code", "demo:memory"]
+    fresh = analyze(order[0], order[1:], ladder=DEFAULT_LADDER, use_cache=False)
+    moved = first.reordered(order)
+    assert moved.agents == fresh.agents == ["tool", "code", "memory"] and moved.refs == order
+    pd.testing.assert_frame_equal(moved.frame, fresh.frame, check_exact=False, rtol=1e-9)
+    pd.testing.assert_frame_equal(moved.pairs, fresh.pairs, check_exact=False, rtol=1e-9)
+    assert first.reordered(["demo:base", "demo:tool", "demo:code"]) is None  # another set: a new pass
+    assert first.reordered(["demo:tool", "demo:base", "demo:code", "demo:memory"]) is None
+
+
+YAML_REORDERED = ("merge_method: ram\nbase_model: demo:base\nmodels:\n  - model: demo:tool\n  - model: demo:memory\n"
+                  "  - model: demo:code\nparameters:\n  epsilon: 1e-5\n")
+
+
+def test_a_yaml_with_the_same_models_in_another_order_keeps_the_analysis_and_says_so(env, tmp_path):
+    at = new_app().run()  # the demo, analysed on Heterogeneity
+    no_problems(at)
+    at.switch_page("views/merge.py").run()
+    out = tmp_path / "m"
+    at.text_input(key="merge_out").set_value(str(out)).run()
+    at.button(key="start_merge").click().run()
+    wait_merge(at)  # a finished merge puts its results above nothing, but notes and captions move around
+    assert any("analysis ready" in plain(c.value) for c in at.sidebar.caption)
+    at.text_area(key="mk_text").set_value(YAML_REORDERED).run()
+    at.button(key="mk_load").click().run()
+    no_problems(at)
+    assert at.session_state["mk_panel"] is True  # the panel stays open after the load
+    msg = [plain(s.value) for s in at.success if "Loaded" in plain(s.value)]
+    assert len(msg) == 1 and "now in the YAML's order" in msg[0] and "analysis is kept" in msg[0], msg
+    sel = at.session_state["ram_selection"]
+    assert sel.agents == ("demo:tool", "demo:memory", "demo:code")  # the merge follows the YAML, said above
+    assert any("analysis ready" in plain(c.value) for c in at.sidebar.caption)  # not dropped
+    assert any("Merged into" in plain(s.value) for s in at.success)  # the finished merge is still shown
+    at.text_area(key="mk_text").set_value(YAML_REORDERED.replace("demo:memory", "demo:code").replace(
+        "  - model: demo:code\nparameters", "parameters")).run()
+    at.button(key="mk_load").click().run()
+    msg = [plain(s.value) for s in at.success if "Loaded" in plain(s.value)]
+    assert "now the selected models" in msg[0], msg  # another set of models: said as such

@@ -461,7 +461,8 @@ def test_a_reload_keeps_the_models_the_analysis_and_the_merge(page, server):
     sidebar = page.locator('[data-testid="stSidebar"]')
     sidebar.get_by_text("analysis ready").wait_for(timeout=30_000)  # the server's cached analysis, not a new pass
     settle(page)
-    assert "tool" not in sidebar.inner_text() and "memory" in sidebar.inner_text()
+    sidebar.locator("code").nth(2).wait_for()
+    assert sidebar.locator("code").all_inner_texts() == ["base", "memory", "code"]
     assert page.locator('[data-testid="stPlotlyChart"]').count() >= 5
 
     out = server["tmp"] / "merged" / "reload-merge"
@@ -491,3 +492,21 @@ def test_a_reload_keeps_the_models_the_analysis_and_the_merge(page, server):
     assert page.locator('[data-testid="stException"]').count() == 0
     assert (out / "ram_recipe.json").stat().st_mtime_ns != before  # written again by the new session
     shoot(page, "merge-after-reload")
+
+    # Issue 23 (8): after a finished merge, "Load into the form" keeps the mergekit panel open with its
+    # confirmation; the same models in another order keep "analysis ready" and say what changed.
+    page.locator('[data-testid="stExpander"]').filter(has_text="mergekit YAML").locator("summary").click()
+    area = page.get_by_role("textbox", name="Paste a mergekit YAML")
+    area.wait_for()
+    area.fill("merge_method: ram\nbase_model: demo:base\nmodels:\n  - model: demo:code\n  - model: demo:memory\n")
+    page.get_by_role("heading", name="Merge & export", level=1).click()  # leave the text area: its value is sent
+    settle(page)
+    page.get_by_role("button", name="Load into the form").click()
+    settle(page)
+    loaded = page.locator('[data-testid="stAlert"]').filter(has_text="Loaded")
+    loaded.wait_for(timeout=30_000)
+    assert loaded.is_visible() and area.is_visible(), "the panel closed after loading"
+    assert "in the YAML's order" in loaded.inner_text()
+    sidebar.get_by_text("analysis ready").wait_for(timeout=10_000)
+    assert sidebar.locator("code").all_inner_texts() == ["base", "code", "memory"]
+    shoot(page, "merge-yaml-loaded")

@@ -287,6 +287,7 @@ def comparison_table(rows: dict, trio: str | None = None) -> pd.DataFrame | None
 # ---------------------------------------------------------------- mergekit YAML
 
 MK_MSG = "mk_message"
+MK_PANEL = "mk_panel"  # the expander's open state (kept across reruns, opened by a load)
 
 
 def load_yaml_into_form() -> None:
@@ -315,20 +316,32 @@ def load_yaml_into_form() -> None:
         st.session_state["merge_shard"] = spec.shard_size
     st.session_state["merge_policy"] = spec.on_mismatch
     st.session_state[OUT_CUSTOM] = spec.out.strip() or None
+    st.session_state[MK_PANEL] = True  # the panel stays open to show what was loaded
     sel = state.selection()
-    moved = sel is None or (sel.base, sel.agents) != (spec.base, tuple(spec.agents))
-    if moved:
-        state.set_selection(state.Selection(spec.base, tuple(spec.agents), "custom"))
+    agents = tuple(spec.agents)
+    if sel is None or (sel.base, sel.agents) != (spec.base, agents):
+        state.set_selection(state.Selection(spec.base, agents, state.source_of(spec.base, agents)))
+    if sel is not None and (sel.base, sel.agents) == (spec.base, agents):
+        models = "the selected models"
+    elif sel is not None and sel.base == spec.base and sorted(sel.agents) == sorted(agents):
+        # Same models, another order: the merge follows the YAML's order (DARE's masks and float sums depend
+        # on it); the analysis is the same, reordered, so "analysis ready" stays.
+        models = ("the selected models, now in the YAML's order (" + ", ".join(map(md_code, agents)) + "; the "
+                  "analysis is kept: its statistics do not depend on the order)")
+    else:
+        models = (f"base {md_code(spec.base)} and {len(agents)} agents (now the selected models"
+                  + ("" if sel is None or state.cached_analysis(state.selection()) else
+                     ": the Heterogeneity page analyses them") + ")")
     shown = ", ".join(f"{k}={v}" for k, v in spec.params.items()) or "no parameters"
-    st.session_state[MK_MSG] = ("ok", f"Loaded {md(where)}: method **{md(spec.method)}** ({md(shown)}), base "
-                                      f"{md_code(spec.base)} and {len(spec.agents)} agents"
-                                      + (" (now the selected models)" if moved else "")
+    st.session_state[MK_MSG] = ("ok", f"Loaded {md(where)}: method **{md(spec.method)}** ({md(shown)}), {models}"
                                       + (f", output {md_code(spec.out)}" if spec.out.strip() else "") + ".", "")
 
 
 def mergekit_panel(spec: MergeSpec) -> None:
     """Load a mergekit YAML into the form, and show the current settings as mergekit YAML."""
-    with st.expander("mergekit YAML", icon=":material/data_object:"):
+    # Keyed and stateful: its open state survives reruns, and elements appearing above it after a merge
+    # (results, notes) cannot remount it closed.
+    with st.expander("mergekit YAML", icon=":material/data_object:", key=MK_PANEL, on_change="rerun"):
         from merging.mergekit_config import to_mergekit_yaml
 
         left, right = st.columns(2)
