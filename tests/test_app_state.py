@@ -1,4 +1,4 @@
-"""Issue 23: what survives a reload. The selection lives in the URL's query parameters (validated, shown
+"""Issue 23: what survives a reload (11), the mergekit panel (8), the forms' labels (10). The selection lives in the URL's query parameters (validated, shown
 escaped), a new session re-attaches to the server's running or finished job (AppTest; the browser test with a
 real reload is in test_browser_app.py)."""
 from __future__ import annotations
@@ -279,3 +279,27 @@ def test_a_yaml_with_the_same_models_in_another_order_keeps_the_analysis_and_say
     at.button(key="mk_load").click().run()
     msg = [plain(s.value) for s in at.success if "Loaded" in plain(s.value)]
     assert "now the selected models" in msg[0], msg  # another set of models: said as such
+
+
+def test_merge_form_and_tune_show_the_declared_labels(env):
+    """Issue 23 (10): one label per parameter, declared with it, on the Merge form and on Tune alike."""
+    from merging.methods import METHODS
+
+    at = new_app()
+    at.switch_page("views/tune.py").run()
+    no_problems(at)
+    declared = {p.name: p.title for p in METHODS["ram_plus"].params}
+    assert declared == {"eps": "ε (changed when |τ| > ε)", "r": "r (rescale strength)", "alpha": "α (clip bound on ρ)",
+                        "rho_scope": "ρ scope"}
+    assert at.select_slider(key="tune_eps").label == declared["eps"]
+    assert at.slider(key="tune_r").label == declared["r"] and at.slider(key="tune_alpha").label == declared["alpha"]
+    assert at.radio(key="tune_scope").label == declared["rho_scope"]
+    at.switch_page("views/merge.py").run()
+    for name in METHODS:
+        at.selectbox(key="merge_method").set_value(name).run()
+        no_problems(at)
+        for p in METHODS[name].params:
+            widget = next(w for kind in ("number_input", "selectbox", "checkbox", "text_input")
+                          for w in at.get(kind) if getattr(w, "key", None) == f"param_{name}_{p.name}")
+            assert widget.label == p.title, (name, p.name, widget.label)
+            assert "_" not in widget.label  # never a Python name such as rho_scope or drop_rate

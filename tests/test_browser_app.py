@@ -243,7 +243,7 @@ def test_merge_from_ui(page, server):
     box.press("Enter")
     settle(page)
     if server.get("r_tuned"):
-        r_box = page.get_by_role("spinbutton", name="r", exact=True)
+        r_box = page.get_by_role("spinbutton", name="r (rescale strength)", exact=True)
         assert abs(float(r_box.input_value()) - 0.2) < 1e-9, "Merge is not pre-filled with Tune's r"
     page.get_by_role("button", name="Start merge").click()
     page.get_by_text("Merged into").wait_for(timeout=120_000)

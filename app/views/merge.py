@@ -67,21 +67,21 @@ def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
         col = cols[i % len(cols)]
         if p.choices:
             init(key, value if value in p.choices else p.choices[0])
-            values[p.name] = col.selectbox(p.name, list(p.choices), help=p.help, key=key, disabled=disabled)
+            values[p.name] = col.selectbox(p.title, list(p.choices), help=p.help, key=key, disabled=disabled)
         elif p.kind is bool:
             init(key, bool(value))
-            values[p.name] = col.checkbox(p.name, help=p.help, key=key, disabled=disabled)
+            values[p.name] = col.checkbox(p.title, help=p.help, key=key, disabled=disabled)
         elif p.kind in (int, float):
             lo = None if p.low is None else p.kind(p.low)
             hi = None if p.high is None or p.high_open else p.kind(p.high)
             init(key, p.kind(value or 0))
             values[p.name] = col.number_input(
-                p.name, min_value=lo, max_value=hi, step=p.kind(p.step or 1),
+                p.title, min_value=lo, max_value=hi, step=p.kind(p.step or 1),
                 format="%g" if p.kind is float else "%d", help=f"{p.help} Allowed: {p.range_text()}.", key=key,
                 disabled=disabled)
         else:
             init(key, "" if value is None else str(value))
-            text = col.text_input(p.name, help=p.help, key=key, disabled=disabled)
+            text = col.text_input(p.title, help=p.help, key=key, disabled=disabled)
             values[p.name] = text or None
     if not m.params:
         st.caption("This method has no parameters.")
