@@ -225,6 +225,17 @@ def tuned() -> dict:
     return st.session_state[TUNE_KEY]
 
 
+def rule_params(p: dict) -> dict:
+    """A λ setting's r, α and rule as subtitles, captions and file names name them: α only for the clip rule
+    (the soft rule has none)."""
+    return {"r": p["r"], **({"alpha": p["alpha"]} if p["rule"] == "clip" else {}), "rule": p["rule"]}
+
+
+def rule_text(p: dict) -> str:
+    """The same in words: "r = 0.1, α = 2, clip rule" or "r = 0.1, soft rule"."""
+    return f"r = {p['r']:g}" + (f", α = {p['alpha']:g}" if p["rule"] == "clip" else "") + f", {p['rule']} rule"
+
+
 # ---------------------------------------------------------------- errors (app/errors.py; the pages call them here)
 
 show_error, guard = errors.show_error, errors.guard

@@ -1,4 +1,4 @@
-"""Issue 23: what survives a reload (11), the mergekit panel (8), the forms' labels (10). The selection lives in the URL's query parameters (validated, shown
+"""Issue 23: what survives a reload (11), the mergekit panel (8), the forms' labels (10), the app's small points (13). The selection lives in the URL's query parameters (validated, shown
 escaped), a new session re-attaches to the server's running or finished job (AppTest; the browser test with a
 real reload is in test_browser_app.py)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.app_helpers import plain
-from tests.test_app import env, new_app, no_problems, wait_merge  # noqa: F401 — the module's app fixture
+from tests.test_app import env, figure, new_app, no_problems, wait_merge  # noqa: F401 — the module's app fixture
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -303,3 +303,66 @@ def test_merge_form_and_tune_show_the_declared_labels(env):
                           for w in at.get(kind) if getattr(w, "key", None) == f"param_{name}_{p.name}")
             assert widget.label == p.title, (name, p.name, widget.label)
             assert "_" not in widget.label  # never a Python name such as rho_scope or drop_rate
+
+
+def test_soft_rule_subtitles_name_no_alpha(env):
+    at = new_app()
+    at.switch_page("views/tune.py").run()
+    assert "α = 2 · rule = clip · ρ scope = global" in figure(at, "chart_lambda_curve").layout.title.text  # clip: α
+    at.radio(key="tune_rule").set_value("soft").run()
+    no_problems(at)
+    for key in ("chart_lambda_curve", "chart_signal_retention"):
+        title = figure(at, key).layout.title.text
+        assert "rule = soft" in title and "α" not in title and "alpha" not in title, title
+    at.switch_page("views/heterogeneity.py").run()
+    no_problems(at)
+    shown = [plain(c.value) for c in at.caption if "rule" in plain(c.value) and "r = " in plain(c.value)]
+    assert shown and all("α" not in c and "soft rule" in c for c in shown), shown
+    at.switch_page("views/tune.py").run()
+    at.radio(key="tune_rule").set_value("clip").run()  # the next tests start from the default
+
+
+def test_toy_titles_are_in_the_themes_ink(env):
+    """The toy's agent colours mark their panels with a square; the title text is the theme's ink, so a dark A3
+    on the dark theme and a pale A5 on white stay readable."""
+    import re
+
+    from app import charts
+
+    at = new_app()
+    at.switch_page("views/dilution.py").run()
+    at.slider(key="toy_n").set_value(5).run()  # A1…A5: the dark A3 and the pale A5 among them
+    heat = figure(at, "chart_toy_heatmaps")
+    titles = [a.text for a in heat.layout.annotations if "τ of" in (a.text or "")]
+    assert len(titles) == 5
+    for text in titles:
+        coloured = re.findall(r"<span style='color:([^']+)'>([^<]*)</span>", text)
+        assert [glyph for _, glyph in coloured] == ["■"], text  # only the square takes the agent's colour
+        assert coloured[0][0] in charts.TOY_PALETTE
+        assert "<b>τ of" in text and "<b style" not in text
+
+
+def test_fig3_duration_is_estimated_from_the_model_size(env):
+    at = new_app()
+    at.switch_page("views/dilution.py").run()
+    no_problems(at)
+    text = " ".join(plain(m.value) for m in at.markdown if "Run it on the selected models" in plain(m.value))
+    assert "estimated from the models' size" in text and "parameters" in text and "a few minutes" not in text, text
+
+
+def test_an_offline_preset_error_is_shown_once(env):
+    at = new_app()
+    at.switch_page("views/models.py").run()
+    at.radio(key="model_source").set_value(next(o for o in at.radio(key="model_source").options if "Qwen" in o)).run()
+    at.button(key="check_compat").click().run()
+    at.button(key="use_models").click().run()
+    assert not at.exception
+    listing = [e for e in at.error if "could not be read" in plain(e.value)]
+    assert len(listing) == 1, [plain(e.value) for e in at.error]
+    assert any("were not selected" in plain(e.value) and "listed above" in plain(e.value) for e in at.error)
+    fresh = new_app()  # without the check first: one box says both
+    fresh.switch_page("views/models.py").run()
+    fresh.radio(key="model_source").set_value(next(o for o in fresh.radio(key="model_source").options if "Qwen" in o)).run()
+    fresh.button(key="use_models").click().run()
+    boxes = [plain(e.value) for e in fresh.error]
+    assert len(boxes) == 1 and "were not selected" in boxes[0] and "could not be read" in boxes[0], boxes

@@ -240,7 +240,7 @@ def tuner() -> None:
     p.update(a)
     eps, r, alpha, rule, scope = a["eps"], a["r"], a["alpha"], a["rule"], a["rho_scope"]
     agents = res.agents
-    params = {"eps": eps, "r": r, "alpha": alpha, "rule": rule, "scope": scope, "agents": agents}
+    params = {"eps": eps, **state.rule_params(a), "scope": scope, "agents": agents}
     with state.guard("Computing λ_t"):
         lam = tables.lambda_table(res, eps, r, alpha, rule, scope)
         ret = tables.signal_retention(res, eps, r, alpha, rule, scope)
