@@ -14,7 +14,6 @@ from pathlib import Path
 
 import streamlit as st
 
-from app.state import URL_JOB
 from merging.engine import Progress
 from merging.errors import Cancelled, RamStudioError
 from merging.recipe import MergeSpec
@@ -266,6 +265,7 @@ def session_id() -> str:
 
 # ---------------------------------------------------------------- which jobs a session follows
 
+URL_JOB = "job"  # the URL's query parameter holding the ids of the jobs a session follows
 FOLLOWED_KEY = "_followed_jobs"  # kind -> id of the job of that kind this session shows
 _JOB_ID = re.compile(r"^[0-9a-f]{10}$")
 

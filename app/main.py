@@ -50,7 +50,8 @@ with st.sidebar:
     st.markdown("### RAM Studio")
     st.caption("Reinforced Agent Merging: average what RL agents share, keep what is unique to each.")
     sel = state.selection()
-    state.sync_url(sel, jobs.followed() or None)  # a reload or a shared link opens the same models (and jobs)
+    # a reload or a shared link opens the same models (and re-attaches to the jobs this session follows)
+    state.sync_url(sel, {jobs.URL_JOB: jobs.followed()} if jobs.followed() else None)
     if sel is None:
         st.caption("No models selected.")
     else:

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 DEFAULT_EPS = 1e-5
 SEL_KEY = "ram_selection"
 TUNE_KEY = "ram_tuned"
-URL_JOB = "job"  # ids of the background jobs this session follows (app/jobs.py)
 
 # The paper's two trios (Sec. 5 and App. C.4): base first, then the three RL agents.
 PRESETS: dict[str, tuple[str, list[str]]] = {
@@ -203,12 +202,10 @@ def set_selection(sel: Selection) -> None:
     sync_url(sel)
 
 
-def sync_url(sel: Selection | None, jobs: list[str] | None = None) -> None:
-    """Write the selection (and, when given, the ids of the jobs this session follows) into the URL's query parameters,
-    only where they changed (every page change starts from a URL without them)."""
-    want = {URL_BASE: [sel.base] if sel else [], URL_AGENT: list(sel.agents) if sel else []}
-    if jobs is not None:
-        want[URL_JOB] = list(jobs)
+def sync_url(sel: Selection | None, extra: dict[str, list[str]] | None = None) -> None:
+    """Write the selection (and `extra` parameters: the jobs this session follows, app/jobs.py) into the URL's
+    query parameters, only where they changed (every page change starts from a URL without them)."""
+    want = {URL_BASE: [sel.base] if sel else [], URL_AGENT: list(sel.agents) if sel else [], **(extra or {})}
     for key, values in want.items():
         if st.query_params.get_all(key) != values:
             if values:
