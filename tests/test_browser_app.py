@@ -432,7 +432,7 @@ def test_sweep_page_start_progress_results_and_export(page, server):
     settle(page)
     assert page.locator('[data-testid="stSelectbox"]').filter(has_text="Method").locator("input").input_value() \
         .startswith("ram_plus —")
-    assert abs(float(page.get_by_role("spinbutton", name="r", exact=True).input_value()) - r) < 1e-9
+    assert abs(float(page.get_by_role("spinbutton", name="r (rescale strength)", exact=True).input_value()) - r) < 1e-9
     assert page.locator('[data-testid="stException"]').count() == 0
 
 
@@ -486,6 +486,10 @@ def test_a_reload_keeps_the_models_the_analysis_and_the_merge(page, server):
     assert page.get_by_role("checkbox", name="Overwrite an existing folder").is_checked()
     before = (out / "ram_recipe.json").stat().st_mtime_ns
     page.get_by_role("button", name="Start merge").click()
+    deadline = time.time() + 120  # the old result stays on the page until the new one replaces it: watch the folder
+    while time.time() < deadline and (out / "ram_recipe.json").stat().st_mtime_ns == before \
+            and page.get_by_text("written by another session").count() == 0:
+        page.wait_for_timeout(200)
     settle(page)
     page.get_by_text("Merged into").wait_for(timeout=120_000)
     assert page.get_by_text("written by another session").count() == 0
