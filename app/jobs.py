@@ -237,10 +237,12 @@ class JobManager:
             rec.owner = owner
 
     def orphan(self, kind: str, alive) -> Job | Task | None:
-        """The newest job of `kind` ("merge" or a task kind) whose session has gone (`alive(owner)` is False)."""
+        """The newest running job of `kind` ("merge" or a task kind) whose session has gone (`alive(owner)` is
+        False). A finished one is re-attached only through its URL (`?job=`): a stranger opening the app never
+        inherits someone else's results."""
         with self._lock:
             pool = list(self.jobs.values()) if kind == "merge" else [t for t in self.tasks.values() if t.kind == kind]
-        gone = [r for r in pool if not alive(r.owner)]
+        gone = [r for r in pool if r.running and not alive(r.owner)]
         return max(gone, key=lambda r: r.started, default=None)
 
     def cancel(self, job_id: str) -> None:
@@ -281,7 +283,7 @@ def follow(state_key: str, kind: str) -> str | None:
     """The id of the job of `kind` ("merge", "fig3", "sweep", …) this session shows under `state_key`.
 
     A new session (a reload, a bookmark, the page opened by its URL) re-attaches to the job its URL names
-    (`?job=ID`, kept there by `remember`), else to the newest one whose session has gone; it then owns it:
+    (`?job=ID`, kept there by `remember`), else to the newest running one whose session has gone; it then owns it:
     progress, cancel and results come back, and the folder a merge wrote is its own."""
     mgr, me = manager(), session_id()
     rid = st.session_state.get(state_key)

@@ -228,6 +228,9 @@ def test_only_a_gone_sessions_job_is_adopted():
     mgr.tasks = {old.id: old, live.id: live}
     assert mgr.orphan("fig3", lambda owner: owner == "open-tab") is old
     assert mgr.orphan("sweep", lambda owner: False) is None
+    old.status = "done"  # finished: only a link naming it (?job=) re-attaches to it
+    assert mgr.orphan("fig3", lambda owner: owner == "open-tab") is None
+    old.status = "running"
     mgr.adopt(old.id, "new")
     assert old.owner == "new"
 

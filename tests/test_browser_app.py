@@ -470,9 +470,11 @@ def test_a_reload_keeps_the_models_the_analysis_and_the_merge(page, server):
     box = page.get_by_role("textbox", name="Output folder")
     box.fill(str(out))
     box.press("Enter")
+    page.get_by_text("Your folder.").wait_for()  # the typed folder is in use (not the suggestion)
     settle(page)
     page.get_by_role("button", name="Start merge").click()
     page.get_by_text("Merged into").wait_for(timeout=120_000)
+    assert (out / "ram_recipe.json").exists(), page.locator('[data-testid="stAlert"]').all_inner_texts()
     assert "job=" in page.url
     page.reload()
     page.get_by_role("heading", name="Merge & export", level=1).wait_for()
@@ -480,6 +482,7 @@ def test_a_reload_keeps_the_models_the_analysis_and_the_merge(page, server):
     box = page.get_by_role("textbox", name="Output folder")
     box.fill(str(out))
     box.press("Enter")
+    page.get_by_text("Your folder.").wait_for()  # the typed folder is in use (not the suggestion)
     settle(page)
     page.locator('[data-testid="stCheckbox"]').filter(has_text="Overwrite an existing folder").click()
     settle(page)
@@ -491,6 +494,10 @@ def test_a_reload_keeps_the_models_the_analysis_and_the_merge(page, server):
             and page.get_by_text("written by another session").count() == 0:
         page.wait_for_timeout(200)
     settle(page)
+    if (out / "ram_recipe.json").stat().st_mtime_ns == before:
+        shoot(page, "merge-after-reload-failure")
+        alerts = page.locator('[data-testid="stAlert"]').all_inner_texts()
+        raise AssertionError(f"the merge after the reload did not run: {alerts}")
     page.get_by_text("Merged into").wait_for(timeout=120_000)
     assert page.get_by_text("written by another session").count() == 0
     assert page.locator('[data-testid="stException"]').count() == 0
