@@ -156,7 +156,7 @@ def unique_vs_chance_bars(df: pd.DataFrame, agents: list[str], log: bool = False
                     hovertemplate="%{x}: %{y:.3g}% by chance<extra></extra>")
     values = list(100 * d["unique_share"]) + list(100 * d["chance_unique_share"])
     if "chance_unique_share_tensor" in d:
-        fig.add_scatter(x=agents, y=100 * d["chance_unique_share_tensor"], mode="markers",
+        fig.add_scatter(x=labels(agents), y=100 * d["chance_unique_share_tensor"], mode="markers",
                         name="chance, tensor by tensor",
                         marker=dict(symbol="diamond-open", size=13, color=NEUTRAL, line=dict(width=2)),
                         hovertemplate="%{x}: %{y:.3g}% by chance with each tensor's own densities<extra></extra>")
@@ -314,7 +314,7 @@ def short_labels(names: list[str], width: int = 20) -> dict[str, str]:
         out[n] = text
     if len(set(out.values())) < len(out):  # shortening made two names equal: number them
         out = {n: f"{i + 1}: {v}" for i, (n, v) in enumerate(out.items())}
-    return out
+    return {n: label(v) for n, v in out.items()}  # names are file-derived: escaped for plotly
 
 
 def _middle_out(parts: list[tuple[str, str]], width: int) -> str:
@@ -352,7 +352,7 @@ def pair_matrix(df: pd.DataFrame, agents: list[str]) -> go.Figure:
         for r in df.itertuples():
             i, j = idx[r.a], idx[r.b]
             v = getattr(r, value)
-            tip = (f"{r.a} and {r.b}<br>{int(r.both_changed):,} elements both changed "
+            tip = (f"{label(r.a)} and {label(r.b)}<br>{int(r.both_changed):,} elements both changed "
                    f"(independent masks: {r.expected_both_tensor:,.0f})<br>same sign {100 * r.sign_agreement:.2f}% "
                    f"(unrelated updates: 50 ± {100 * r.sign_agreement_se:.2f})<br>cosine {r.cosine:+.4f}")
             for a, b in ((i, j), (j, i)):
@@ -387,7 +387,7 @@ def energy_profile(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     for key, name, color in ENERGY_PARTS:
         v = 100 * parts[key]
         fig.add_bar(y=[short[a] for a in agents], x=v, name=name, orientation="h", marker_color=color,
-                    text=[f"{x:.0f}%" if x >= 7 else "" for x in v], textposition="inside", customdata=agents,
+                    text=[f"{x:.0f}%" if x >= 7 else "" for x in v], textposition="inside", customdata=labels(agents),
                     hovertemplate=f"%{{customdata}}: %{{x:.1f}}% of its update energy Σ τ² is {name}<extra></extra>")
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title="share of the agent's update energy Σ τ² (%)", range=[0, 100])
@@ -411,7 +411,7 @@ def agreement_by_group(df: pd.DataFrame, agents: list[str], by: str) -> go.Figur
         part = df[(df["a"] == a) & (df["b"] == b)]
         name = f"{short[a]} – {short[b]}"
         xs = [("emb/head" if v == -1 else str(v)) if by == "layer" else str(v) for v in part[by]]
-        hover = [f"{a} – {b} · {by} {x}: %{{y:.3g}} ({int(n):,} elements both changed)" for x, n in
+        hover = [f"{label(a)} – {label(b)} · {label(by)} {label(x)}: %{{y:.3g}} ({int(n):,} elements both changed)" for x, n in
                  zip(xs, part["both_changed"])]
         for col, value, scale in ((1, "sign_agreement", 100.0), (2, "cosine", 1.0)):
             kw = dict(x=xs, y=scale * part[value], name=name, legendgroup=name, showlegend=col == 1,
@@ -528,7 +528,9 @@ def toy_heatmaps(panels: list[tuple[str, object]], zmax: float, colors: list[str
     """Small grids of task-vector values (one panel each), one diverging colour scale centred at 0."""
     cols = max(cols or 4, 1)
     rows = math.ceil(len(panels) / cols)
-    titles = [("" if not t else f"<b style='color:{c}'>{label(t)}</b>" if c else f"<b>{label(t)}</b>")
+    # The agent's colour marks its panel with a square; the title itself is in the theme's ink (a dark A3 on the
+    # dark theme or a pale A5 on white would be hard to read).
+    titles = [("" if not t else f"<span style='color:{c}'>■</span> <b>{label(t)}</b>" if c else f"<b>{label(t)}</b>")
               for (t, _), c in zip(panels, colors)]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.03, vertical_spacing=0.12)
     for i, (title, grid) in enumerate(panels):
@@ -768,6 +770,10 @@ def styled(fig: go.Figure, title: str, subtitle: str = "", kind: str | None = No
     return fig
 
 
+# Subtitles name parameters by their symbols, as the forms' labels do (eps → ε, alpha → α, …).
+SUBTITLE_NAMES = {"eps": "ε", "alpha": "α", "lambda": "λ", "drop_rate": "p", "rho_scope": "ρ scope", "scope": "ρ scope"}
+
+
 def subtitle_of(params: dict[str, object] | None) -> str:
     bits = []
     for key, value in (params or {}).items():
@@ -775,7 +781,7 @@ def subtitle_of(params: dict[str, object] | None) -> str:
             value = ", ".join(str(v) for v in value)
         elif isinstance(value, float):
             value = eps_label(value) if key in ("eps", "ε") else f"{value:g}"
-        bits.append(f"{'ε' if key == 'eps' else key} = {value}" if key != "agents" else f"agents: {value}")
+        bits.append(f"{SUBTITLE_NAMES.get(key, key)} = {value}" if key != "agents" else f"agents: {value}")
     return " · ".join(bits)
 
 
