@@ -218,9 +218,13 @@ def reading(result: AnalysisResult, eps: float) -> Reading:
         parts.append(f"Shared updates point the same way for {', '.join(agree)} ({stats}; chance 50 % and 0): "
                      "there the shared region carries a common direction, which averaging keeps — RAM's premise "
                      "holds for these agents.")
-        rest = [named(r) for r in measured if verdicts[f"{r.a}|{r.b}"] in ("chance", "weak")]
-        if rest:
-            parts.append(f"For {', '.join(rest)} the overlap is close to chance.")
+        weak = [named(r) for r in measured if verdicts[f"{r.a}|{r.b}"] == "weak"]
+        chance = [named(r) for r in measured if verdicts[f"{r.a}|{r.b}"] == "chance"]
+        if weak:
+            parts.append(f"For {', '.join(weak)} the updates are beyond chance but below the thresholds for agreement "
+                         f"({100 * AGREE[0]:.0f} % same sign and cosine {AGREE[1]:g}).")
+        if chance:
+            parts.append(f"For {', '.join(chance)} the overlap is close to chance.")
     elif regime == "opposed":
         parts.append(f"Shared updates tend to oppose each other ({stats}; chance 50 % and 0): averaging cancels "
                      "them, which task arithmetic's sum would do too; TIES-style sign election may keep more.")
