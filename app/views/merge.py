@@ -401,6 +401,8 @@ init("merge_method", default_method(tuned))
 method = st.selectbox("Method", names, key="merge_method", format_func=lambda n: f"{n} — {METHODS[n].summary}",
                       disabled=mine_running)
 params = param_widgets(method, tuned, mine_running)
+if method == "task_arithmetic":  # Tune's "how much of each unique update survives" starts from this λ
+    st.session_state["merge_ta_lambda"] = float(params["lambda"])
 if st.session_state.get("merge_preset", presets.CUSTOM) != presets.CUSTOM:
     try:
         matches = preset_provenance(st.session_state["merge_preset"], method, params) is not None
