@@ -172,6 +172,20 @@ def test_dilution_page(env):
     at.switch_page("views/dilution.py").run()
     no_problems(at)
     assert len(at.get("plotly_chart")) >= 2
+    from app.state import demo_results
+
+    table1 = demo_results() / "table1.csv"
+    if table1.exists():  # issue 23 point 6: the caption says what the mini Table 1 shows, from its numbers
+        import pandas as pd
+
+        t = pd.read_csv(table1).set_index("model")
+        text = " ".join(plain(c.value) for c in at.caption)
+        assert "should survive" not in text
+        best = t.drop(index=["base", "code", "tool", "memory"])["avg"].idxmax()
+        assert f"Best average: {best} {t.at[best, 'avg']:.1f}" in text
+        assert f"RAM+ {t.at['ram_plus', 'avg']:.1f}" in text and f"averaging ({t.at['average', 'avg']:.1f})" in text
+        if t.at["task_arithmetic", "avg"] > t.at["ram_plus", "avg"]:
+            assert f"task_arithmetic ({t.at['task_arithmetic', 'avg']:.1f})" in text
     at.slider(key="toy_n").set_value(5).run()
     no_problems(at)
     at.slider(key="toy_o0").set_value(1.0).run()
@@ -721,10 +735,12 @@ def test_rho_views_per_layer_module_and_tensor(env):
     per_tensor = next(df.value for df in at.dataframe if "tensor" in df.value.columns and "rho" in df.value.columns)
     assert len(per_tensor) == res.frame[res.frame["eps"] == 1e-5].shape[0]
     # the norms / sign-conflict chart and the unique-vs-chance chart are drawn, with the chance marker
-    assert {t.name for t in figure(at, "chart_unique_vs_chance").data} == {"measured", "chance (independent masks)",
+    # (a long legend entry wraps onto two lines: compare the names as one line)
+    assert {(t.name or "").replace("<br>", " ") for t in figure(at, "chart_unique_vs_chance").data} == {
+        "measured", "chance (independent masks)",
                                                                           "chance, tensor by tensor"}
     nc = figure(at, "chart_norms_and_sign_conflicts")
-    assert {t.name for t in nc.data} >= {"unique part ‖τ_unique‖", "shared part ‖τ_shared‖"}
+    assert {(t.name or "").replace("<br>", " ") for t in nc.data} >= {"unique part ‖τ_unique‖", "shared part ‖τ_shared‖"}
     at.toggle(key="het_log").set_value(True).run()
     assert figure(at, "chart_unique_vs_chance").layout.yaxis.type == "log"
     assert figure(at, "chart_unique_shared_by_layer").layout.yaxis.type == "log"
