@@ -1230,3 +1230,34 @@ def test_tune_survival_chart_uses_the_task_arithmetic_lambda_of_the_merge_form(e
     methods = [m.replace("<br>", "") for m in fig.data[0].customdata]
     assert [t.y[methods.index("task arithmetic (λ=1.5)")] for t in fig.data] == pytest.approx([150.0] * len(fig.data))
     assert "λ = 1.5 of it (the slider above" in " ".join(plain(c.value) for c in at.caption)
+
+
+def test_tables_fit_tensor_scope_lambda_table_and_show_path_ends(env, tmp_path):
+    """Issue 23 point 9: under tensor scope Tune's 7-column λ table takes the page's width (not half of it);
+    the Models page shows a long path by its end, in a column as wide as its text."""
+    from merging.refs import BUNDLED_DEMO_ROOT
+
+    at = new_app().run()
+    at.switch_page("views/tune.py").run()
+    at.radio(key="tune_scope").set_value("tensor").run()
+    no_problems(at)
+    wide = [t for t in at.table if "λ range (tensors)" in t.value.columns]
+    assert wide and list(wide[0].value.columns)[-1] == "λ range (tensors)"
+    assert not any("λ range (tensors)" in t.value.columns for col in at.columns for t in col.table)
+    at.radio(key="tune_scope").set_value("global").run()
+    assert any("λ_t" in t.value.columns for col in at.columns for t in col.table)  # global: beside the chart
+
+    deep = tmp_path / "checkpoints" / "qwen" / "runs" / "2026-11-24-with-a-long-run-name"
+    folders = {k: shutil.copytree(BUNDLED_DEMO_ROOT / k, deep / v) for k, v in
+               {"base": "Qwen2.5-7B-Instruct", "code": "ReasonFlux-Coder-7B",
+                "tool": "Qwen2.5-7B-Instruct-ToolRL-grpo-cold"}.items()}
+    use_models(at, str(folders["base"]), [str(folders["code"]), str(folders["tool"])])
+    at.switch_page("views/models.py").run()
+    no_problems(at)
+    models = next(d for d in at.dataframe if "source" in d.value.columns)
+    sources = list(models.value["source"])
+    assert all(s.startswith("…") and len(s) == 60 for s in sources)
+    assert [s.rsplit("/", 1)[-1] for s in sources] == ["Qwen2.5-7B-Instruct", "ReasonFlux-Coder-7B",
+                                                       "Qwen2.5-7B-Instruct-ToolRL-grpo-cold"]
+    config = json.loads(models.proto.columns)
+    assert config["source"]["width"] >= 28 + 7.5 * 60

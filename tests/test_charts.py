@@ -135,3 +135,25 @@ def test_titles_and_subtitles_wrap_to_the_chart_width():
     assert all(len(t) * charts.SUBTITLE_PX <= px for t in plain)
     assert not any(f in fig.layout.title.text for f in LONG_NAMES if len(f) > 20)  # agents by their short names
     assert fig.layout.margin.t >= 38 + 21 * (len(lines) - 1)  # the band holds every line
+
+
+# ---------------------------------------------------------------- tables (point 9)
+
+def test_tables_fit_their_labels_and_show_the_end_of_long_paths():
+    import pandas as pd
+
+    from app.tables import MAX_PX, fitted_columns, path_end
+
+    long = "/data/checkpoints/qwen/runs/2026-11-24/Qwen2.5-7B-Instruct-ToolRL-grpo-cold"
+    assert path_end(long, 40).endswith("Qwen2.5-7B-Instruct-ToolRL-grpo-cold") and path_end(long, 40).startswith("…")
+    assert len(path_end(long, 40)) == 40 and path_end("short/path", 40) == "short/path"
+    assert path_end("a\x1b[31mb" + "x" * 80, 20).endswith("x" * 19)  # escaped like every name
+    df = pd.DataFrame({"model": ["base", "ram_plus (this session)", "task arithmetic (this session)"],
+                       "code": [1.0, 2.0, 3.0]}).set_index("model")
+    df["note"] = ["", "stored", "a"]
+    cfg = fitted_columns(df, index=True)
+    assert "code" not in cfg  # numbers keep Streamlit's widths
+    need = 28 + 7.5 * len("task arithmetic (this session)")
+    assert cfg["_index"]["width"] >= need and cfg["note"]["width"] >= 28 + 7.5 * len("stored")
+    huge = pd.DataFrame({"x": ["y" * 500]})
+    assert fitted_columns(huge)["x"]["width"] == MAX_PX

@@ -11,6 +11,7 @@ import streamlit as st
 
 from app import jobs, presets, state
 from app.markup import md, md_code
+from app.tables import fitted_columns
 from merging.compat import POLICIES, POLICY_HELP
 from merging.errors import RamStudioError
 from merging.methods import METHODS, get_method
@@ -265,7 +266,8 @@ def evaluate_section(folder: Path, method: str, trio: str | None = None) -> None
         fresh = list(reversed(rows))
         st.dataframe(table.style.apply(lambda r: ["background-color: rgba(0,114,178,0.15)" if r.name in fresh
                                                   else "" for _ in r], axis=1).format(precision=2),
-                     width="stretch", height=38 + 35 * len(table))  # every row visible, no inner scrolling
+                     width="stretch", height=38 + 35 * len(table),  # every row visible, no inner scrolling
+                     column_config=fitted_columns(table, index=True))  # model names never cut
         st.caption("Accuracy (%) on the demo's test split. Highlighted rows at the top come from the button above "
                    "(newest first); the others from the demo build.")
 

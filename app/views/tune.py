@@ -267,7 +267,8 @@ def tuner() -> None:
     params = {"eps": eps, "r": r, "alpha": alpha, "rule": rule, "scope": scope, "agents": agents}
     with state.guard("Computing λ_t"):
         lam = tables.lambda_table(res, eps, r, alpha, rule, scope)
-        left, right = st.columns([1, 1] if scope == "tensor" else [2, 3])
+        # tensor scope's λ table has seven columns: the full width, the chart under it
+        left, right = st.columns([2, 3]) if scope == "global" else (st.container(), st.container())
         with left:
             st.subheader("λ_t per agent")
             st.table(lambda_rows(lam))
@@ -293,7 +294,7 @@ def tuner() -> None:
                          "Each dot is an agent at its ρ_t; the soft rule saturates towards 1 + r, gentler than "
                          "clipping."),
                         "lambda_curve", title="λ(ρ) with each agent's ρ_t", params=params,
-                        width=0.5 if scope == "tensor" else 0.6)
+                        width=1.0 if scope == "tensor" else 0.6)
         ta = ta_lambda()
         ret = tables.signal_retention(res, eps, r, alpha, rule, scope, ta_lambda=ta)
         charts.show(charts.retention_bars(ret, agents), ret, retention_caption(ta, len(agents)), "signal_retention",
