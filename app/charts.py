@@ -494,7 +494,7 @@ def pair_matrix(df: pd.DataFrame, agents: list[str]) -> go.Figure:
         for r in df.itertuples():
             i, j = idx[r.a], idx[r.b]
             v = getattr(r, value)
-            tip = (f"{r.a} and {r.b}<br>{int(r.both_changed):,} elements both changed "
+            tip = (f"{label(r.a)} and {label(r.b)}<br>{int(r.both_changed):,} elements both changed "
                    f"(independent masks: {r.expected_both_tensor:,.0f})<br>same sign {100 * r.sign_agreement:.2f}% "
                    f"(unrelated updates: 50 ± {100 * r.sign_agreement_se:.2f})<br>cosine {r.cosine:+.4f}")
             for a, b in ((i, j), (j, i)):

@@ -1050,7 +1050,8 @@ def test_overlap_panel_shows_the_diagnostics_next_to_chance(env):
     assert {"same sign (pairs)", "chance", "all agree", "chance (all agree)", "cosine vs others", "partners < 10 %",
             "partners < 30 %", "chance (model)"} <= set(table.columns)
     layer = figure(at, "chart_overlap_agreement_by_layer")
-    assert len(layer.data) == 2 * len(pa) and layer.layout.legend.y < 0  # legend below the plot, not on a title
+    # issue 23: the legend stands beside the plot (never on a title)
+    assert len(layer.data) == 2 * len(pa) and layer.layout.legend.x >= 1 and layer.layout.legend.xanchor == "left"
     at.segmented_control(key="het_agree_by").set_value("module").run()
     no_problems(at)
     assert figure(at, "chart_overlap_agreement_by_module").data[0].type == "bar"
