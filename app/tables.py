@@ -18,13 +18,14 @@ def path_end(text: object, limit: int = 60) -> str:
 
 def fitted_columns(df: pd.DataFrame, index: bool = False) -> dict:
     """`column_config` giving every text column (and the index when shown) the width its longest value or header
-    needs, so labels like 'ram_plus (this session)' are not cut; numbers keep Streamlit's own widths."""
+    needs, so labels like 'ram_plus (this session)' are not cut; a number column is as wide as its header (when
+    that is long). A table wider than the page scrolls sideways instead of cutting names."""
     def px(values, header: str) -> int:
         longest = max([len(str(v)) for v in values] + [len(str(header))])
         return int(min(MAX_PX, PAD_PX + CHAR_PX * longest))
 
-    config = {c: st.column_config.Column(width=px(df[c], c)) for c in df.columns
-              if not pd.api.types.is_numeric_dtype(df[c]) and len(df)}
+    config = {c: st.column_config.Column(width=px(df[c] if not pd.api.types.is_numeric_dtype(df[c]) else [], c))
+              for c in df.columns if len(df) and (not pd.api.types.is_numeric_dtype(df[c]) or len(str(c)) > 8)}
     if index and len(df):
         config["_index"] = st.column_config.Column(width=px(df.index, df.index.name or ""))
     return config

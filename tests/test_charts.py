@@ -152,7 +152,9 @@ def test_tables_fit_their_labels_and_show_the_end_of_long_paths():
                        "code": [1.0, 2.0, 3.0]}).set_index("model")
     df["note"] = ["", "stored", "a"]
     cfg = fitted_columns(df, index=True)
-    assert "code" not in cfg  # numbers keep Streamlit's widths
+    assert "code" not in cfg  # a number column with a short header keeps Streamlit's width
+    assert fitted_columns(pd.DataFrame({"chance (independent masks)": [0.5]}))["chance (independent masks)"][
+        "width"] >= 28 + 7.5 * len("chance (independent masks)")
     need = 28 + 7.5 * len("task arithmetic (this session)")
     assert cfg["_index"]["width"] >= need and cfg["note"]["width"] >= 28 + 7.5 * len("stored")
     huge = pd.DataFrame({"x": ["y" * 500]})

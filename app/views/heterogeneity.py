@@ -10,6 +10,7 @@ import streamlit as st
 
 from analysis import agreement, paper, tables
 from app import charts, state
+from app.tables import fitted_columns
 from merging.escaping import csv_bytes
 
 st.title("Heterogeneity")
@@ -96,7 +97,7 @@ def overlap_panel(eps: float) -> None:
         "unique share": ag["unique_share"].map(charts.pct),
         "chance (model)": ag["chance_unique_share"].map(charts.pct),
         "chance (per tensor)": ag["chance_unique_share_tensor"].map(charts.pct)})
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(table, hide_index=True, width="stretch", column_config=fitted_columns(table))
     st.caption("Per agent, on its shared elements: same sign with each partner (pooled, chance 50 %); every active "
                "agent with its sign (chance from how many agents share each element); cosine of its update with the "
                "others' combined update (chance 0); the share of its energy Σ τ² in shared elements, and of that "
@@ -154,7 +155,7 @@ with state.guard("Drawing the charts"):
                                     "paper_unique_share": "paper unique share",
                                     "paper_chance_unique_share": "paper chance"})
         pct = {c: st.column_config.NumberColumn(c, format="percent") for c in shown.columns[2:]}
-        st.dataframe(shown, hide_index=True, column_config=pct, width="stretch")
+        st.dataframe(shown, hide_index=True, column_config=fitted_columns(shown) | pct, width="stretch")
         st.caption("The paper's Qwen2.5-7B agents (Sec. 3.1) at ε = 1e-5, matched by name (code / tool / memory). "
                    "Density = share of all parameters changed; unique share = share of the agent's changed "
                    "elements that no other *selected* agent changed (the paper's is among its three agents); "
