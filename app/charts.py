@@ -95,7 +95,7 @@ def short_labels(names: list[str], width: int = 20) -> dict[str, str]:
         out[n] = text
     if len(set(out.values())) < len(out):  # shortening made two names equal: number them
         out = {n: f"{i + 1}: {v}" for i, (n, v) in enumerate(out.items())}
-    return out
+    return {n: label(v) for n, v in out.items()}  # names are file-derived: escaped for plotly
 
 
 def _middle_out(parts: list[tuple[str, str]], width: int) -> str:
@@ -554,7 +554,8 @@ def agreement_by_group(df: pd.DataFrame, agents: list[str], by: str) -> go.Figur
         part = df[(df["a"] == a) & (df["b"] == b)]
         name = label(f"{short[a]} – {short[b]}")
         xs = [("emb/head" if v == -1 else str(v)) if by == "layer" else str(v) for v in part[by]]
-        hover = [f"{label(a)} – {label(b)} · {by} {x}: %{{y:.3g}} ({int(n):,} elements both changed)" for x, n in
+        hover = [f"{label(a)} – {label(b)} · {label(by)} {label(x)}: %{{y:.3g}} ({int(n):,} elements both "
+                 f"changed)" for x, n in
                  zip(xs, part["both_changed"])]
         for col, value, scale in ((1, "sign_agreement", 100.0), (2, "cosine", 1.0)):
             kw = dict(x=xs, y=scale * part[value], name=name, legendgroup=name, showlegend=col == 1,
