@@ -302,10 +302,12 @@ def results(res: SweepResult, sel: state.Selection) -> None:
     with bars:
         rows = [{"name": e.label, "short": charts.short_candidate(e.method, e.params, list(e.candidate.given)),
                  **e.scores, "average": e.average} for e in test]
-        rows += [{"name": e.label, "short": e.label, **e.scores, "average": e.average} for e in res.references()]
+        refs = res.references()
+        models = charts.short_labels([e.label for e in refs])  # the base and the agents: the agents' rule
+        rows += [{"name": e.label, "short": models[e.label], **e.scores, "average": e.average} for e in refs]
         if rows:
             df = pd.DataFrame(rows)
-            df["short"] = charts.short_candidate_labels(list(df["short"]))
+            df["short"] = charts.short_candidate_labels(list(df["short"]), limit=20)
             charts.show(charts.sweep_task_bars(df, tasks, agents), df,
                         f"{spec.report_on.capitalize()} accuracy of each method's chosen candidate next to the base and "
                         "the agents (hover for full names).", "sweep_chosen", title="Chosen candidates and the agents",
