@@ -131,9 +131,10 @@ class CandidateInputs:
         with self._lock:
             hit = self._counts.get(eps)
             if hit is None:
-                from analysis.stats import cached_counts
+                from analysis.stats import cached_result
 
-                hit = cached_counts(self.spec.base, self.spec.agents, eps, self.spec.on_mismatch)
+                cached = cached_result(self.spec.base, self.spec.agents, self.spec.on_mismatch)
+                hit = cached.counts_at(eps) if cached is not None and eps in cached.ladder else None
                 if hit is None:
                     hit = count_overlaps(self.base, self.agents, eps, device=self.device,
                                          chunk_elems=self.chunk_elems, reader=self.reader).as_lists()

@@ -62,7 +62,7 @@ def test_bad_input_is_one_line_and_writes_nothing(capsys, tmp_path: Path) -> Non
     subprocess.run([sys.executable, "-m", "tests.benchmarks.make_checkpoints", "--shape", "tiny", "--out", str(qwen)],
                    cwd=ROOT, check=True, capture_output=True)
     cases = [
-        (["evaluate", qwen / "base", "--limit", "2"], "not a demo-compatible model"),
+        (["evaluate", qwen / "base", "--limit", "2"], "cannot be scored on the demo's tasks"),
         (["evaluate", "demo:base", "--tasks", "code,poetry"], "unknown demo task(s) poetry"),
         (["evaluate", "demo:base", "--limit", "0"], "--limit 0"),
         (["evaluate", "demo:base", "--split", "train"], "no train split"),
