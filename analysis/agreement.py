@@ -276,16 +276,12 @@ def agent_fields(result: AnalysisResult) -> dict[tuple[str, float], dict]:
 
 # ---------------------------------------------------------------- model card
 
-_MD_SPECIAL = set("\\`*_{}[]()<>#+-.!|~$")
-
-
 def markdown_text(text: object, limit: int | None = None) -> str:
-    """Text holding file-derived names (agent labels) for Markdown (the card, the app): control characters
-    escaped, every character Markdown (or Streamlit's $…$ maths) gives a meaning to backslash-escaped, so it
-    renders as itself — links and HTML included."""
-    from merging.errors import printable
+    """Text holding file-derived names (agent labels) for Markdown (the card, the app): the one rule of
+    `merging.escaping.markdown_text` — every construct escaped, GFM's autolinks (`www.`, `://`, `@`) broken."""
+    from merging.escaping import markdown_text as escape
 
-    return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in printable(text, limit))
+    return escape(text, limit)
 
 
 def overlap_summary(result: AnalysisResult, eps: float) -> dict:

@@ -60,6 +60,32 @@ class AnalysisResult:
         g = g.reindex(self.agents)
         return {"shared": [int(v) for v in g["shared"]], "unique": [int(v) for v in g["unique"]]}
 
+    def reordered(self, refs: list[str]) -> "AnalysisResult | None":
+        """The same statistics with the agents listed in the order of `refs` (base first; the same references
+        in another order): no statistic depends on the order, so a reordered selection needs no new pass.
+        None when `refs` are not a reordering of this result's references (or their labels are ambiguous)."""
+        import dataclasses
+
+        if not self.refs or refs[0] != self.refs[0] or sorted(refs[1:]) != sorted(self.refs[1:]) \
+                or len(set(self.refs[1:])) != len(self.refs) - 1 or len(set(self.agents)) != len(self.agents):
+            return None
+        label = dict(zip(self.refs[1:], self.agents))  # labels stay with their model whatever the order
+        agents = [label[r] for r in refs[1:]]
+        pos = {a: i for i, a in enumerate(agents)}
+        def in_order(table, by: list[str]):  # rows stay grouped by tensor as a pass writes them
+            tensors = {t: i for i, t in enumerate(dict.fromkeys(table["tensor"]))}
+            order = {"tensor": tensors, **{c: pos for c in by}}
+            return table.sort_values(["tensor", *by], key=lambda c: c.map(order[c.name]), kind="stable") \
+                .reset_index(drop=True)
+
+        frame = in_order(self.frame, ["agent"])
+        pairs = self.pairs.copy()
+        if not pairs.empty:  # each pair (a, b) in the new order; only the per-side sums swap with it
+            flip = pairs["a"].map(pos) > pairs["b"].map(pos)
+            pairs.loc[flip, ["a", "b", "sq_a", "sq_b"]] = pairs.loc[flip, ["b", "a", "sq_b", "sq_a"]].to_numpy()
+            pairs = in_order(pairs, ["a", "b"])
+        return dataclasses.replace(self, agents=agents, frame=frame, pairs=pairs, refs=list(refs))
+
     def to_payload(self) -> dict:
         return {"base": self.base, "agents": self.agents, "ladder": list(self.ladder),
                 "total_params": self.total_params, "seconds": self.seconds, "refs": self.refs,

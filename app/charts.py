@@ -679,7 +679,9 @@ def toy_heatmaps(panels: list[tuple[str, object]], zmax: float, colors: list[str
     """Small grids of task-vector values (one panel each), one diverging colour scale centred at 0."""
     cols = max(cols or 4, 1)
     rows = math.ceil(len(panels) / cols)
-    titles = [("" if not t else f"<b style='color:{c}'>{label(t)}</b>" if c else f"<b>{label(t)}</b>")
+    # The agent's colour marks its panel with a square; the title itself is in the theme's ink (a dark A3 on the
+    # dark theme or a pale A5 on white would be hard to read).
+    titles = [("" if not t else f"<span style='color:{c}'>■</span> <b>{label(t)}</b>" if c else f"<b>{label(t)}</b>")
               for (t, _), c in zip(panels, colors)]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.03, vertical_spacing=0.12)
     for i, (title, grid) in enumerate(panels):
@@ -924,6 +926,10 @@ def styled(fig: go.Figure, title: str, subtitle: str = "", kind: str | None = No
     return fig
 
 
+# Subtitles name parameters by their symbols, as the forms' labels do (eps → ε, alpha → α, …).
+SUBTITLE_NAMES = {"eps": "ε", "alpha": "α", "lambda": "λ", "drop_rate": "p", "rho_scope": "ρ scope", "scope": "ρ scope"}
+
+
 def _params_text(params: dict[str, object]) -> str:
     bits = []
     for key, value in (params or {}).items():
@@ -931,7 +937,7 @@ def _params_text(params: dict[str, object]) -> str:
             value = ", ".join(str(v) for v in value)
         elif isinstance(value, float):
             value = eps_label(value) if key in ("eps", "ε") else f"{value:g}"
-        bits.append(f"{'ε' if key == 'eps' else key} = {value}" if key != "agents" else f"agents: {value}")
+        bits.append(f"{SUBTITLE_NAMES.get(key, key)} = {value}" if key != "agents" else f"agents: {value}")
     return " · ".join(bits)
 
 

@@ -5,6 +5,7 @@ the session; pages only read its progress. The worker never calls Streamlit.
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -220,6 +221,30 @@ class JobManager:
     def task(self, task_id: str | None) -> Task | None:
         return self.tasks.get(task_id) if task_id else None
 
+    def record(self, record_id: str) -> Job | Task | None:
+        """A merge job or a task by id."""
+        return self.jobs.get(record_id) or self.tasks.get(record_id)
+
+    def adopt(self, record_id: str, owner: str) -> None:
+        """Make `owner` (a new session: the page was reloaded or opened by its URL) the owner of a job: it may
+        cancel it, and the folder a merge wrote is its own (a new merge may overwrite it)."""
+        with self._lock:
+            rec = self.record(record_id)
+            if rec is None or rec.owner == owner:
+                return
+            if isinstance(rec, Job) and self.written_by.get(rec.out) == rec.owner:
+                self.written_by[rec.out] = owner
+            rec.owner = owner
+
+    def orphan(self, kind: str, alive) -> Job | Task | None:
+        """The newest running job of `kind` ("merge" or a task kind) whose session has gone (`alive(owner)` is
+        False). A finished one is re-attached only through its URL (`?job=`): a stranger opening the app never
+        inherits someone else's results."""
+        with self._lock:
+            pool = list(self.jobs.values()) if kind == "merge" else [t for t in self.tasks.values() if t.kind == kind]
+        gone = [r for r in pool if r.running and not alive(r.owner)]
+        return max(gone, key=lambda r: r.started, default=None)
+
     def cancel(self, job_id: str) -> None:
         job = self.jobs.get(job_id) or self.tasks.get(job_id)
         if job is not None and job.running:
@@ -238,6 +263,59 @@ def session_id() -> str:
 
     ctx = get_script_run_ctx()
     return ctx.session_id if ctx is not None else "local"
+
+
+# ---------------------------------------------------------------- which jobs a session follows
+
+URL_JOB = "job"  # the URL's query parameter holding the ids of the jobs a session follows
+FOLLOWED_KEY = "_followed_jobs"  # kind -> id of the job of that kind this session shows
+_JOB_ID = re.compile(r"^[0-9a-f]{10}$")
+
+
+def session_alive(session_id: str) -> bool:
+    """True while a browser session is connected to this server (an AppTest run has no server: always True)."""
+    from streamlit.runtime import Runtime
+
+    return not Runtime.exists() or Runtime.instance().is_active_session(session_id)
+
+
+def follow(state_key: str, kind: str) -> str | None:
+    """The id of the job of `kind` ("merge", "fig3", "sweep", …) this session shows under `state_key`.
+
+    A new session (a reload, a bookmark, the page opened by its URL) re-attaches to the job its URL names
+    (`?job=ID`, kept there by `remember`), else to the newest running one whose session has gone; it then owns it:
+    progress, cancel and results come back, and the folder a merge wrote is its own."""
+    mgr, me = manager(), session_id()
+    rid = st.session_state.get(state_key)
+    if rid is not None and mgr.record(rid) is not None:
+        return rid
+    named = [r for r in st.query_params.get_all(URL_JOB) if _JOB_ID.match(r)]  # untrusted: ids only
+    found = next((rec for rec in map(mgr.record, named) if rec is not None and kind_of(rec) == kind), None)
+    if found is None:
+        found = mgr.orphan(kind, session_alive)
+    if found is None:
+        return None
+    mgr.adopt(found.id, me)
+    remember(state_key, kind, found.id)
+    return found.id
+
+
+def remember(state_key: str, kind: str, record_id: str) -> None:
+    """This session now shows job `record_id` under `state_key`; its id goes into the URL (`?job=`)."""
+    st.session_state[state_key] = record_id
+    st.session_state.setdefault(FOLLOWED_KEY, {})[kind] = record_id
+    ids = list(st.session_state[FOLLOWED_KEY].values())
+    if st.query_params.get_all(URL_JOB) != ids:
+        st.query_params[URL_JOB] = ids
+
+
+def followed() -> list[str]:
+    """The ids of the jobs this session follows (for the URL)."""
+    return list(st.session_state.get(FOLLOWED_KEY, {}).values())
+
+
+def kind_of(rec: Job | Task) -> str:
+    return "merge" if isinstance(rec, Job) else rec.kind
 
 
 def cancel_row(record_id: str, owner: str, *, button: str, key: str, toast: str, caption: str) -> None:

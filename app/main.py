@@ -6,7 +6,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import charts, state
+from app import charts, jobs, state
+from app.markup import md
 from merging.escaping import printable
 
 # An emoji favicon is drawn locally (a data: URL); a :material/…: page icon would be fetched from fonts.gstatic.com
@@ -49,6 +50,8 @@ with st.sidebar:
     st.markdown("### RAM Studio")
     st.caption("Reinforced Agent Merging: average what RL agents share, keep what is unique to each.")
     sel = state.selection()
+    # a reload or a shared link opens the same models (and re-attaches to the jobs this session follows)
+    state.sync_url(sel, {jobs.URL_JOB: jobs.followed()} if jobs.followed() else None)
     if sel is None:
         st.caption("No models selected.")
     else:
@@ -63,6 +66,11 @@ with st.sidebar:
     st.radio("Chart downloads (camera button)", list(charts.FIG_FORMATS), key=charts.FIG_FORMAT_KEY,
              help="What a chart's camera button saves: a titled PNG at print scale (3000 px wide) or an SVG, "
                   "named after the chart and its parameters.")
+
+if state.URL_ERROR_KEY in st.session_state:  # the link named models that cannot be opened: said once, here
+    message, hint = st.session_state[state.URL_ERROR_KEY]
+    st.warning(f"**The models in this link were not opened**: {md(message)} {md(hint)} Showing the bundled demo "
+               "instead.", icon=":material/link_off:")
 
 try:
     nav.run()

@@ -11,42 +11,14 @@ Both first escape control characters and bidi overrides (`merging.escaping.print
 """
 from __future__ import annotations
 
-import re
+from merging.escaping import WORD_JOINER, printable
+from merging.escaping import markdown_code as md_code
+from merging.escaping import markdown_text as md
 
-from merging.escaping import printable
+__all__ = ["WORD_JOINER", "md", "md_code", "plot_text"]
 
-# Every ASCII punctuation character may be backslash-escaped in CommonMark; escaping all of them leaves no
-# construct (link, image, autolink, emphasis, HTML, heading, list, table, directive, math) to start.
-_MD_SPECIAL = re.compile(r"""([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])""")
-WORD_JOINER = "\u2060"
-# In escaped text: `www` before an escaped dot, an escaped colon before escaped slashes, anything before `\@`.
-_AUTOLINK = re.compile(r"(?i:www)(?=\\\.)|\\:(?=\\/\\/)|(?=\\@)")
 _PLOT_SPECIAL = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;", "%": "&#37;",
                  "$": "&#36;"}
-
-
-def md(text: object, limit: int | None = None) -> str:
-    """`text` for a Markdown sink: shown exactly as written, never interpreted.
-
-    Backslash escapes stop every construct but GFM's autolink literals (`www.`, `http://`, `a@b.c`), which
-    are found in the text after parsing: there a word joiner (U+2060, invisible) goes between `www` and
-    the dot, between `:` and `//`, and before `@`, so that no link is made."""
-    escaped = _MD_SPECIAL.sub(r"\\\1", printable(text, limit))
-    escaped = _AUTOLINK.sub(lambda m: m.group(0) + WORD_JOINER, escaped)
-    # White space at the ends as entities: four leading spaces would start a code block, trailing ones vanish.
-    body = escaped.strip()
-    lead = escaped[:len(escaped) - len(escaped.lstrip())]
-    trail = escaped[len(lead) + len(body):]
-    return "".join(f"&#{ord(c)};" for c in lead) + body + "".join(f"&#{ord(c)};" for c in trail)
-
-
-def md_code(text: object, limit: int | None = None) -> str:
-    """`text` as an inline code span (paths, model references): a fence longer than any run of backticks in
-    it, so the text cannot close the span; nothing inside a code span is interpreted."""
-    body = printable(text, limit)
-    longest = max((len(run) for run in re.findall("`+", body)), default=0)
-    fence = "`" * (longest + 1)
-    return f"{fence} {body} {fence}" if body.strip() else "` `"
 
 
 def plot_text(text: object, limit: int | None = None) -> str:

@@ -1,6 +1,7 @@
 """Session state, cached heavy objects and error display shared by every page (no maths here)."""
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,7 @@ import streamlit as st
 
 from analysis.ladder import DEFAULT_LADDER
 from app import errors
-from merging.errors import RamStudioError
+from merging.errors import RamStudioError, printable
 from merging.refs import DEMO_PREFIX, DEMO_SHARED_PREFIX, demo_names, demo_prefix, demo_root
 from merging.units import format_bytes
 
@@ -135,15 +136,82 @@ def demo_fig3(prefix: str = DEMO_PREFIX) -> tuple["pd.DataFrame | None", str]:
     return tidy, path.name
 
 
+# ---------------------------------------------------------------- the selection, kept in the page's URL
+
+# ?base=REF&agent=REF&agent=REF: a reload, a bookmark or a shared link opens the same models. The values are
+# untrusted input (anyone can write a link): bounded, parsed like a typed reference, shown escaped.
+URL_BASE, URL_AGENT = "base", "agent"
+URL_ERROR_KEY = "_url_selection_error"
+MAX_URL_AGENTS = 16
+MAX_URL_REF = 512
+_DEMO_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*$")
+
+
+def source_of(base: str, agents: tuple[str, ...]) -> str:
+    """What kind of selection these references are: one demo trio, a paper preset, or custom."""
+    trio = Selection(base, agents).demo_trio
+    if trio is not None:
+        return trio.rstrip(":")
+    return "preset" if any(base == b and list(agents) == a for b, a in PRESETS.values()) else "custom"
+
+
+def selection_from_url(params) -> Selection | None:
+    """The selection a URL's query parameters name; None when they name none. A bad value raises
+    RamStudioError with one line saying which (nothing is read from the models here)."""
+    from merging.refs import parse_ref
+
+    base, agents = params.get_all(URL_BASE), params.get_all(URL_AGENT)
+    if not base and not agents:
+        return None
+    if len(base) != 1:
+        raise RamStudioError("the link names no base model." if not base else "the link names more than one base "
+                             "model.", "A link holds one `base` and two or more `agent` parameters.")
+    if not 2 <= len(agents) <= MAX_URL_AGENTS:
+        raise RamStudioError(f"the link names {len(agents)} agent(s); between 2 and {MAX_URL_AGENTS} are needed.",
+                             "A link holds one `base` and two or more `agent` parameters.")
+    refs = [r.strip() for r in (*base, *agents)]
+    for ref in refs:
+        if len(ref) > MAX_URL_REF or printable(ref) != ref:
+            raise RamStudioError(f"the link holds a model reference that is too long or has control characters "
+                                 f"({printable(ref, 80)!r}).", "Choose the models on the Models page.")
+        prefix = demo_prefix(ref)
+        name = ref[len(prefix):] if prefix else ""
+        if prefix and (not _DEMO_NAME.match(name) or name in (".", "..")):
+            raise RamStudioError(f"the link names an unknown demo model {printable(ref, 80)!r}.",
+                                 "Demo models are named like demo:base or demo-shared:code.")
+        parse_ref(ref)  # a folder that does not exist here and is no Hub id: one readable line
+    return Selection(refs[0], tuple(refs[1:]), source_of(refs[0], tuple(refs[1:])))
+
+
 def selection() -> Selection | None:
-    """The current selection; the bundled demo by default (None if the demo is missing)."""
+    """The current selection: the one the page's URL names (a reload, a bookmark, a shared link), else the
+    bundled demo (None if the demo is missing)."""
     if SEL_KEY not in st.session_state:
-        st.session_state[SEL_KEY] = demo_selection()
+        sel = None
+        try:
+            sel = selection_from_url(st.query_params)
+        except RamStudioError as exc:
+            st.session_state[URL_ERROR_KEY] = (exc.message, exc.hint)
+        st.session_state[SEL_KEY] = sel if sel is not None else demo_selection()
     return st.session_state[SEL_KEY]
 
 
 def set_selection(sel: Selection) -> None:
     st.session_state[SEL_KEY] = sel
+    st.session_state.pop(URL_ERROR_KEY, None)
+    sync_url(sel)
+
+
+def sync_url(sel: Selection | None, extra: dict[str, list[str]] | None = None) -> None:
+    """Write the selection (and `extra` parameters: the jobs this session follows, app/jobs.py) into the URL's
+    query parameters, only where they changed (every page change starts from a URL without them)."""
+    want = {URL_BASE: [sel.base] if sel else [], URL_AGENT: list(sel.agents) if sel else [], **(extra or {})}
+    for key, values in want.items():
+        if st.query_params.get_all(key) != values:
+            if values:
+                st.query_params[key] = values
+            else:
+                st.query_params.pop(key, None)
 
 
 def tuned() -> dict:
@@ -152,6 +220,17 @@ def tuned() -> dict:
         st.session_state[TUNE_KEY] = {"eps": DEFAULT_EPS, "r": 0.1, "alpha": 2.0, "rule": "clip",
                                       "rho_scope": "global"}
     return st.session_state[TUNE_KEY]
+
+
+def rule_params(p: dict) -> dict:
+    """A λ setting's r, α and rule as subtitles, captions and file names name them: α only for the clip rule
+    (the soft rule has none)."""
+    return {"r": p["r"], **({"alpha": p["alpha"]} if p["rule"] == "clip" else {}), "rule": p["rule"]}
+
+
+def rule_text(p: dict) -> str:
+    """The same in words: "r = 0.1, α = 2, clip rule" or "r = 0.1, soft rule"."""
+    return f"r = {p['r']:g}" + (f", α = {p['alpha']:g}" if p["rule"] == "clip" else "") + f", {p['rule']} rule"
 
 
 # ---------------------------------------------------------------- errors (app/errors.py; the pages call them here)
@@ -187,8 +266,18 @@ def _analysis_store() -> _Store:
 
 
 def cached_analysis(sel: Selection):
-    """The analysis of `sel` if some session already computed it in this server, else None."""
-    return _analysis_store().results.get(_akey(sel))
+    """The analysis of `sel` if some session already computed it in this server — or one of the same models
+    listed in another order, reordered (the statistics do not depend on the order) — else None."""
+    store = _analysis_store()
+    hit = store.results.get(_akey(sel))
+    if hit is None:
+        same = _akey(Selection(sel.base, tuple(sorted(sel.agents))))
+        twin = next((r for r in list(store.results.values()) if _akey(Selection(r.refs[0] if r.refs else "",
+                     tuple(sorted(r.refs[1:])))) == same), None) if sel.agents else None
+        hit = twin.reordered([sel.base, *sel.agents]) if twin is not None else None
+        if hit is not None:
+            store.results[_akey(sel)] = hit
+    return hit
 
 
 def _akey(sel: Selection) -> str:
@@ -215,7 +304,7 @@ def forget_analysis(sel: Selection) -> None:
 def run_analysis(sel: Selection):
     """Analyse `sel` with a progress bar (disk-cached by the core, memory-cached here); None on error."""
     store = _analysis_store()
-    hit = store.results.get(_akey(sel))
+    hit = cached_analysis(sel)
     if hit is not None:
         return hit
     from analysis.stats import analyze

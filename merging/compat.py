@@ -177,9 +177,15 @@ class CompatReport:
         shown = "; ".join(_describe(m) for m in blocking[:6])
         more = f" (and {len(blocking) - 6} more)" if len(blocking) > 6 else ""
         repairable = not any(m.fatal for m in blocking)
-        hint = ("Run `ram-studio inspect` for the full list. "
-                + ("Pass --on-mismatch base to keep the base's tensors and shapes." if repairable
-                   else "These models cannot be merged: they must share one base architecture."))
+        kinds = {m.kind for m in blocking if m.fatal}
+        if repairable:
+            fix = "Pass --on-mismatch base to keep the base's tensors and shapes."
+        elif kinds == {"duplicate"}:  # the architecture is fine: the same model was given twice
+            fix = "Give each agent once, and not the base as an agent."
+        else:
+            fix = ("These models cannot be merged: they must share one base architecture."
+                   + (" Give each agent once, and not the base as an agent." if "duplicate" in kinds else ""))
+        hint = "Run `ram-studio inspect` for the full list. " + fix
         hints = layout_hints(self.base, self.agents)
         raise RamStudioError(f"base and agents do not match: {shown}{more}.", " ".join(hints) if hints else hint)
 

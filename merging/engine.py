@@ -270,6 +270,7 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     wanted = METHOD_KERNELS.get(method.name, ("ram", "linear", "dare", "abs_bits_histogram", "ties_merge"))
     dtype = prepare_kernels(device, wanted + GUARD_KERNELS, [base, *agents])
     fused = False
+    kernels_on = uses_kernels(device)
     lanes = Lanes(device)
     own_reader = reader is None
     reader = _reader(base, agents, fingerprinter, lanes, read_threads) if own_reader else reader
@@ -310,7 +311,10 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                     tracker.advance(step, span.tensor, tensor_finished=last)
                     continue
                 target = ST_TO_TORCH[out_dtype or entry.dtype]  # this tensor's output dtype
-                if merger is None or merger.ctx.tensor != span.tensor:  # kernels or torch: per tensor
+                # Kernels or torch: per tensor; a merge without passes switches to the kernels at the
+                # first chunk after they are ready (the first tensor, the embeddings, can be ~15 % of it).
+                if merger is None or merger.ctx.tensor != span.tensor or (rounds == 1 and not fused and kernels_on
+                                                                          and fused_now(device, wanted, dtype)):
                     fused = fused_now(device, wanted, dtype, first=merger is None) and keep != "assemble"
                     merger = TensorMerger(method, params, span.tensor, entry.numel, len(agents), shared, fused=fused)
                 if keep == "assemble":

@@ -39,8 +39,9 @@ class ModelRef:
             text = self.raw[len(demo_prefix(self.raw) or ""):]
         elif self.kind == "hub":
             text = self.repo_id.split("/", 1)[1] if self.repo_id else self.raw
-        else:
-            text = self.path.name if self.path else self.raw
+        else:  # the folder's name as the user typed it: a symlink keeps its own name, not its target's
+            typed = Path(self.raw.strip()).expanduser().name
+            text = typed if typed not in ("", ".", "..") else (self.path.name if self.path else self.raw)
         return printable(text, 120)
 
 

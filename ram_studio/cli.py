@@ -23,6 +23,8 @@ from merging.errors import Cancelled, MergeCancelled, RamStudioError, printable
 PROG = "ram-studio"
 
 
+QUIET_HELP = "no progress lines on stderr (results, warnings and errors are still printed)"
+
 def say(text: object = "", file=None) -> None:
     """Print `text` (one or more lines) with every control character escaped in each line: no name, path or
     value read from a file or typed on the command line reaches the terminal raw."""
@@ -651,9 +653,9 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
     sp.add_argument("--pairs-csv", help="write the per-tensor pair diagnostics as CSV (one row per pair of agents "
                                         "× tensor × ε: elements both changed, same sign, Σ τ_a·τ_b, Σ τ_a², Σ τ_b²)")
     sp.add_argument("--overwrite", action="store_true", help="replace existing --json/--csv/--pairs-csv files")
-    sp.add_argument("--device", default="auto")
+    sp.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     sp.add_argument("--no-cache", action="store_true", help="recompute even if a cached result exists")
-    sp.add_argument("--quiet", action="store_true")
+    sp.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     sp.set_defaults(func=cmd_analyze)
 
     def writing(sp: argparse.ArgumentParser) -> None:
@@ -661,7 +663,7 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
                         help="replace an existing output folder written by RAM Studio (nothing else is replaced)")
         sp.add_argument("--allow-noop", action="store_true",
                         help="write the merge even if it changes nothing (refused by default)")
-        sp.add_argument("--quiet", action="store_true")
+        sp.add_argument("--quiet", action="store_true", help=QUIET_HELP)
 
     sp = sub.add_parser("merge", help="merge and export a Hugging Face folder")
     models(sp)
@@ -678,7 +680,8 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
     if method_flags_for_merge:
         method_flags(sp)
     sp.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
-    sp.add_argument("--shard-size", default="5GB")
+    sp.add_argument("--shard-size", default="5GB", metavar="SIZE",
+                    help="largest weight file of the output: shards of at most SIZE (e.g. 500MB, 2GB) with a model.safetensors.index.json; default 5GB, as transformers' save_pretrained")
     sp.add_argument("--out-dtype", help="output dtype (default: the base's): bfloat16, float16, float32, float64")
     sp.add_argument("--chunk-elems", type=int, default=1 << 23, help=argparse.SUPPRESS)
     writing(sp)
@@ -698,7 +701,7 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
     sp = sub.add_parser("download", help="download Hub models into the Hugging Face cache, with progress "
                                          "(resumes an interrupted download)")
     sp.add_argument("models", nargs="+", help="Hub ids: org/name or org/name@revision")
-    sp.add_argument("--quiet", action="store_true")
+    sp.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     sp.set_defaults(func=cmd_download)
 
     sp = sub.add_parser("methods", help="list merge methods and their parameters")
@@ -730,7 +733,7 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
     sp.add_argument("--no-resume", action="store_true", help="score everything again (new scores are still stored)")
     sp.add_argument("--no-references", action="store_true", help="do not score the base and the agents")
     sp.add_argument("--inputs", choices=["auto", "resident", "stream"], default="auto", help=argparse.SUPPRESS)
-    sp.add_argument("--quiet", action="store_true")
+    sp.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     sp.set_defaults(func=cmd_sweep)
 
     sp = sub.add_parser("evaluate", help="score a model on the demo's tasks or on lm-evaluation-harness tasks",
@@ -749,7 +752,7 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
     sp.add_argument("--json", metavar="FILE", help="also write the scores as JSON (the placement rules of analyze "
                                                   "--json: never inside an input, never over a file without --overwrite)")
     sp.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
-    sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    sp.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     sp.set_defaults(func=cmd_evaluate)
     return p
 

@@ -243,7 +243,7 @@ def test_merge_from_ui(page, server):
     box.press("Enter")
     settle(page)
     if server.get("r_tuned"):
-        r_box = page.get_by_role("spinbutton", name="r", exact=True)
+        r_box = page.get_by_role("spinbutton", name="r (rescale strength)", exact=True)
         assert abs(float(r_box.input_value()) - 0.2) < 1e-9, "Merge is not pre-filled with Tune's r"
     page.get_by_role("button", name="Start merge").click()
     page.get_by_text("Merged into").wait_for(timeout=120_000)
@@ -432,5 +432,92 @@ def test_sweep_page_start_progress_results_and_export(page, server):
     settle(page)
     assert page.locator('[data-testid="stSelectbox"]').filter(has_text="Method").locator("input").input_value() \
         .startswith("ram_plus —")
-    assert abs(float(page.get_by_role("spinbutton", name="r", exact=True).input_value()) - r) < 1e-9
+    assert abs(float(page.get_by_role("spinbutton", name="r (rescale strength)", exact=True).input_value()) - r) < 1e-9
     assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_a_reload_keeps_the_models_the_analysis_and_the_merge(page, server):
+    """Issue 23 (11): the selection lives in the URL, so a reload (a new session) opens the same models with the
+    server's cached analysis; the Merge page re-attaches to the merge the old session ran, and owns its folder."""
+    from urllib.parse import parse_qs, urlparse
+
+    goto(page, server, "Models")
+    page.get_by_text("Custom: local folders or Hub ids").click()
+    base = page.get_by_role("textbox", name="Base model")
+    base.fill("demo:base")
+    agents = page.get_by_role("textbox", name="Agents (one per line)")
+    agents.fill("demo:memory\ndemo:code")
+    base.click()  # leave the text area so its value is sent
+    settle(page)
+    page.get_by_role("button", name="Use these models").click()
+    page.get_by_text("Selected.").wait_for()
+    goto(page, server, "Heterogeneity")
+    page.locator('[data-testid="stPlotlyChart"]').nth(4).wait_for(timeout=120_000)
+    query = parse_qs(urlparse(page.url).query)
+    assert query["base"] == ["demo:base"] and query["agent"] == ["demo:memory", "demo:code"], page.url
+
+    page.reload()
+    page.get_by_role("heading", name="Heterogeneity", level=1).wait_for()
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    sidebar.get_by_text("analysis ready").wait_for(timeout=30_000)  # the server's cached analysis, not a new pass
+    settle(page)
+    sidebar.locator("code").nth(2).wait_for()
+    assert sidebar.locator("code").all_inner_texts() == ["base", "memory", "code"]
+    assert page.locator('[data-testid="stPlotlyChart"]').count() >= 5
+
+    out = server["tmp"] / "merged" / "reload-merge"
+    goto(page, server, "Merge & export")
+    box = page.get_by_role("textbox", name="Output folder")
+    box.fill(str(out))
+    box.press("Enter")
+    page.get_by_text("Your folder.").wait_for()  # the typed folder is in use (not the suggestion)
+    settle(page)
+    page.get_by_role("button", name="Start merge").click()
+    page.get_by_text("Merged into").wait_for(timeout=120_000)
+    assert (out / "ram_recipe.json").exists(), page.locator('[data-testid="stAlert"]').all_inner_texts()
+    assert "job=" in page.url
+    page.reload()
+    page.get_by_role("heading", name="Merge & export", level=1).wait_for()
+    page.get_by_text("Merged into").wait_for(timeout=30_000)  # the finished job, re-attached
+    box = page.get_by_role("textbox", name="Output folder")
+    box.fill(str(out))
+    box.press("Enter")
+    page.get_by_text("Your folder.").wait_for()  # the typed folder is in use (not the suggestion)
+    settle(page)
+    page.locator('[data-testid="stCheckbox"]').filter(has_text="Overwrite an existing folder").click()
+    settle(page)
+    assert page.get_by_role("checkbox", name="Overwrite an existing folder").is_checked()
+    before = (out / "ram_recipe.json").stat().st_mtime_ns
+    page.get_by_role("button", name="Start merge").click()
+    deadline = time.time() + 120  # the old result stays on the page until the new one replaces it: watch the folder
+    while time.time() < deadline and (out / "ram_recipe.json").stat().st_mtime_ns == before \
+            and page.get_by_text("written by another session").count() == 0:
+        page.wait_for_timeout(200)
+    settle(page)
+    if (out / "ram_recipe.json").stat().st_mtime_ns == before:
+        shoot(page, "merge-after-reload-failure")
+        alerts = page.locator('[data-testid="stAlert"]').all_inner_texts()
+        raise AssertionError(f"the merge after the reload did not run: {alerts}")
+    page.get_by_text("Merged into").wait_for(timeout=120_000)
+    assert page.get_by_text("written by another session").count() == 0
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert (out / "ram_recipe.json").stat().st_mtime_ns != before  # written again by the new session
+    shoot(page, "merge-after-reload")
+
+    # Issue 23 (8): after a finished merge, "Load into the form" keeps the mergekit panel open with its
+    # confirmation; the same models in another order keep "analysis ready" and say what changed.
+    page.locator('[data-testid="stExpander"]').filter(has_text="mergekit YAML").locator("summary").click()
+    area = page.get_by_role("textbox", name="Paste a mergekit YAML")
+    area.wait_for()
+    area.fill("merge_method: ram\nbase_model: demo:base\nmodels:\n  - model: demo:code\n  - model: demo:memory\n")
+    page.get_by_role("heading", name="Merge & export", level=1).click()  # leave the text area: its value is sent
+    settle(page)
+    page.get_by_role("button", name="Load into the form").click()
+    settle(page)
+    loaded = page.locator('[data-testid="stAlert"]').filter(has_text="Loaded")
+    loaded.wait_for(timeout=30_000)
+    assert loaded.is_visible() and area.is_visible(), "the panel closed after loading"
+    assert "in the YAML's order" in loaded.inner_text()
+    sidebar.get_by_text("analysis ready").wait_for(timeout=10_000)
+    assert sidebar.locator("code").all_inner_texts() == ["base", "code", "memory"]
+    shoot(page, "merge-yaml-loaded")

@@ -166,7 +166,7 @@ def test_first_pass_never_waits_for_a_compile(family, tmp_path, monkeypatch):
         return real_warm(name, dtype)
 
     monkeypatch.setattr(kernels, "_WARMUP", kernels._Warmup())
-    monkeypatch.setattr(kernels, "_cached_marker_exists", lambda dtype: False)
+    monkeypatch.setattr(kernels, "_cached_marker_exists", lambda dtype, names=(): False)
     monkeypatch.setattr(cpu, "warm", slow_warm)
     try:
         assert main(["merge", *args, "--method", "ram_plus", "--out", str(tmp_path / "cold"), "--quiet",
@@ -185,3 +185,75 @@ def analyze_json(args, out):
 
     assert main(["analyze", *args, "--quiet", "--no-cache", "--json", str(out)]) == 0
     return json.loads(out.read_text())
+
+
+def test_a_kernel_made_ready_once_is_waited_for_by_the_next_process(tmp_path, monkeypatch):
+    """Issue 23: a merge that starts without a counting pass (the app, or the CLI after `analyze`) used to
+    wait for its kernels only after a full warm-up of every kernel had been noted; otherwise it merged its
+    first tensor on the torch path while they loaded. Each kernel made ready is now noted on its own, and
+    `settle` waits for kernels noted so (loaded from numba's cache), never for one never made ready."""
+    import merging.kernels as kernels
+    from merging.kernels import cpu, marker
+
+    def in_tmp(dtype, kernel=None):
+        return str(tmp_path / f"{dtype}-{kernel or 'all'}.ready")
+
+    monkeypatch.setattr(marker, "marker_path", in_tmp)
+    monkeypatch.setattr(kernels, "marker_path", in_tmp)
+    monkeypatch.setattr(kernels, "_WARMUP", kernels._Warmup())
+    assert not kernels._cached_marker_exists("bf16", ("ram",))
+    assert kernels.wait_ready(("ram",), ("bf16",))  # this process makes it ready: noted for the next one
+    assert (tmp_path / "bf16-ram.ready").exists() and not (tmp_path / "bf16-all.ready").exists()
+    assert kernels._cached_marker_exists("bf16", ("ram",))
+    assert not kernels._cached_marker_exists("bf16", ("ram", "linear"))  # linear was never made ready
+
+    # The next process: the load takes a while; settle waits for it because the kernel is noted.
+    release = threading.Event()
+    real_warm = cpu.warm
+
+    def slow_load(name, dtype):
+        release.wait(60)
+        return real_warm(name, dtype)
+
+    monkeypatch.setattr(kernels, "_WARMUP", kernels._Warmup())
+    monkeypatch.setattr(cpu, "warm", slow_load)
+    kernels.prepare(("ram", "linear"), ("bf16",), wait=False)
+    threading.Timer(0.2, release.set).start()
+    kernels.settle(("ram",), "bf16")
+    assert kernels.ready(("ram",), "bf16")
+    kernels.settle(("linear",), "bf16")  # never noted: may be a compile, so no wait (it may be ready by chance)
+    release.set()
+
+
+def test_a_merge_without_passes_switches_to_the_kernels_within_a_tensor(family, tmp_path, monkeypatch):
+    """Kernels that become ready while the first tensor is being merged are used from its next chunk on
+    (a merge without passes has no state across chunks); the output is the same, bit for bit."""
+    import merging.engine as engine
+    from merging.export import merge_to_folder
+    from merging.recipe import MergeSpec
+
+    base, agents = family
+    spec = MergeSpec(str(base), [str(a) for a in agents], "ram", {}, str(tmp_path / "ref"), chunk_elems=500)
+    merge_to_folder(spec)
+    calls = []
+    real_fused_now = engine.fused_now
+
+    def late(device, names, dtype, first=False):  # not ready for the first two asks, then ready
+        calls.append(first)
+        return len(calls) > 2 and real_fused_now(device, names, dtype, first=first)
+
+    made = []
+
+    class Recording(engine.TensorMerger):
+        def __init__(self, method, params, tensor, *rest, fused=False):
+            made.append((tensor, fused))
+            super().__init__(method, params, tensor, *rest, fused=fused)
+
+    monkeypatch.setattr(engine, "fused_now", late)
+    monkeypatch.setattr(engine, "TensorMerger", Recording)
+    merge_to_folder(MergeSpec(**{**spec.__dict__, "out": str(tmp_path / "late")}))
+    first = made[0][0]
+    assert [f for t, f in made if t == first] == [False, True]  # switched inside the first tensor
+    assert all(f for t, f in made[2:])
+    for p in (tmp_path / "ref").glob("*.safetensors"):
+        assert p.read_bytes() == (tmp_path / "late" / p.name).read_bytes()

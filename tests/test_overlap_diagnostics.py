@@ -307,5 +307,15 @@ def test_cli_json_csv_and_card(family, tmp_path, capsys):
 
 def test_card_escapes_agent_names():
     """Agent names come from folder names: in the card they are text, never links, HTML or table cells."""
-    assert agreement.markdown_text("a|b](http://x)<img>`c`") == "a\\|b\\]\\(http://x\\)\\<img\\>\\`c\\`"
-    assert agreement.markdown_text("evil\x1b[31m $x$") == "evil\\\\x1b\\[31m \\$x\\$"
+    from markdown_it import MarkdownIt
+
+    from merging.escaping import WORD_JOINER
+
+    for name, shown in (("a|b](http://x)<img>`c`", "a|b](http://x)<img>`c`"), ("evil\x1b[31m $x$", "evil\\x1b[31m $x$"),
+                        ("www.evil.example", "www.evil.example")):
+        source = agreement.markdown_text(name)
+        assert "www." not in source and "://" not in source  # nothing GFM would turn into a link by itself
+        inline = [t for t in MarkdownIt("commonmark").parse(source) if t.type == "inline"]
+        assert len(inline) == 1 and {c.type for c in inline[0].children} == {"text"}, name  # no link, HTML, code
+        assert "".join(c.content for c in inline[0].children).replace(WORD_JOINER, "") == shown
+    assert "|" not in agreement.markdown_text("a|b").replace("\\|", "")  # never a table cell

@@ -152,6 +152,32 @@ def _reference_rows(sel: state.Selection, labels: list[str], own: dict[str, list
     return rows if rows and all(any(r["agent"] == label for r in rows) for label in labels) else None
 
 
+def fig3_duration(sel: state.Selection) -> str:
+    """How long the experiment should take on the selected models, estimated from their size (headers only:
+    nothing is read or downloaded); a sentence, or why there is no estimate."""
+    from assets.demo.fig3 import estimate_seconds
+    from assets.demo.tasks import TASKS, eval_set
+    from merging.checkpoint import open_checkpoint
+
+    try:
+        sizes = []
+        for ref in (sel.base, *sel.agents):
+            with open_checkpoint(ref, download=False) as ckpt:
+                sizes.append((sum(e.numel for e in ckpt.tensors.values()), ckpt.bytes_on_disk))
+    except RamStudioError:
+        return "no estimate until the models are readable here (Hub models must be downloaded first)"
+    params, size = max(p for p, _ in sizes), max(b for _, b in sizes)
+    plan = fig3_plan(sel)
+    examples = {t: len(eval_set(t, "test")) for t in TASKS}
+    labels = list(dict.fromkeys(label for _, label, _ in plan))
+    per_merge = [examples[label] if label in TASKS else sum(examples.values()) for label in labels]
+    own = {label: [label] if label in TASKS else list(TASKS) for label in labels}
+    refs = 0 if _reference_rows(sel, labels, own) is not None else sum(examples.values()) + sum(per_merge)
+    seconds = estimate_seconds(len(sel.agents), params, size, per_merge, refs)
+    return (f"about {format_seconds(seconds)} here, estimated from the models' size ({state.fmt_count(params)} "
+            f"parameters, {len(plan)} merges and their scoring{'' if refs == 0 else ', plus the base and agents'})")
+
+
 def fig3_panel(task_id: str) -> None:
     """Progress of the running experiment (a fragment); redraws the page once when it has ended."""
     task = jobs.manager().task(task_id)
@@ -282,7 +308,7 @@ with state.guard("Reading fig3.csv"):
 
 sel = state.selection()
 mgr = jobs.manager()
-task = mgr.task(st.session_state.get(FIG3_JOB))
+task = mgr.task(jobs.follow(FIG3_JOB, "fig3"))
 running = task is not None and task.running
 with st.container(border=True):
     if sel is None:
@@ -292,7 +318,7 @@ with st.container(border=True):
         st.markdown(f"**Run it on the selected models** ({len(sel.agents)} agents: {n_merges} `unique_only` merges "
                     "into a temporary folder, each scored with the demo evaluator on the agent's own task, then "
                     "deleted). Needs models built from the demo base (the evaluator uses its tokenizer and tasks); "
-                    "on the demo it takes a few minutes on a CPU.")
+                    f"{md(fig3_duration(sel))}.")
         if st.button("Run the Fig. 3 experiment", icon=":material/science:", key="fig3_run", disabled=running):
             try:
                 task = mgr.submit_task("fig3", jobs.session_id(), "the Fig. 3 experiment",
@@ -300,7 +326,7 @@ with st.container(border=True):
             except RamStudioError as exc:
                 state.show_error(exc, "Starting the experiment")
             else:
-                st.session_state[FIG3_JOB] = task.id
+                jobs.remember(FIG3_JOB, "fig3", task.id)
                 st.rerun()
         if running:
             st.fragment(run_every=1.0)(fig3_panel)(task.id)

@@ -178,7 +178,7 @@ with state.guard("Drawing the charts"):
         "ρ_t = shared / unique": rho_rows["rho"].map(fmt_rho), "λ_t (Tune's settings)": rho_rows["lambda"].map(
             "{:.4f}".format)}), hide_index=True, width="stretch")
     st.caption(f"ρ_t over the whole model at ε = {charts.eps_label(eps)} (the paper's global scope); λ_t with Tune's "
-               f"r = {p['r']:g}, α = {p['alpha']:g}, {p['rule']} rule. Below, the same counts per layer, module or "
+               f"{state.rule_text(p)}. Below, the same counts per layer, module or "
                "tensor: where an agent's overlap is high or low.")
     c = st.columns([2.2, 1.2, 1.6, 1], vertical_alignment="bottom")
     by = c[0].segmented_control("Group by", list(tables.GROUPINGS), default="layer", key="het_rho_by") or "layer"
@@ -190,7 +190,7 @@ with state.guard("Drawing the charts"):
                         help="ρ spans decades: draw it on a log scale (labelled at 0.1, 1, 10 …). λ is always linear, "
                              "from 1 (a unique update kept as it is).") and what == "ρ"
     grouped = tables.rho_lambda_by(res, eps, by, p["r"], p["alpha"], p["rule"], scope)
-    group_params = {**base_params, "by": by, "r": p["r"], "alpha": p["alpha"], "rule": p["rule"], "scope": scope}
+    group_params = {**base_params, "by": by, **state.rule_params(p), "scope": scope}
     value, label = ("rho", "ρ = shared / unique") if what == "ρ" else ("lambda", "λ (unique-update scale)")
     name = f"{'rho' if what == 'ρ' else 'lambda'}_by_{by.replace(' × ', '_')}"
     if by in ("layer", "module"):

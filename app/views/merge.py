@@ -68,21 +68,21 @@ def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
         col = cols[i % len(cols)]
         if p.choices:
             init(key, value if value in p.choices else p.choices[0])
-            values[p.name] = col.selectbox(p.name, list(p.choices), help=p.help, key=key, disabled=disabled)
+            values[p.name] = col.selectbox(p.title, list(p.choices), help=p.help, key=key, disabled=disabled)
         elif p.kind is bool:
             init(key, bool(value))
-            values[p.name] = col.checkbox(p.name, help=p.help, key=key, disabled=disabled)
+            values[p.name] = col.checkbox(p.title, help=p.help, key=key, disabled=disabled)
         elif p.kind in (int, float):
             lo = None if p.low is None else p.kind(p.low)
             hi = None if p.high is None or p.high_open else p.kind(p.high)
             init(key, p.kind(value or 0))
             values[p.name] = col.number_input(
-                p.name, min_value=lo, max_value=hi, step=p.kind(p.step or 1),
+                p.title, min_value=lo, max_value=hi, step=p.kind(p.step or 1),
                 format="%g" if p.kind is float else "%d", help=f"{p.help} Allowed: {p.range_text()}.", key=key,
                 disabled=disabled)
         else:
             init(key, "" if value is None else str(value))
-            text = col.text_input(p.name, help=p.help, key=key, disabled=disabled)
+            text = col.text_input(p.title, help=p.help, key=key, disabled=disabled)
             values[p.name] = text or None
     if not m.params:
         st.caption("This method has no parameters.")
@@ -105,7 +105,7 @@ def start(sel: state.Selection, method: str, params: dict, out: str, shard: str,
     provenance = None if chosen == presets.CUSTOM else preset_provenance(chosen, method, params)
     job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite, counts=counts, overlap=overlap,
                                 provenance=provenance)
-    st.session_state[JOB_KEY] = job.id
+    jobs.remember(JOB_KEY, "merge", job.id)
 
 
 def progress_panel(job: jobs.Job) -> None:
@@ -289,6 +289,7 @@ def comparison_table(rows: dict, trio: str | None = None) -> pd.DataFrame | None
 # ---------------------------------------------------------------- mergekit YAML
 
 MK_MSG = "mk_message"
+MK_PANEL = "mk_panel"  # the expander's open state (kept across reruns, opened by a load)
 
 
 def load_yaml_into_form() -> None:
@@ -317,20 +318,32 @@ def load_yaml_into_form() -> None:
         st.session_state["merge_shard"] = spec.shard_size
     st.session_state["merge_policy"] = spec.on_mismatch
     st.session_state[OUT_CUSTOM] = spec.out.strip() or None
+    st.session_state[MK_PANEL] = True  # the panel stays open to show what was loaded
     sel = state.selection()
-    moved = sel is None or (sel.base, sel.agents) != (spec.base, tuple(spec.agents))
-    if moved:
-        state.set_selection(state.Selection(spec.base, tuple(spec.agents), "custom"))
+    agents = tuple(spec.agents)
+    if sel is None or (sel.base, sel.agents) != (spec.base, agents):
+        state.set_selection(state.Selection(spec.base, agents, state.source_of(spec.base, agents)))
+    if sel is not None and (sel.base, sel.agents) == (spec.base, agents):
+        models = "the selected models"
+    elif sel is not None and sel.base == spec.base and sorted(sel.agents) == sorted(agents):
+        # Same models, another order: the merge follows the YAML's order (DARE's masks and float sums depend
+        # on it); the analysis is the same, reordered, so "analysis ready" stays.
+        models = ("the selected models, now in the YAML's order (" + ", ".join(map(md_code, agents)) + "; the "
+                  "analysis is kept: its statistics do not depend on the order)")
+    else:
+        models = (f"base {md_code(spec.base)} and {len(agents)} agents (now the selected models"
+                  + ("" if sel is None or state.cached_analysis(state.selection()) else
+                     ": the Heterogeneity page analyses them") + ")")
     shown = ", ".join(f"{k}={v}" for k, v in spec.params.items()) or "no parameters"
-    st.session_state[MK_MSG] = ("ok", f"Loaded {md(where)}: method **{md(spec.method)}** ({md(shown)}), base "
-                                      f"{md_code(spec.base)} and {len(spec.agents)} agents"
-                                      + (" (now the selected models)" if moved else "")
+    st.session_state[MK_MSG] = ("ok", f"Loaded {md(where)}: method **{md(spec.method)}** ({md(shown)}), {models}"
                                       + (f", output {md_code(spec.out)}" if spec.out.strip() else "") + ".", "")
 
 
 def mergekit_panel(spec: MergeSpec) -> None:
     """Load a mergekit YAML into the form, and show the current settings as mergekit YAML."""
-    with st.expander("mergekit YAML", icon=":material/data_object:"):
+    # Keyed and stateful: its open state survives reruns, and elements appearing above it after a merge
+    # (results, notes) cannot remount it closed.
+    with st.expander("mergekit YAML", icon=":material/data_object:", key=MK_PANEL, on_change="rerun"):
         from merging.mergekit_config import to_mergekit_yaml
 
         left, right = st.columns(2)
@@ -388,7 +401,7 @@ st.title("Merge & export")
 sel = state.selection_or_stop()
 
 mgr = jobs.manager()
-job = mgr.get(st.session_state.get(JOB_KEY))
+job = mgr.get(jobs.follow(JOB_KEY, "merge"))
 # One look at the job for the whole page: the form, the progress panel and the results all follow it, and
 # the progress fragment redraws the page as soon as the job is no longer running.
 mine_running = job is not None and job.running

@@ -114,8 +114,9 @@ def unreadable(refs: list[str]) -> list[tuple[str, RamStudioError]]:
     return out
 
 
-def show_problems(problems: list[tuple[str, RamStudioError]], n: int) -> None:
-    """One error box for all the models that could not be read: each named with its reason, each hint once."""
+def show_problems(problems: list[tuple[str, RamStudioError]], n: int, lead: str = "") -> None:
+    """One error box for all the models that could not be read: each named with its reason, each hint once
+    (after `lead`, a Markdown sentence, when given)."""
     if len(problems) == 1:
         ref, exc = problems[0]
         text = f"**{md(f'Reading {ref} failed: {exc.message}')}**"
@@ -125,7 +126,7 @@ def show_problems(problems: list[tuple[str, RamStudioError]], n: int) -> None:
     hints = list(dict.fromkeys(exc.hint for _, exc in problems if exc.hint))
     if hints:
         text += "\n\n" + md(" ".join(hints))
-    st.error(text, icon=":material/error:")
+    st.error((lead + "\n\n" if lead else "") + text, icon=":material/error:")
 
 
 def report(base: str, agents: list[str]) -> bool:
@@ -216,10 +217,12 @@ if not auto and cols.button("Check compatibility", icon=":material/fact_check:",
     checked = True
 use = cols.button("Use these models", type="primary", icon=":material/check:", key="use_models")
 
+listed = False  # the report below already named the models that cannot be read
 if auto or checked:
     readable = False
     with state.guard("The compatibility check"):
         readable = report(base, agents)
+    listed = not readable and bool(base) and len(agents) >= 2
     if readable and hub_refs:
         from app import downloads
 
@@ -239,9 +242,12 @@ if use:
         problems = unreadable([base, *agents])  # a Hub id must be reachable (or cached), a folder readable
     except RamStudioError as exc:
         state.show_error(exc, "Selecting the models")
-    if problems:
-        st.error("**These models were not selected**: every model must be readable first.", icon=":material/block:")
-        show_problems(problems, len(agents) + 1)
+    if problems:  # said once: the reasons are in the report above when it ran, else here
+        lead = "**These models were not selected**: every model must be readable first"
+        if listed:
+            st.error(lead + " (the reasons are listed above).", icon=":material/block:")
+        else:
+            show_problems(problems, len(agents) + 1, lead + ".")
     elif problems is not None:
         kind = (DEMO_SOURCES[source].rstrip(":") if source in DEMO_SOURCES
                 else "preset" if source in state.PRESETS else "custom")

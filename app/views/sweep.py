@@ -368,7 +368,7 @@ st.markdown("What does a setting do to the merged model's **scores**? Each candi
             "paper's protocol, Appendix D.2).")
 sel = state.selection_or_stop()
 mgr = jobs.manager()
-task = mgr.task(st.session_state.get(JOB_KEY))
+task = mgr.task(jobs.follow(JOB_KEY, "sweep"))
 running = task is not None and task.running
 candidates_section(running, sel)
 evaluator, limit = evaluator_section(sel, running)
@@ -395,7 +395,7 @@ if go:
     except RamStudioError as exc:
         state.show_error(exc, "Starting the sweep")
     else:
-        st.session_state[JOB_KEY] = task.id
+        jobs.remember(JOB_KEY, "sweep", task.id)
         st.rerun()
 if task is not None:
     st.divider()

@@ -11,6 +11,7 @@ import streamlit as st
 from analysis import tables
 from merging import regions
 from merging.errors import RamStudioError, printable
+from merging.methods import get_method
 from merging.escaping import csv_bytes
 from merging.units import format_seconds
 from app import charts, jobs, presets, state
@@ -58,11 +59,13 @@ def _start(key: str, value):
 
 
 def setting_widgets(prefix: str, p: dict, ladder: list[float], cols, on_change=None) -> dict:
-    """ε, r, α, rule and scope inputs (keys `<prefix>_eps` …), starting from `p`."""
-    eps = cols[0].select_slider("ε (changed when |τ| > ε)", options=ladder, format_func=charts.eps_label,
+    """ε, r, α, rule and scope inputs (keys `<prefix>_eps` …), starting from `p`; labelled as the methods
+    declare them (the Merge form shows the same labels)."""
+    label = {q.name: q.title for q in get_method("ram_plus").params}
+    eps = cols[0].select_slider(label["eps"], options=ladder, format_func=charts.eps_label,
                                 key=f"{prefix}_eps", **_start(f"{prefix}_eps", p["eps"] if p["eps"] in ladder
                                                               else ladder[0]))
-    r = cols[1].slider("r (rescale strength)", 0.0, 1.0, step=0.01, key=f"{prefix}_r", on_change=on_change,
+    r = cols[1].slider(label["r"], 0.0, 1.0, step=0.01, key=f"{prefix}_r", on_change=on_change,
                        help="Paper: r = 0.1. r = 0 is plain RAM. The authors' script: r = R − 1.",
                        **_start(f"{prefix}_r", float(p["r"])))
     if f"{prefix}_rule" not in st.session_state:
@@ -71,10 +74,10 @@ def setting_widgets(prefix: str, p: dict, ladder: list[float], cols, on_change=N
         st.session_state[f"{prefix}_scope"] = p["rho_scope"]
     rule = cols[3].radio("λ rule", list(regions.RULES), horizontal=True, key=f"{prefix}_rule", on_change=on_change,
                          help="clip: Eq. 6 (RAM+). soft: Eq. 8 (RAM+s), no α.")
-    alpha = cols[2].slider("α (clip bound on ρ)", 0.0, 5.0, step=0.1, key=f"{prefix}_alpha", on_change=on_change,
+    alpha = cols[2].slider(label["alpha"], 0.0, 5.0, step=0.1, key=f"{prefix}_alpha", on_change=on_change,
                            disabled=rule == "soft", help="Paper: α = 2.0. Only used by the clip rule.",
                            **_start(f"{prefix}_alpha", float(p["alpha"])))
-    scope = cols[4].radio("ρ scope", SCOPES, horizontal=True, key=f"{prefix}_scope", on_change=on_change,
+    scope = cols[4].radio(label["rho_scope"], SCOPES, horizontal=True, key=f"{prefix}_scope", on_change=on_change,
                           help="global: ρ_t over the whole model (paper). tensor: per tensor (mergekit ramplus_tl).")
     return {"eps": eps, "r": r, "alpha": alpha, "rule": rule, "rho_scope": scope}
 
@@ -264,7 +267,7 @@ def tuner() -> None:
     p.update(a)
     eps, r, alpha, rule, scope = a["eps"], a["r"], a["alpha"], a["rule"], a["rho_scope"]
     agents = res.agents
-    params = {"eps": eps, "r": r, "alpha": alpha, "rule": rule, "scope": scope, "agents": agents}
+    params = {"eps": eps, **state.rule_params(a), "scope": scope, "agents": agents}
     with state.guard("Computing λ_t"):
         lam = tables.lambda_table(res, eps, r, alpha, rule, scope)
         # tensor scope's λ table has seven columns: the full width, the chart under it

@@ -1,7 +1,10 @@
 """Score any demo-compatible model folder on the toy tasks with deterministic greedy decoding.
 
 Usage: python -m assets.demo.evaluate MODEL_DIR [--tasks code,tool,memory] [--split test]
-       [--limit N] [--suite demo|shared] [--json FILE]
+       [--limit N] [--suite demo|shared] [--json FILE [--overwrite]]
+
+Prints accuracy in % per task (and per memory length), with the count of answers that are the task's
+careless habit; `ram-studio evaluate` is the product's command (the demo's tasks or lm-eval tasks).
 
 The task suite is the one the model folder names in its config.json (`ram_studio_demo_suite`,
 written by the build for the shared-skill trio and copied into every merge of it), unless --suite
@@ -158,16 +161,42 @@ def format_table(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+# What the printed table's columns mean (the JSON keeps the raw counts and the accuracy as a fraction).
+COLUMN_NOTES = {
+    "habit answers": "wrong outputs that are exactly the task's careless habit, the answer RL has to unlearn",
+    "format slips": "outputs wrong only for the missing answer envelope (the answer or the habit written bare)",
+}
+
+
+def display_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The tidy table as the terminal shows it: accuracy in % and the habit counts named for what they are."""
+    shown = df.rename(columns={"habit": "habit answers", "format_slip": "format slips"}).drop(columns=["accuracy"])
+    shown["accuracy %"] = (100 * df["accuracy"]).map("{:.2f}".format)
+    return shown
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; `merging evaluate` delegates here after resolving MODEL_REF to a folder."""
-    parser = argparse.ArgumentParser(prog="evaluate", description=__doc__.splitlines()[0])
+    """`python -m assets.demo.evaluate FOLDER`: score one demo-compatible folder (the demo's own tool; the
+    product's command is `ram-studio evaluate`)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # transformers' "Loading weights" bars would fill stderr
+    parser = argparse.ArgumentParser(prog="python -m assets.demo.evaluate", description=__doc__.splitlines()[0],
+                                     epilog="Accuracy is printed in %. " + " ".join(
+                                         f"'{k}': {v}." for k, v in COLUMN_NOTES.items()))
     parser.add_argument("model", help="model folder (base, agent or merged export)")
-    parser.add_argument("--tasks", default=",".join(TASKS))
-    parser.add_argument("--split", default="test", choices=["train", "validation", "test"])
-    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--tasks", default=",".join(TASKS), metavar="TASK[,TASK]",
+                        help=f"tasks to score, comma-separated (default {','.join(TASKS)})")
+    parser.add_argument("--split", default="test", choices=["train", "validation", "test"],
+                        help="which split to score (default test)")
+    parser.add_argument("--limit", type=int, default=None, metavar="N",
+                        help="score only the first N examples of each task (a quick look)")
     parser.add_argument("--suite", default=None, choices=sorted(SUITES),
                         help="task suite (default: the one config.json names, else the original demo tasks)")
-    parser.add_argument("--json", dest="json_path", default=None)
+    parser.add_argument("--json", dest="json_path", default=None, metavar="FILE",
+                        help="also write the raw counts and accuracies (fractions) as JSON; never inside the model "
+                             "folder, never over a file without --overwrite")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
     args = parser.parse_args(argv)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
@@ -179,13 +208,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         suite = get_suite(args.suite) if args.suite else suite_of_folder(Path(args.model))
     except ValueError as exc:
         parser.error(str(exc))
-    df = evaluate_model(Path(args.model), tasks, args.split, args.limit, suite)
-    print(f"suite: {suite.name} ({suite.description})")
-    print(df.to_string(index=False))
+    out = None
     if args.json_path:
+        from merging.errors import RamStudioError
+        from merging.placement import check_output_file, protected_paths
+
+        try:
+            out = check_output_file(args.json_path, protected_paths([(args.model, Path(args.model))]),
+                                    overwrite=args.overwrite)
+        except RamStudioError as exc:
+            parser.error(f"{exc.message} {exc.hint}")
+    df = evaluate_model(Path(args.model), tasks, args.split, args.limit, suite)
+    shown = display_table(df)
+    print(f"suite: {suite.name} ({suite.description})")
+    print(shown.to_string(index=False))
+    for column, note in COLUMN_NOTES.items():
+        if column in shown.columns:
+            print(f"{column}: {note}")
+    if out is not None:
+        from merging.placement import write_file_atomically
+
         payload = {"model": str(args.model), "split": args.split, "suite": suite.name,
                    "results": df.to_dict("records"), "summary": summary_row(df)}
-        Path(args.json_path).write_text(json.dumps(payload, indent=2) + "\n")
+        write_file_atomically(out, (json.dumps(payload, indent=2) + "\n").encode())
     return 0
 
 

@@ -36,6 +36,26 @@ VARIANTS = {"unique": False, "unique_div_N": True}
 COLUMNS = ["agent", "variant", "task", "subset", "split", "n", "correct", "accuracy"]
 
 
+# Rough throughputs for the app's estimate of the experiment on selected models. Reading and writing weights:
+# the Models page's disk assumption. Scoring: the demo evaluator's greedy decoding costs about this many seconds
+# per model parameter and example, measured here on the demo (0.33 M parameters, 300 test examples per task:
+# 0.6-1.4 s per task on a 2-core CPU, model loading included, other jobs running); and each merge has a fixed
+# cost (opening the models, writing and loading the folder: 0.2-0.8 s on the demo, measured the same way).
+READ_BPS = 400e6
+EVAL_SECONDS_PER_PARAM_EXAMPLE = 1e-8
+STEP_SECONDS = 0.5
+
+
+def estimate_seconds(n_agents: int, params: int, bytes_per_model: int, examples_per_merge: list[int],
+                     examples_of_references: int = 0) -> float:
+    """The Fig. 3 job's duration from the models' size: 2·N unique_only merges (each reads the base and every
+    agent and writes one model), each scored on `examples_per_merge` examples (its agent's own task), plus the
+    base and the agents when their scores are not at hand."""
+    merges = 2 * n_agents * ((n_agents + 2) * bytes_per_model / READ_BPS + STEP_SECONDS)
+    scoring = (2 * sum(examples_per_merge) + examples_of_references) * params * EVAL_SECONDS_PER_PARAM_EXAMPLE
+    return merges + scoring
+
+
 def merge(models: Path, method: str, out: Path, params: dict[str, object]) -> None:
     """Run the core CLI merge of base + the three agents into `out` (`dilute: True` becomes the bare
     `--dilute` flag)."""

@@ -8,8 +8,9 @@ Kernels are never waited for. The first pass asks for the ones it needs (`prepar
 thread imports numba and loads them from numba's on-disk cache, or compiles them there on the first
 use of a fresh install (about a minute for all of them). Until a kernel is ready the engine runs the
 torch path, which gives the same bits; it switches at a chunk (or, for methods with passes, a tensor)
-boundary. When the cache already holds the kernels (a marker written after a complete warm-up says
-so), `prepare` waits for the load, a fraction of a second. `python -m merging.kernels` compiles all of
+boundary. When the cache already holds a kernel (a marker written when a process first made it ready,
+one per kernel and dtype, besides one after a complete warm-up, says so), `prepare` and the engine wait for
+the load, a fraction of a second. `python -m merging.kernels` compiles all of
 them ahead of time (e.g. in an image build).
 """
 from __future__ import annotations
@@ -94,6 +95,7 @@ class _Warmup:
                 with self._lock:
                     self._queue.pop(0)
                     self._ready.add((name, dtype))
+                    cpu.mark_cached(dtype, name)  # the next process waits for this one's load (settle)
                     if all(_key(n, dtype) in self._ready for n in ALL):
                         cpu.mark_cached(dtype)
                     self.log.append(f"{name}[{dtype}] {'compiled' if fresh else 'loaded'} in "
@@ -116,14 +118,17 @@ def prepare(names: Iterable[str] = ALL, dtypes: Iterable[str] = DTYPES, wait: bo
     names, dtypes = tuple(names), tuple(dtypes)
     _WARMUP.request(names, dtypes)
     for d in dtypes:
-        if wait and _cached_marker_exists(d):
+        if wait and _cached_marker_exists(d, names):
             _WARMUP.wait(names, d, timeout=30.0)
 
 
 def settle(names: Iterable[str], dtype: str) -> None:
     """Wait for kernels asked for with `prepare(wait=False)` if they are being loaded from the cache (a
-    fraction of a second, overlapping the first reads), never for a compile."""
-    if kernels_enabled() and _cached_marker_exists(dtype):
+    fraction of a second, overlapping the first reads), never for a compile. A kernel counts as cached once
+    any process made it ready since the kernels' source last changed (its own marker), not only after a
+    full warm-up: otherwise a merge that starts without a counting pass (statistics from a cached analysis,
+    as in the app) ran its first and largest tensor, the embeddings, on the slower torch path."""
+    if kernels_enabled() and _cached_marker_exists(dtype, names):
         _WARMUP.wait(tuple(names), dtype, timeout=30.0)
 
 
@@ -145,9 +150,13 @@ def warmup_log() -> list[str]:
     return list(_WARMUP.log)
 
 
-def _cached_marker_exists(dtype: str) -> bool:
+def _cached_marker_exists(dtype: str, names: Iterable[str] = ()) -> bool:
+    """Whether every kernel of `dtype` is in numba's cache, or each of `names` is."""
     try:
-        return os.path.exists(marker_path(dtype))
+        if os.path.exists(marker_path(dtype)):
+            return True
+        keys = [_key(n, dtype) for n in names]
+        return bool(keys) and all(os.path.exists(marker_path(d, n)) for n, d in keys)
     except OSError:
         return False
 

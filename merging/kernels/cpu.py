@@ -657,12 +657,12 @@ def warm(name: str, dtype: str) -> bool:
     return fresh
 
 
-def mark_cached(dtype: str) -> None:
-    """Note that every kernel of `dtype` is in numba's cache (see merging.kernels.prepare)."""
+def mark_cached(dtype: str, kernel: str | None = None) -> None:
+    """Note that every kernel of `dtype` (or the one `kernel`) is in numba's cache (see merging.kernels.prepare)."""
     from .marker import marker_path
 
     try:
-        path = marker_path(dtype)
+        path = marker_path(dtype, kernel)
         if os.path.isdir(os.path.dirname(path)):
             with open(path, "w") as f:
                 f.write("ready\n")

@@ -80,7 +80,7 @@ def _fused(ties_mode: bool):
 
 
 DROP = Param("drop_rate", float, 0.5, "Drop rate p of DARE, in [0, 1) (paper's grid: 0.1 … 0.9).",
-             low=0.0, high=1.0, high_open=True, step=0.05)
+             low=0.0, high=1.0, high_open=True, step=0.05, label="p (drop rate)")
 SEED = Param("seed", int, 0, "Seed of the DARE keep masks (per seed, agent and tensor).", low=0)
 
 

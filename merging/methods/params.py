@@ -22,7 +22,8 @@ class Param:
 
     `low`/`high` bound numbers (`*_open` makes a bound exclusive); `choices` lists allowed strings;
     `float32` says the value enters the float32 maths as is, so it must stay finite in float32;
-    `step` is the app's increment; `required` parameters have no default and must be given.
+    `step` is the app's increment; `required` parameters have no default and must be given; `label` is what
+    every form shows (the app's Merge form and Tune alike).
     """
 
     name: str
@@ -37,6 +38,12 @@ class Param:
     float32: bool = False
     step: float | None = None
     required: bool = False
+    label: str = ""  # what forms show (the paper's symbol and a few words); the name when empty
+
+    @property
+    def title(self) -> str:
+        """The parameter as forms label it: its declared label, else its name."""
+        return self.label or self.name
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -134,9 +141,9 @@ def _short(value: Any, limit: int = 40) -> str:
 # ---------------------------------------------------------------- parameters several methods share
 
 EPS = Param("eps", float, 1e-5, "Threshold ε: an element counts as changed when |τ| > ε (paper: 1e-5).",
-            low=0.0, float32=True, step=1e-6)
+            low=0.0, float32=True, step=1e-6, label="ε (changed when |τ| > ε)")
 LAMBDA = Param("lambda", float, 1.0, "Scaling λ of the merged task vector (paper's grid: 0.1 … 1.0).",
-               low=0.0, float32=True, step=0.05)
+               low=0.0, float32=True, step=0.05, label="λ (task-vector scale)")
 
 
 def finite_in_float32(value: float) -> bool:

@@ -93,11 +93,11 @@ def _plus(rule: str) -> dict[str, Any]:
 
 
 R = Param("r", float, 0.1, "Rescale strength r of λ_t (paper: 0.1); r = 0 is plain RAM.", low=0.0, float32=True,
-          step=0.01)
+          step=0.01, label="r (rescale strength)")
 ALPHA = Param("alpha", float, 2.0, "Clip bound α on ρ_t in λ_t = 1 + r·clip(ρ_t, 0, α) (paper: 2.0; mergekit "
-              "ramplus_tl: 0.2).", low=0.0, float32=True, step=0.1)
+              "ramplus_tl: 0.2).", low=0.0, float32=True, step=0.1, label="α (clip bound on ρ)")
 SCOPE = Param("rho_scope", str, "global", "Count ρ_t over the whole model (global, the paper) or per tensor "
-              "(tensor, like mergekit's ramplus_tl).", choices=SCOPES)
+              "(tensor, like mergekit's ramplus_tl).", choices=SCOPES, label="ρ scope")
 
 register(MergeMethod(
     "ram", "RAM (Eq. 7): average overlapping updates, keep unique ones unchanged (RAM+ with r = 0).",

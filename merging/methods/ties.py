@@ -160,7 +160,7 @@ def _passes(p: dict) -> tuple[TensorPass, ...]:
 
 
 DENSITY = Param("density", float, 0.2, "Fraction of each task vector kept per tensor (paper's grid: 0.1-0.3).",
-                low=0.0, high=1.0, low_open=True, step=0.05)
+                low=0.0, high=1.0, low_open=True, step=0.05, label="density (kept share)")
 
 register(MergeMethod("ties", "TIES: trim to top-k per tensor, elect sign, disjoint mean, scale by λ.",
                      ties, (DENSITY, LAMBDA), _passes, fused=_fused))

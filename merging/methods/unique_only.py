@@ -35,6 +35,7 @@ register(MergeMethod(
     unique_only,
     (EPS,
      Param("agent", str, None, "Which agent's unique region to keep (its name or 0-based index).", required=True),
-     Param("dilute", bool, False, "Divide the unique update by N, simulating averaging's signal dilution.")),
+     Param("dilute", bool, False, "Divide the unique update by N, simulating averaging's signal dilution.",
+           label="dilute (divide by N)")),
     prepare=_prepare,
 ))
