@@ -26,7 +26,7 @@ from merging.regions import chance_unique_share
 
 from .ladder import DOMINANCE
 from .stats import DOMINATED_COLUMNS, AnalysisResult
-from .tables import per_tensor_chance
+from .tables import module_ordered, per_tensor_chance
 
 MIN_ELEMENTS = 100  # fewer elements both changed than this: too few to read an agreement from
 CHANCE_BAND = 0.05  # sign agreement within 50 % ± this and |cosine| below it read as chance level
@@ -104,9 +104,7 @@ def agreement_by(result: AnalysisResult, eps: float, by: str) -> pd.DataFrame:
         raise KeyError(f"unknown grouping {by!r}; use layer or module")
     g = _pair_view(_pair_sums(result, eps, [by]))
     if by == "module":
-        from .names import MODULE_ORDER
-
-        g["module"] = pd.Categorical(g["module"], [m for m in MODULE_ORDER if m in set(g["module"])], ordered=True)
+        g = module_ordered(g)
     order = {a: i for i, a in enumerate(result.agents)}
     return g.sort_values(["a", "b", by], key=lambda c: c.map(order) if c.name in ("a", "b") else c) \
         .reset_index(drop=True)

@@ -19,6 +19,13 @@ _KINDS = [
 MODULE_ORDER = ["embeddings", "q", "k", "v", "o", "gate", "up", "down", "norm", "lm_head", "other"]
 
 
+def in_module_order(kinds) -> list[str]:
+    """The distinct module kinds of `kinds` in model order (MODULE_ORDER; unknown kinds last, alphabetically):
+    the one order every table, chart and heatmap uses."""
+    rank = {m: i for i, m in enumerate(MODULE_ORDER)}
+    return sorted({str(k) for k in kinds}, key=lambda k: (rank.get(k, len(rank)), k))
+
+
 def layer_of(name: str) -> int:
     """Transformer block index in a tensor name, or -1 for tensors outside the blocks."""
     m = _LAYER.search(name)

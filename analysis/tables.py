@@ -8,7 +8,7 @@ import pandas as pd
 
 from merging.regions import chance_unique_share, lambda_for, rho
 
-from .names import MODULE_ORDER
+from .names import in_module_order
 from .stats import AnalysisResult
 
 
@@ -73,8 +73,15 @@ def density_by_layer_module(result: AnalysisResult, eps: float) -> pd.DataFrame:
     rows = _at(result, eps)
     g = rows.groupby(["agent", "layer", "module"], sort=False)[["changed", "numel"]].sum().reset_index()
     g["density"] = g["changed"] / g["numel"]
-    g["module"] = pd.Categorical(g["module"], [m for m in MODULE_ORDER if m in set(g["module"])], ordered=True)
-    return g.sort_values(["agent", "layer", "module"]).reset_index(drop=True)
+    return module_ordered(g).sort_values(["agent", "layer", "module"]).reset_index(drop=True)
+
+
+def module_ordered(g: pd.DataFrame) -> pd.DataFrame:
+    """`g` with its `module` column (if any) an ordered categorical in model order, so sorting, grouping and
+    every chart drawn from it follow embeddings, q, k, v, o, gate, up, down, norm, lm_head."""
+    if "module" in g:
+        g = g.assign(module=pd.Categorical(g["module"].astype(str), in_module_order(g["module"]), ordered=True))
+    return g
 
 
 def _with_chance(g: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -91,7 +98,7 @@ def unique_shared_by(result: AnalysisResult, eps: float, keys: list[str]) -> pd.
     """Unique vs shared changed elements per agent and group (`keys`, e.g. ["layer"] or ["module"]), with
     density, the unique share and its chance level within the group; groups in order of appearance."""
     g = _at(result, eps).groupby(["agent", *keys], sort=False)[["unique", "shared", "changed", "numel"]].sum()
-    g = g.reset_index()
+    g = module_ordered(g.reset_index())
     total = g["unique"] + g["shared"]
     g["unique_share"] = (g["unique"] / total.where(total > 0)).fillna(0.0)
     return _with_chance(g, keys)
@@ -126,7 +133,7 @@ def rho_lambda_by(result: AnalysisResult, eps: float, by: str, r: float, alpha: 
         rows["lam_u"] = [lambda_for(int(s), int(u), r, alpha, rule) * int(u)
                          for s, u in zip(rows["shared"], rows["unique"])]
     cols = ["shared", "unique", "changed", "numel", "sq_unique", "lam_u", "sign_conflicts"]
-    g = rows.groupby(["agent", *keys], sort=False, observed=True)[cols].sum().reset_index()
+    g = module_ordered(rows.groupby(["agent", *keys], sort=False, observed=True)[cols].sum().reset_index())
     g["rho"] = [rho(int(s), int(u)) for s, u in zip(g["shared"], g["unique"])]
     if scope == "global":
         g["lambda"] = g["agent"].map(lam)

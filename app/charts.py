@@ -10,6 +10,7 @@ import plotly.io as pio
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from analysis.names import in_module_order
 from app.markup import plot_text
 from merging import regions
 from merging.escaping import csv_bytes
@@ -72,227 +73,7 @@ def toy_colors(names: list[str]) -> dict[str, str]:
     return {n: TOY_PALETTE[i % len(TOY_PALETTE)] for i, n in enumerate(names)}
 
 
-def _layout(fig: go.Figure, height: int = 360, legend: bool = True, **kw) -> go.Figure:
-    margin = kw.pop("margin", dict(l=10, r=10, t=40, b=10))
-    fig.update_layout(height=height, font=FONT, margin=margin,
-                      showlegend=legend, legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0,
-                                                     title_text=""), **kw)
-    return fig
-
-
-def eps_label(eps: float) -> str:
-    return "0" if eps == 0 else f"{eps:.0e}".replace("e-0", "e-")
-
-
-def pct(v: float) -> str:
-    """A share as a percentage that stays readable when small: 43 %, 4.3 %, 0.43 %, 0.043 %."""
-    p = 100 * v
-    if p == 0:
-        return "0%"
-    return f"{p:.0f}%" if p >= 10 else (f"{p:.1f}%" if p >= 1 else f"{p:.2g}%")
-
-
-def _log_or_linear(fig: go.Figure, log: bool, values: list[float], title: str) -> None:
-    """Zoom the y axis to the data (linear from 0) or use a log axis, for small quantities."""
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    if log:
-        positive = [v for v in finite if v > 0] or [1.0]
-        lo, hi = math.log10(min(positive)) - 0.3, math.log10(max(positive)) + 0.3
-        fig.update_yaxes(type="log", title=title + " — log scale", range=[lo, hi],
-                         **({"dtick": 1, "minor": dict(showgrid=True, dtick="D1")} if hi - lo >= 1.8 else {}))
-    else:
-        top = max(finite or [1.0])
-        fig.update_yaxes(title=title, range=[0, top * 1.18 if top > 0 else 1])
-
-
-# ---------------------------------------------------------------- Heterogeneity
-
-def density_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
-    """Paper Fig. 2 left: share of parameters each agent changed."""
-    colors = agent_colors(agents)
-    fig = go.Figure(go.Bar(x=labels(df["agent"]), y=100 * df["density"], marker_color=[colors[a] for a in df["agent"]],
-                           text=[f"{100 * d:.1f}%" for d in df["density"]], textposition="outside",
-                           hovertemplate="%{x}: %{y:.2f}% of parameters changed<extra></extra>", cliponaxis=False))
-    fig.update_yaxes(title="changed parameters (% of all)", rangemode="tozero")
-    fig.update_xaxes(title="agent")
-    return _layout(fig, legend=False)
-
-
-def overlap_stacked(df: pd.DataFrame, agents: list[str], chance: dict[str, float] | None = None) -> go.Figure:
-    """Paper Fig. 2 right: of each agent's changed elements, how many agents changed them too. The unique
-    share (and its chance level) is written above each bar: a thin segment stays readable."""
-    n = int(df["k"].max())
-    fig = go.Figure()
-    for k in range(1, n + 1):
-        part = df[df["k"] == k].set_index("agent").reindex(agents)
-        name = "unique (only this agent)" if k == 1 else f"shared by {k} agents"
-        fig.add_bar(x=labels(agents), y=100 * part["fraction"], name=name, marker_color=OVERLAP_COLORS[(k - 1) % 6],
-                    text=[f"{100 * v:.0f}%" if v >= 0.06 else "" for v in part["fraction"]], textposition="inside",
-                    customdata=part["count"], hovertemplate=f"%{{x}}: %{{y:.3g}}% {name} (%{{customdata:,}} "
-                                                            "elements)<extra></extra>")
-    uniq = df[df["k"] == 1].set_index("agent")["fraction"].reindex(agents).fillna(0.0)
-    for a in agents:
-        text = f"unique {pct(uniq[a])}" + (f"<br>chance {pct(chance[a])}" if chance and a in chance else "")
-        fig.add_annotation(x=label(a), y=100, text=text, showarrow=False, yanchor="bottom",
-                           font=dict(size=11, color=UNIQUE_TEXT))
-    fig.update_layout(barmode="stack")
-    fig.update_yaxes(title="share of the agent's changed elements (%)", range=[0, 118], tickvals=[0, 25, 50, 75, 100])
-    fig.update_xaxes(title="agent")
-    return _layout(fig, margin=dict(l=10, r=10, t=60, b=10))
-
-
-def unique_vs_chance_bars(df: pd.DataFrame, agents: list[str], log: bool = False) -> go.Figure:
-    """Measured unique share of each agent's changed elements, with the share independent random masks of
-    the same densities would give (◆): above chance means the agents' updates avoid each other."""
-    colors = agent_colors(agents)
-    d = df.set_index("agent").reindex(agents)
-    fig = go.Figure(go.Bar(x=labels(agents), y=100 * d["unique_share"], name="measured",
-                           marker_color=[colors[a] for a in agents],
-                           text=[pct(v) for v in d["unique_share"]], textposition="outside", cliponaxis=False,
-                           hovertemplate="%{x}: %{y:.3g}% of its changed elements are unique<extra></extra>"))
-    fig.add_scatter(x=labels(agents), y=100 * d["chance_unique_share"], mode="markers",
-                    name="chance (independent masks)",
-                    marker=dict(symbol="diamond", size=13, color=NEUTRAL, line=dict(color="white", width=1)),
-                    hovertemplate="%{x}: %{y:.3g}% by chance<extra></extra>")
-    values = list(100 * d["unique_share"]) + list(100 * d["chance_unique_share"])
-    if "chance_unique_share_tensor" in d:
-        fig.add_scatter(x=labels(agents), y=100 * d["chance_unique_share_tensor"], mode="markers",
-                        name="chance, tensor by tensor",
-                        marker=dict(symbol="diamond-open", size=13, color=NEUTRAL, line=dict(width=2)),
-                        hovertemplate="%{x}: %{y:.3g}% by chance with each tensor's own densities<extra></extra>")
-        values += list(100 * d["chance_unique_share_tensor"])
-    _log_or_linear(fig, log, values, "unique share of changed elements (%)")
-    fig.update_xaxes(title="agent")
-    _layout(fig)
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.28, xanchor="left", x=0),
-                      margin=dict(l=10, r=10, t=30, b=10))  # three entries wrap: below the plot, never on the title
-    return fig
-
-
-def layer_module_heatmaps(df: pd.DataFrame, agents: list[str], value: str = "density", log: bool = False,
-                          colorbar: str = "changed<br>(%)", scale: float = 100.0) -> go.Figure:
-    """One value per layer × module kind (density by default), one panel per agent, one shared colour scale."""
-    colors = agent_colors(agents)
-    fig = make_subplots(rows=1, cols=len(agents), shared_yaxes=True, horizontal_spacing=0.03,
-                        subplot_titles=[f"<b style='color:{colors[a]}'>{label(a)}</b>" for a in agents])
-    vals = scale * df[value].astype(float)
-    if log:
-        vals = vals.where(vals > 0).map(lambda v: math.log10(v) if pd.notna(v) and math.isfinite(v) else None)
-    data = df.assign(_v=vals)
-    finite = [v for v in data["_v"] if v is not None and pd.notna(v) and math.isfinite(v)]
-    zmin, zmax = (min(finite), max(finite)) if finite else (0.0, 1.0)
-    if not log:
-        zmin, zmax = 0.0, max(zmax, 1e-9)
-    modules = [str(m) for m in df["module"].cat.categories] if hasattr(df["module"], "cat") else sorted(df["module"].unique())
-    for i, agent in enumerate(agents, start=1):
-        part = data[data["agent"] == agent]
-        grid = part.assign(module=part["module"].astype(str)).pivot(index="module", columns="layer", values="_v")
-        grid = grid.reindex(modules)  # modules absent from a layer stay blank (NaN), not 0
-        xs = ["emb/head" if c == -1 else str(c) for c in grid.columns]
-        raw = part.assign(module=part["module"].astype(str)).pivot(index="module", columns="layer", values=value)
-        raw = raw.reindex(modules)
-        fig.add_trace(go.Heatmap(z=grid.values, x=xs, y=labels(modules), coloraxis="coloraxis", customdata=raw.values,
-                                 hovertemplate=f"{label(agent)} · layer %{{x}} · %{{y}}: %{{customdata:.4g}}"
-                                               "<extra></extra>"),
-                      row=1, col=i)
-        fig.update_xaxes(title_text="layer", row=1, col=i, type="category")
-    fig.update_yaxes(title_text="module", row=1, col=1, autorange="reversed")
-    bar = dict(title=dict(text=colorbar + ("<br>(log10)" if log else ""), side="top"), thickness=12)
-    fig.update_layout(coloraxis=dict(colorscale="Viridis", cmin=zmin, cmax=zmax, colorbar=bar))
-    return _layout(fig, height=360, legend=False)
-
-
-def unique_share_lines(df: pd.DataFrame, agents: list[str], log: bool = False) -> go.Figure:
-    """Unique share of each agent's changed elements per layer (−1 = embeddings / head), with the chance level
-    of independent masks of that layer's densities (dotted, same colour)."""
-    colors = agent_colors(agents)
-    fig = go.Figure()
-    for agent in agents:
-        part = df[df["agent"] == agent].sort_values("layer")
-        xs = ["emb/head" if v == -1 else str(v) for v in part["layer"]]
-        fig.add_scatter(x=xs, y=100 * part["unique_share"], mode="lines+markers", name=label(agent),
-                        line=dict(color=colors[agent], width=2.5), legendgroup=label(agent),
-                        hovertemplate=f"{label(agent)} · layer %{{x}}: %{{y:.3g}}% unique<extra></extra>")
-        if "chance_unique_share" in part:
-            fig.add_scatter(x=xs, y=100 * part["chance_unique_share"], mode="lines", name=f"{label(agent)}: chance",
-                            line=dict(color=colors[agent], width=1.5, dash="dot"), legendgroup=label(agent),
-                            hovertemplate=f"{label(agent)} · layer %{{x}}: %{{y:.3g}}% by chance<extra></extra>")
-    values = list(100 * df["unique_share"]) + (list(100 * df["chance_unique_share"]) if "chance_unique_share" in df else [])
-    _log_or_linear(fig, log, values, "unique share of changed elements (%)")
-    fig.update_xaxes(title="layer", type="category")
-    return _layout(fig)
-
-
-def eps_curve(df: pd.DataFrame, agents: list[str], chosen: float | None = None) -> go.Figure:
-    """Density against the threshold ε, one line per agent; the chosen ε is marked."""
-    colors = agent_colors(agents)
-    fig = go.Figure()
-    for agent in agents:
-        part = df[df["agent"] == agent].sort_values("eps")
-        fig.add_scatter(x=[eps_label(e) for e in part["eps"]], y=100 * part["density"], mode="lines+markers",
-                        name=label(agent), line=dict(color=colors[agent], width=2.5),
-                        hovertemplate=f"{label(agent)} · ε=%{{x}}: %{{y:.2f}}% changed<extra></extra>")
-    ticks = [eps_label(e) for e in sorted(df["eps"].unique())]
-    if chosen is not None and eps_label(chosen) in ticks:  # category axis: position = index of the label
-        fig.add_shape(type="line", xref="x", yref="paper", x0=ticks.index(eps_label(chosen)),
-                      x1=ticks.index(eps_label(chosen)), y0=0, y1=1, line=dict(dash="dot", color=NEUTRAL))
-    fig.update_yaxes(title="changed parameters (% of all)", rangemode="tozero")
-    fig.update_xaxes(title="ε (|τ| threshold, weight units)", type="category")
-    return _layout(fig)
-
-
-def group_lines(df: pd.DataFrame, agents: list[str], by: str, value: str, title: str, log: bool,
-                hover: str) -> go.Figure:
-    """One value (ρ, λ, …) per layer (lines) or per module kind (grouped bars), one colour per agent."""
-    colors = agent_colors(agents)
-    fig = go.Figure()
-    clean = df.assign(_v=df[value].astype(float).where(lambda s: s.map(math.isfinite)))
-    for agent in agents:
-        part = clean[clean["agent"] == agent]
-        if by == "layer":
-            part = part.sort_values("layer")
-            xs = ["emb/head" if v == -1 else str(v) for v in part["layer"]]
-            fig.add_scatter(x=xs, y=part["_v"], mode="lines+markers", name=label(agent), connectgaps=False,
-                            line=dict(color=colors[agent], width=2.5),
-                            hovertemplate=f"{label(agent)} · layer %{{x}}: {hover}=%{{y:.4g}}<extra></extra>")
-        else:
-            fig.add_bar(x=labels(part["module"].astype(str)), y=part["_v"], name=label(agent),
-                        marker_color=colors[agent],
-                        hovertemplate=f"{label(agent)} · %{{x}}: {hover}=%{{y:.4g}}<extra></extra>")
-    fig.update_layout(barmode="group")
-    _log_or_linear(fig, log, list(clean["_v"].dropna()), title)
-    fig.update_xaxes(title=by if by == "layer" else "module kind", type="category")
-    return _layout(fig)
-
-
-def norms_conflicts(df: pd.DataFrame, agents: list[str]) -> go.Figure:
-    """Left: L2 norm of each agent's unique and shared updates. Right: sign conflicts, as a share of the
-    agent's shared elements (another active agent moved the weight the other way)."""
-    colors = agent_colors(agents)
-    d = df.set_index("agent").reindex(agents)
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.14,
-                        subplot_titles=["L2 norm of τ, unique vs shared part", "sign conflicts"])
-    fig.add_bar(x=labels(agents), y=d["norm_unique"], name="unique part ‖τ_unique‖", marker_color=UNIQUE_COLOR, row=1, col=1,
-                customdata=100 * d["unique_energy_share"],
-                hovertemplate="%{x}: ‖τ_unique‖ = %{y:.4g} (%{customdata:.2g}% of ‖τ‖²)<extra></extra>")
-    fig.add_bar(x=labels(agents), y=d["norm_shared"], name="shared part ‖τ_shared‖", marker_color=SHARED_COLOR, row=1, col=1,
-                hovertemplate="%{x}: ‖τ_shared‖ = %{y:.4g}<extra></extra>")
-    fig.add_bar(x=labels(agents), y=100 * d["conflict_share"], marker_color=[colors[a] for a in agents], row=1, col=2,
-                showlegend=False, text=[pct(v) for v in d["conflict_share"]], textposition="outside", cliponaxis=False,
-                customdata=d["sign_conflicts"],
-                hovertemplate="%{x}: %{y:.3g}% of shared elements (%{customdata:,}) have a sign conflict<extra></extra>")
-    fig.update_layout(barmode="group")
-    fig.update_yaxes(title_text="L2 norm (weight units)", row=1, col=1, rangemode="tozero")
-    fig.update_yaxes(title_text="% of shared elements", row=1, col=2, rangemode="tozero")
-    fig.update_xaxes(title_text="agent", row=1, col=1)
-    fig.update_xaxes(title_text="agent", row=1, col=2)
-    _layout(fig, height=380)
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0),
-                      margin=dict(l=10, r=10, t=30, b=10))
-    return fig
-
-
-# ---------------------------------------------------------------- Is the overlap real?
+# ---------------------------------------------------------------- names, legends, titles: one rule for every chart
 
 def short_labels(names: list[str], width: int = 20) -> dict[str, str]:
     """Axis labels for agent names, at most `width` characters: an `org/` prefix dropped, then the name parts
@@ -335,6 +116,367 @@ def _middle_out(parts: list[tuple[str, str]], width: int) -> str:
     return text[:left] + "…" + text[len(text) - (width - 1 - left):]
 
 
+TICK_LINE = 12  # characters per line of a category tick label (an agent's short name wraps onto two lines)
+
+
+def tick_label(text: str, line: int = TICK_LINE) -> str:
+    """A short label for an axis tick, escaped, broken after the separator nearest its middle when longer than
+    `line` (ReasonFlux-<br>Coder): category ticks stay level and narrow instead of tilting."""
+    text = str(text)
+    if len(text) <= line:
+        return label(text)
+    cuts = [i + 1 for i, ch in enumerate(text) if ch in "-_ ./…" and 0 < i < len(text) - 1]
+    if not cuts:
+        return label(text)
+    cut = min(cuts, key=lambda i: abs(i - len(text) / 2))
+    return label(text[:cut]) + "<br>" + label(text[cut:])
+
+
+WRAP_UP_TO = 3  # agents whose tick labels stand level on two lines; more take one line each, tilted 45°
+
+
+def _level(agents: list[str], narrow: bool) -> bool:
+    return len(agents) <= WRAP_UP_TO and not narrow
+
+
+def agent_ticks(agents: list[str], narrow: bool = False) -> list[str]:
+    """The agents' tick labels: `short_labels`, on two level lines (`tick_label`) for up to WRAP_UP_TO agents,
+    else (or in a `narrow` panel) on one line, tilted by `agent_axis`; full names go in the hover texts."""
+    short = short_labels(list(agents))
+    return [tick_label(short[a]) if _level(agents, narrow) else label(short[a]) for a in agents]
+
+
+def agent_axis(fig: go.Figure, agents: list[str], narrow: bool = False, **where) -> None:
+    """An x axis of agents, with the angle fixed: level labels for a few, one line tilted 45° for many (plotly's
+    own choice would tilt two-line labels, or tilt them 90° and take half the chart's height)."""
+    fig.update_xaxes(type="category", tickangle=0 if _level(agents, narrow) else -45, **where)
+
+
+def agent_names(agents: list[str]) -> dict[str, str]:
+    """Each agent's legend entry: its `short_labels` name, escaped."""
+    return {a: label(s) for a, s in short_labels(list(agents)).items()}
+
+
+def wrap(text: str, chars: int) -> list[str]:
+    """Plain text broken into lines of at most `chars` characters at spaces (a longer word stays whole)."""
+    lines, line = [], ""
+    for word in str(text).split(" "):
+        if line and len(line) + 1 + len(word) > chars:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return [*lines, line] if line or not lines else lines
+
+
+LEGEND_LINE = 20  # characters per line of a legend entry
+Y_TITLE_LINE = 26  # characters per line of a y axis title (longer ones wrap onto two lines)
+LEGEND = dict(orientation="v", yanchor="top", y=1, xanchor="left", x=1.02, title_text="",
+              bgcolor="rgba(0,0,0,0)", traceorder="normal")  # beside the plot: never over a title, axis or tick
+
+
+def _layout(fig: go.Figure, height: int = 360, legend: bool = True, **kw) -> go.Figure:
+    """Size, font and the one legend rule: a legend stands to the right of the plot, top-aligned (plotly widens
+    the right margin for it), so it never covers a title, a subplot title, the data or the tick labels."""
+    margin = kw.pop("margin", dict(l=10, r=10, t=10, b=10))
+    fig.update_layout(height=height, font=FONT, margin=margin, showlegend=legend, legend=LEGEND, **kw)
+    for key in [k for k in fig.layout if k.startswith("yaxis")]:  # a y title never outgrows the plot's height
+        text = fig.layout[key].title.text
+        if text and "<br>" not in text and len(text) > Y_TITLE_LINE:
+            fig.layout[key].title.text = "<br>".join(wrap(text, max(Y_TITLE_LINE, len(text) // 2 + 4)))
+    for tr in fig.data:  # a long entry takes two lines, so the legend stays narrow
+        if tr.name and "<br>" not in tr.name and len(tr.name) > LEGEND_LINE and " " in tr.name:
+            cut = min((i for i, c in enumerate(tr.name) if c == " "), key=lambda i: abs(i - len(tr.name) / 2))
+            tr.name = tr.name[:cut] + "<br>" + tr.name[cut + 1:]
+    return fig
+
+
+def _subplot_titles(fig: go.Figure, lines: int = 1) -> None:
+    """Room above the plots for subplot titles of `lines` lines (the chart's own title goes above them)."""
+    fig.update_layout(margin=dict(t=10 + 18 * lines))
+    fig.update_annotations(font=dict(size=13))
+
+
+def eps_label(eps: float) -> str:
+    return "0" if eps == 0 else f"{eps:.0e}".replace("e-0", "e-")
+
+
+def pct(v: float) -> str:
+    """A share as a percentage that stays readable when small: 43 %, 4.3 %, 0.43 %, 0.043 %."""
+    p = 100 * v
+    if p == 0:
+        return "0%"
+    return f"{p:.0f}%" if p >= 10 else (f"{p:.1f}%" if p >= 1 else f"{p:.2g}%")
+
+
+def decades(values) -> tuple[int, int]:
+    """The whole decades (powers of ten) that cover the positive finite `values`: at least one decade."""
+    positive = [v for v in values if v is not None and math.isfinite(v) and v > 0] or [1.0]
+    lo, hi = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
+    return lo, hi + (hi == lo)
+
+
+def decade_text(k: int) -> str:
+    """10^k written as a reader writes it: 0.001, 0.1, 1, 10, 1000, then 1e-5 or 1e4 beyond."""
+    return f"{10.0 ** k:g}".replace("e-0", "e-").replace("e+0", "e").replace("e+", "e") if -4 <= k <= 4 \
+        else f"1e{k}"
+
+
+def log_ticks(lo: int, hi: int) -> dict:
+    """Tick settings of a log axis (or a log10 colour bar) labelled at decades only, never at 2 and 5."""
+    return dict(tickmode="array", tickvals=[10.0 ** k for k in range(lo, hi + 1)],
+                ticktext=[decade_text(k) for k in range(lo, hi + 1)])
+
+
+def _log_or_linear(fig: go.Figure, log: bool, values: list[float], title: str) -> None:
+    """Zoom the y axis to the data (linear from 0) or use a log axis labelled at whole decades, for small
+    quantities."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if log:
+        lo, hi = decades(finite)
+        fig.update_yaxes(type="log", title=title + " — log scale", range=[lo - 0.05, hi + 0.12],
+                         minor=dict(showgrid=True, dtick="D1"), **log_ticks(lo, hi))
+    else:
+        top = max(finite or [1.0])
+        fig.update_yaxes(title=title, range=[0, top * 1.18 if top > 0 else 1])
+
+
+LAMBDA_FLOOR = 1.0  # λ = 1 keeps a unique update as it is (plain RAM): λ axes and colour scales start there
+
+
+def lambda_top(values) -> float:
+    """The top of a linear λ axis that starts at 1: the largest λ and room for its label (never a flat 1–1)."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    top = max(finite + [LAMBDA_FLOOR])
+    return max(top + 0.12 * (top - LAMBDA_FLOOR), LAMBDA_FLOOR + 0.05)
+
+
+# ---------------------------------------------------------------- Heterogeneity
+
+def density_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
+    """Paper Fig. 2 left: share of parameters each agent changed."""
+    colors = agent_colors(agents)
+    fig = go.Figure(go.Bar(x=agent_ticks(list(df["agent"])), y=100 * df["density"], customdata=labels(df["agent"]),
+                           marker_color=[colors[a] for a in df["agent"]],
+                           text=[f"{100 * d:.1f}%" for d in df["density"]], textposition="outside",
+                           hovertemplate="%{customdata}: %{y:.2f}% of parameters changed<extra></extra>",
+                           cliponaxis=False))
+    fig.update_yaxes(title="changed parameters (% of all)", rangemode="tozero")
+    fig.update_xaxes(title="agent")
+    agent_axis(fig, list(df["agent"]))
+    return _layout(fig, legend=False)
+
+
+def overlap_stacked(df: pd.DataFrame, agents: list[str], chance: dict[str, float] | None = None) -> go.Figure:
+    """Paper Fig. 2 right: of each agent's changed elements, how many agents changed them too. The unique
+    share (and its chance level) is written above each bar: a thin segment stays readable."""
+    n = int(df["k"].max())
+    ticks = dict(zip(agents, agent_ticks(agents)))
+    fig = go.Figure()
+    for k in range(1, n + 1):
+        part = df[df["k"] == k].set_index("agent").reindex(agents)
+        name = "unique (only this agent)" if k == 1 else f"shared by {k} agents"
+        fig.add_bar(x=list(ticks.values()), y=100 * part["fraction"], name=name, marker_color=OVERLAP_COLORS[(k - 1) % 6],
+                    text=[f"{100 * v:.0f}%" if v >= 0.06 else "" for v in part["fraction"]], textposition="inside",
+                    customdata=list(zip(labels(agents), part["count"])),
+                    hovertemplate=f"%{{customdata[0]}}: %{{y:.3g}}% {name} (%{{customdata[1]:,}} elements)"
+                                  "<extra></extra>")
+    uniq = df[df["k"] == 1].set_index("agent")["fraction"].reindex(agents).fillna(0.0)
+    few = len(agents) <= 3  # more, narrower bars: the numbers alone, the legend says what they are
+    for a in agents:
+        if few:
+            text = f"unique {pct(uniq[a])}" + (f"<br>chance {pct(chance[a])}" if chance and a in chance else "")
+        else:  # chance is on "Unique share against chance"
+            text = pct(uniq[a])
+        fig.add_annotation(x=ticks[a], y=100, text=text, showarrow=False, yanchor="bottom",
+                           font=dict(size=11 if few else 9, color=UNIQUE_TEXT))
+    if not few:
+        fig.data[0].name = "unique (only this agent; % above the bars)"
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title="share of the agent's changed elements (%)", range=[0, 118], tickvals=[0, 25, 50, 75, 100])
+    fig.update_xaxes(title="agent")
+    agent_axis(fig, agents)
+    return _layout(fig, height=max(360, 120 + 34 * n), margin=dict(l=10, r=10, t=30 if chance and few else 18, b=10))
+
+
+def unique_vs_chance_bars(df: pd.DataFrame, agents: list[str], log: bool = False) -> go.Figure:
+    """Measured unique share of each agent's changed elements, with the share independent random masks of
+    the same densities would give (◆): above chance means the agents' updates avoid each other."""
+    colors = agent_colors(agents)
+    d = df.set_index("agent").reindex(agents)
+    xs, full = agent_ticks(agents), labels(agents)
+    fig = go.Figure(go.Bar(x=xs, y=100 * d["unique_share"], name="measured", customdata=full,
+                           marker_color=[colors[a] for a in agents],
+                           text=[pct(v) for v in d["unique_share"]], textposition="outside", cliponaxis=False,
+                           hovertemplate="%{customdata}: %{y:.3g}% of its changed elements are unique<extra></extra>"))
+    fig.add_scatter(x=xs, y=100 * d["chance_unique_share"], mode="markers", customdata=full,
+                    name="chance (independent masks)",
+                    marker=dict(symbol="diamond", size=13, color=NEUTRAL, line=dict(color="white", width=1)),
+                    hovertemplate="%{customdata}: %{y:.3g}% by chance<extra></extra>")
+    values = list(100 * d["unique_share"]) + list(100 * d["chance_unique_share"])
+    if "chance_unique_share_tensor" in d:
+        fig.add_scatter(x=xs, y=100 * d["chance_unique_share_tensor"], mode="markers", customdata=full,
+                        name="chance, tensor by tensor",
+                        marker=dict(symbol="diamond-open", size=13, color=NEUTRAL, line=dict(width=2)),
+                        hovertemplate="%{customdata}: %{y:.3g}% by chance with each tensor's own densities"
+                                      "<extra></extra>")
+        values += list(100 * d["chance_unique_share_tensor"])
+    _log_or_linear(fig, log, values, "unique share of changed elements (%)")
+    fig.update_xaxes(title="agent")
+    agent_axis(fig, agents)
+    return _layout(fig, margin=dict(l=10, r=10, t=16, b=10))
+
+
+def layer_module_heatmaps(df: pd.DataFrame, agents: list[str], value: str = "density", log: bool = False,
+                          colorbar: str = "changed<br>(%)", scale: float = 100.0) -> go.Figure:
+    """One value per layer × module kind (density by default), one panel per agent, one shared colour scale."""
+    colors = agent_colors(agents)
+    heads = {a: tick_label(v) for a, v in short_labels(agents).items()}  # two lines when long: narrow panels
+    fig = make_subplots(rows=1, cols=len(agents), shared_yaxes=True, horizontal_spacing=0.03,
+                        subplot_titles=[f"<b style='color:{colors[a]}'>{heads[a]}</b>" for a in agents])
+    log = log and value != "lambda"  # λ is a multiplier: a linear colour scale from 1; log is for ρ
+    vals = scale * df[value].astype(float)
+    raw_finite = [v for v in vals if pd.notna(v) and math.isfinite(v)]
+    if log:
+        vals = vals.where(vals > 0).map(lambda v: math.log10(v) if pd.notna(v) and math.isfinite(v) else None)
+    data = df.assign(_v=vals)
+    finite = [v for v in data["_v"] if v is not None and pd.notna(v) and math.isfinite(v)]
+    zmin, zmax = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    bar_ticks = {}
+    if log:  # whole decades, labelled in the value's own units (0.1, 1, 10), not in log10
+        lo, hi = decades(raw_finite)
+        zmin, zmax = lo, hi
+        bar_ticks = dict(tickmode="array", tickvals=list(range(lo, hi + 1)), ticktext=[decade_text(k) for k in range(lo, hi + 1)])
+    elif value == "lambda":
+        zmin, zmax = LAMBDA_FLOOR, max(finite + [LAMBDA_FLOOR + 0.01])
+    else:
+        zmin, zmax = 0.0, max(zmax, 1e-9)
+    modules = in_module_order(df["module"])  # model order, whatever order or dtype the frame has
+    for i, agent in enumerate(agents, start=1):
+        part = data[data["agent"] == agent]
+        grid = part.assign(module=part["module"].astype(str)).pivot(index="module", columns="layer", values="_v")
+        grid = grid.reindex(modules)  # modules absent from a layer stay blank (NaN), not 0
+        xs = ["emb/head" if c == -1 else str(c) for c in grid.columns]
+        raw = part.assign(module=part["module"].astype(str)).pivot(index="module", columns="layer", values=value)
+        raw = raw.reindex(modules)
+        fig.add_trace(go.Heatmap(z=grid.values, x=xs, y=labels(modules), coloraxis="coloraxis", customdata=raw.values,
+                                 hovertemplate=f"{label(agent)} · layer %{{x}} · %{{y}}: %{{customdata:.4g}}"
+                                               "<extra></extra>"),
+                      row=1, col=i)
+        fig.update_xaxes(title_text="layer", row=1, col=i, type="category")
+    fig.update_yaxes(title_text="module", row=1, col=1, autorange="reversed")
+    _subplot_titles(fig, max(t.count("<br>") + 1 for t in heads.values()))
+    bar = dict(title=dict(text=colorbar + (" (log)" if log else ""), side="top"), thickness=12, **bar_ticks)
+    fig.update_layout(coloraxis=dict(colorscale="Viridis", cmin=zmin, cmax=zmax, colorbar=bar))
+    return _layout(fig, height=360, legend=False, margin=fig.layout.margin)
+
+
+def unique_share_lines(df: pd.DataFrame, agents: list[str], log: bool = False) -> go.Figure:
+    """Unique share of each agent's changed elements per layer (−1 = embeddings / head), with the chance level
+    of independent masks of that layer's densities (dotted, same colour)."""
+    colors, names = agent_colors(agents), agent_names(agents)
+    fig = go.Figure()
+    for agent in agents:
+        part = df[df["agent"] == agent].sort_values("layer")
+        xs = ["emb/head" if v == -1 else str(v) for v in part["layer"]]
+        fig.add_scatter(x=xs, y=100 * part["unique_share"], mode="lines+markers", name=names[agent],
+                        line=dict(color=colors[agent], width=2.5), legendgroup=label(agent),
+                        hovertemplate=f"{label(agent)} · layer %{{x}}: %{{y:.3g}}% unique<extra></extra>")
+        if "chance_unique_share" in part:  # one legend key for every dotted line (below), not one per agent
+            fig.add_scatter(x=xs, y=100 * part["chance_unique_share"], mode="lines", name=f"{label(agent)}: chance",
+                            line=dict(color=colors[agent], width=1.5, dash="dot"), legendgroup=label(agent),
+                            showlegend=False,
+                            hovertemplate=f"{label(agent)} · layer %{{x}}: %{{y:.3g}}% by chance<extra></extra>")
+    if "chance_unique_share" in df:
+        fig.add_scatter(x=[None], y=[None], mode="lines", name="dotted: chance", line=dict(color=NEUTRAL, dash="dot"),
+                        hoverinfo="skip")
+    values = list(100 * df["unique_share"]) + (list(100 * df["chance_unique_share"]) if "chance_unique_share" in df else [])
+    _log_or_linear(fig, log, values, "unique share of changed elements (%)")
+    fig.update_xaxes(title="layer", type="category")
+    return _layout(fig)
+
+
+def eps_curve(df: pd.DataFrame, agents: list[str], chosen: float | None = None) -> go.Figure:
+    """Density against the threshold ε, one line per agent; the chosen ε is marked."""
+    colors, names = agent_colors(agents), agent_names(agents)
+    fig = go.Figure()
+    for agent in agents:
+        part = df[df["agent"] == agent].sort_values("eps")
+        fig.add_scatter(x=[eps_label(e) for e in part["eps"]], y=100 * part["density"], mode="lines+markers",
+                        name=names[agent], line=dict(color=colors[agent], width=2.5),
+                        hovertemplate=f"{label(agent)} · ε=%{{x}}: %{{y:.2f}}% changed<extra></extra>")
+    ticks = [eps_label(e) for e in sorted(df["eps"].unique())]
+    if chosen is not None and eps_label(chosen) in ticks:  # category axis: position = index of the label
+        fig.add_shape(type="line", xref="x", yref="paper", x0=ticks.index(eps_label(chosen)),
+                      x1=ticks.index(eps_label(chosen)), y0=0, y1=1, line=dict(dash="dot", color=NEUTRAL))
+    fig.update_yaxes(title="changed parameters (% of all)", rangemode="tozero")
+    fig.update_xaxes(title="ε (|τ| threshold, weight units)", type="category")
+    return _layout(fig)
+
+
+def group_lines(df: pd.DataFrame, agents: list[str], by: str, value: str, title: str, log: bool,
+                hover: str) -> go.Figure:
+    """One value (ρ, λ, …) per layer (lines) or per module kind (grouped bars, model order), one colour per agent.
+    λ is a multiplier: drawn linearly on an axis from 1 (its bars grow from 1); `log` applies to the others (ρ)."""
+    colors, names = agent_colors(agents), agent_names(agents)
+    fig = go.Figure()
+    clean = df.assign(_v=df[value].astype(float).where(lambda s: s.map(math.isfinite)))
+    is_lambda = value == "lambda"
+    modules = in_module_order(clean["module"]) if by != "layer" else []
+    for agent in agents:
+        part = clean[clean["agent"] == agent]
+        if by == "layer":
+            part = part.sort_values("layer")
+            xs = ["emb/head" if v == -1 else str(v) for v in part["layer"]]
+            fig.add_scatter(x=xs, y=part["_v"], mode="lines+markers", name=names[agent], connectgaps=False,
+                            line=dict(color=colors[agent], width=2.5),
+                            hovertemplate=f"{label(agent)} · layer %{{x}}: {hover}=%{{y:.4g}}<extra></extra>")
+        else:
+            part = part.sort_values("module", key=lambda s: s.astype(str).map({m: i for i, m in enumerate(modules)}))
+            ys = part["_v"] - LAMBDA_FLOOR if is_lambda else part["_v"]
+            fig.add_bar(x=labels(part["module"].astype(str)), y=ys, base=LAMBDA_FLOOR if is_lambda else None,
+                        name=names[agent], marker_color=colors[agent], customdata=part["_v"],
+                        hovertemplate=f"{label(agent)} · %{{x}}: {hover}=%{{customdata:.4g}}<extra></extra>")
+    fig.update_layout(barmode="group")
+    if is_lambda:  # the log switch is for ρ only
+        fig.update_yaxes(title=title + " (×; 1 = kept as is)", range=[LAMBDA_FLOOR, lambda_top(clean["_v"])])
+    else:
+        _log_or_linear(fig, log, list(clean["_v"].dropna()), title)
+    fig.update_xaxes(title=by if by == "layer" else "module kind", type="category")
+    if modules:
+        fig.update_xaxes(categoryorder="array", categoryarray=labels(modules))
+    return _layout(fig)
+
+
+def norms_conflicts(df: pd.DataFrame, agents: list[str]) -> go.Figure:
+    """Left: L2 norm of each agent's unique and shared updates. Right: sign conflicts, as a share of the
+    agent's shared elements (another active agent moved the weight the other way)."""
+    colors = agent_colors(agents)
+    d = df.set_index("agent").reindex(agents)
+    xs, full = agent_ticks(agents, narrow=True), labels(agents)
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.16,
+                        subplot_titles=["L2 norm of τ:<br>unique vs shared part", "sign conflicts:<br>% of shared"])
+    fig.add_bar(x=xs, y=d["norm_unique"], name="unique part ‖τ_unique‖", marker_color=UNIQUE_COLOR, row=1, col=1,
+                customdata=list(zip(full, 100 * d["unique_energy_share"])),
+                hovertemplate="%{customdata[0]}: ‖τ_unique‖ = %{y:.4g} (%{customdata[1]:.2g}% of ‖τ‖²)<extra></extra>")
+    fig.add_bar(x=xs, y=d["norm_shared"], name="shared part ‖τ_shared‖", marker_color=SHARED_COLOR, row=1, col=1,
+                customdata=full, hovertemplate="%{customdata}: ‖τ_shared‖ = %{y:.4g}<extra></extra>")
+    fig.add_bar(x=xs, y=100 * d["conflict_share"], marker_color=[colors[a] for a in agents], row=1, col=2,
+                showlegend=False, text=[pct(v) for v in d["conflict_share"]], textposition="outside", cliponaxis=False,
+                customdata=list(zip(full, d["sign_conflicts"])),
+                hovertemplate="%{customdata[0]}: %{y:.3g}% of shared elements (%{customdata[1]:,}) have a sign "
+                              "conflict<extra></extra>")
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text="L2 norm (weight units)", row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title_text="% of shared elements", row=1, col=2, rangemode="tozero")
+    fig.update_xaxes(title_text="agent", row=1, col=1)
+    fig.update_xaxes(title_text="agent", row=1, col=2)
+    agent_axis(fig, agents, narrow=True)
+    _layout(fig, height=380)
+    _subplot_titles(fig, 2)
+    return fig
+
+
 def pair_matrix(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     """Two agent × agent panels: sign agreement on the elements both changed (chance 50 %) and the cosine of the
     two updates there (chance 0), every cell written out; colours diverge from the chance value (blue above,
@@ -358,13 +500,17 @@ def pair_matrix(df: pd.DataFrame, agents: list[str]) -> go.Figure:
             for a, b in ((i, j), (j, i)):
                 z[a][b] = None if v != v else scale * v
                 text[a][b], hover[a][b] = ("–" if v != v else fmt.format(scale * v)), tip
-        fig.add_trace(go.Heatmap(z=z, x=[short[a] for a in agents], y=[short[a] for a in agents], text=text,
+        fig.add_trace(go.Heatmap(z=z, x=agent_ticks(agents), y=[label(short[a]) for a in agents],
+                                 text=text,
                                  texttemplate="%{text}", textfont=dict(size=14), customdata=hover,
                                  hovertemplate="%{customdata}<extra></extra>", colorscale="RdBu", zmid=(lo + hi) / 2,
                                  zmin=lo, zmax=hi, xgap=3, ygap=3, showscale=False), row=1, col=col)
-        fig.update_xaxes(type="category", showgrid=False, tickangle=0 if n <= 3 else -30, row=1, col=col)
+        fig.update_xaxes(showgrid=False, row=1, col=col)
+        agent_axis(fig, agents, row=1, col=col)
         fig.update_yaxes(type="category", showgrid=False, autorange="reversed", row=1, col=col)
-    return _layout(fig, height=110 + 75 * n, legend=False, margin=dict(l=10, r=10, t=40, b=10))
+    _layout(fig, height=110 + 75 * n, legend=False)
+    _subplot_titles(fig)
+    return fig
 
 
 ENERGY_PARTS = [("unique", "unique (kept whole by RAM)", UNIQUE_COLOR),
@@ -386,16 +532,13 @@ def energy_profile(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     fig = go.Figure()
     for key, name, color in ENERGY_PARTS:
         v = 100 * parts[key]
-        fig.add_bar(y=[short[a] for a in agents], x=v, name=name, orientation="h", marker_color=color,
+        fig.add_bar(y=[label(short[a]) for a in agents], x=v, name=name, orientation="h", marker_color=color,
                     text=[f"{x:.0f}%" if x >= 7 else "" for x in v], textposition="inside", customdata=labels(agents),
                     hovertemplate=f"%{{customdata}}: %{{x:.1f}}% of its update energy Σ τ² is {name}<extra></extra>")
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title="share of the agent's update energy Σ τ² (%)", range=[0, 100])
     fig.update_yaxes(autorange="reversed", type="category")
-    _layout(fig, height=max(190, 90 + 45 * len(agents)))
-    fig.update_layout(legend=dict(orientation="v", yanchor="top", y=1, xanchor="left", x=1.02, traceorder="normal"),
-                      margin=dict(l=10, r=10, t=20, b=10))  # beside the bars: never over a title or an axis
-    return fig
+    return _layout(fig, height=max(190, 90 + 45 * len(agents)))
 
 
 def agreement_by_group(df: pd.DataFrame, agents: list[str], by: str) -> go.Figure:
@@ -409,9 +552,10 @@ def agreement_by_group(df: pd.DataFrame, agents: list[str], by: str) -> go.Figur
     pairs = list(dict.fromkeys(zip(df["a"], df["b"])))
     for k, (a, b) in enumerate(pairs):
         part = df[(df["a"] == a) & (df["b"] == b)]
-        name = f"{short[a]} – {short[b]}"
+        name = label(f"{short[a]} – {short[b]}")
         xs = [("emb/head" if v == -1 else str(v)) if by == "layer" else str(v) for v in part[by]]
-        hover = [f"{label(a)} – {label(b)} · {label(by)} {label(x)}: %{{y:.3g}} ({int(n):,} elements both changed)" for x, n in
+        hover = [f"{label(a)} – {label(b)} · {label(by)} {label(x)}: %{{y:.3g}} ({int(n):,} elements both "
+                 f"changed)" for x, n in
                  zip(xs, part["both_changed"])]
         for col, value, scale in ((1, "sign_agreement", 100.0), (2, "cosine", 1.0)):
             kw = dict(x=xs, y=scale * part[value], name=name, legendgroup=name, showlegend=col == 1,
@@ -425,15 +569,16 @@ def agreement_by_group(df: pd.DataFrame, agents: list[str], by: str) -> go.Figur
     fig.add_hline(y=0, line=dict(dash="dot", color=NEUTRAL), row=1, col=2)
     fig.update_layout(barmode="group")
     for col in (1, 2):
-        fig.update_xaxes(title_text="layer" if by == "layer" else "module kind", type="category", row=1, col=col)
+        fig.update_xaxes(title_text="layer" if by == "layer" else "module kind", type="category", row=1, col=col,
+                         **({} if by == "layer" else dict(categoryorder="array",
+                                                           categoryarray=in_module_order(df["module"]))))
     # at least 40–60 % and ±0.2: a chance-level profile looks flat, not magnified
     sa = [v for v in 100 * df["sign_agreement"] if v == v]
     co = [v for v in df["cosine"] if v == v]
     fig.update_yaxes(title_text="same sign (%)", range=[min([40.0, *sa]) - 2, max([60.0, *sa]) + 2], row=1, col=1)
     fig.update_yaxes(title_text="cosine", range=[min([-0.2, *co]) - 0.02, max([0.2, *co]) + 0.02], row=1, col=2)
     _layout(fig, height=380)
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
-                      margin=dict(l=10, r=10, t=30, b=10))
+    _subplot_titles(fig)
     return fig
 
 
@@ -443,13 +588,13 @@ def lambda_curve(lam: pd.DataFrame, agents: list[str], r: float, alpha: float, r
                  log: bool | None = None) -> go.Figure:
     """λ as a function of ρ for the chosen rule, with each agent's (ρ_t, λ_t) marked. On a log ρ axis
     (the default when the agents' ρ_t span more than the curve's bend) every agent is on the axis."""
-    colors = agent_colors(agents)
+    colors, names = agent_colors(agents), agent_names(agents)
     finite = [v for v in lam["rho"] if math.isfinite(v) and v > 0]
     if log is None:
         log = bool(finite) and (max(finite) > 3 * max(alpha, 1.0) or min(finite) < 0.05)
-    if log:
-        lo = min(finite + [alpha if alpha > 0 else 1.0, 1.0]) / 4
-        hi = max(finite + [alpha if alpha > 0 else 1.0, 1.0]) * 4
+    if log:  # whole decades around the agents, α and 1
+        dlo, dhi = decades([v / 2 for v in finite] + [v * 2 for v in finite] + [alpha if alpha > 0 else 1.0, 1.0])
+        lo, hi = 10.0 ** dlo, 10.0 ** dhi
         xs = [lo * (hi / lo) ** (i / 300) for i in range(301)]
     else:
         hi = max([3.0, alpha * 1.5] + [v * 1.15 for v in finite])
@@ -465,30 +610,33 @@ def lambda_curve(lam: pd.DataFrame, agents: list[str], r: float, alpha: float, r
         zero = row["rho"] <= 0
         x = hi if inf else (xs[0] if (zero and log) else row["rho"])
         rho_text = "∞" if inf else f"{row['rho']:.3g}"
-        fig.add_scatter(x=[x], y=[row["lambda"]], mode="markers", name=label(row["agent"]),
+        fig.add_scatter(x=[x], y=[row["lambda"]], mode="markers", name=names.get(row["agent"], label(row["agent"])),
                         marker=dict(color=colors.get(row["agent"], NEUTRAL), size=13, line=dict(color="white", width=1.5),
                                     symbol="triangle-right" if inf else "circle"),
                         hovertemplate=f"{label(row['agent'])}: ρ={rho_text}, λ={row['lambda']:.4f}<extra></extra>",
                         cliponaxis=False)
     if log:
         fig.update_xaxes(type="log", title="ρ = shared / unique changed elements (ratio, log scale)",
-                         range=[math.log10(xs[0]), math.log10(xs[-1])])
+                         range=[dlo, dhi], minor=dict(showgrid=True, dtick="D1"), **log_ticks(dlo, dhi))
     else:
         fig.update_xaxes(title="ρ = shared / unique changed elements (ratio)", range=[0, hi])
-    fig.update_yaxes(title="λ (unique-update scale, ×)", range=[0.98, max(ys) + 0.02 + 0.05 * r])
+    # λ linear from 1 (a unique update kept as it is); the curve's ceiling 1 + r fixes the top
+    fig.update_yaxes(title="λ (unique-update scale, ×)", range=[LAMBDA_FLOOR, lambda_top([*ys, *lam["lambda"], 1 + r])])
     return _layout(fig, height=340)
 
 
 def retention_bars(df: pd.DataFrame, agents: list[str], colors: dict[str, str] | None = None) -> go.Figure:
     """Share of each agent's unique update that survives each method (agents keep their colours)."""
-    colors = colors or agent_colors(agents)
+    colors, names = colors or agent_colors(agents), agent_names(agents)
     methods = list(dict.fromkeys(df["method"]))
     fig = go.Figure()
     for agent in agents:
         part = df[df["agent"] == agent].set_index("method").reindex(methods)
-        fig.add_bar(x=labels(methods), y=100 * part["retention"], name=label(agent), marker_color=colors[agent],
+        fig.add_bar(x=[tick_label(m, 16) for m in methods], y=100 * part["retention"], name=names[agent],
+                    marker_color=colors[agent], customdata=labels(methods),
                     text=[f"{100 * v:.0f}%" for v in part["retention"]], textposition="outside", cliponaxis=False,
-                    hovertemplate=f"{label(agent)} · %{{x}}: %{{y:.1f}}% of its unique update kept<extra></extra>")
+                    hovertemplate=f"{label(agent)} · %{{customdata}}: %{{y:.1f}}% of its unique update kept"
+                                  "<extra></extra>")
     fig.add_hline(y=100, line_dash="dot", line_color=NEUTRAL, annotation_text="fine-tuned agent",
                   annotation_position="top left")
     fig.update_layout(barmode="group")
@@ -501,23 +649,26 @@ def compare_bars(cmp: pd.DataFrame, agents: list[str]) -> go.Figure:
     """A | B: λ_t and the unique update RAM+ keeps (λ_t·‖τ_unique‖), per agent; B hatched."""
     colors = agent_colors(agents)
     d = cmp.set_index("agent").reindex(agents)
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
-                        subplot_titles=["λ_t (unique-update scale)", "unique update kept, λ_t·‖τ_unique‖"])
+    xs, full = agent_ticks(agents), labels(agents)
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                        subplot_titles=["λ_t (unique-update scale),<br>bars from 1", "unique update kept,<br>λ_t·‖τ_unique‖"])
     for tag, pattern in (("A", ""), ("B", "/")):
         for col, value, fmt in ((1, f"lambda_{tag}", ".4f"), (2, f"kept_{tag}", ".4g")):
-            fig.add_bar(x=labels(agents), y=d[value], name=f"setting {tag}", legendgroup=tag,
+            lam = col == 1  # λ bars grow from 1 (neutral), so 1.01 next to 1.20 reads as it is
+            fig.add_bar(x=xs, y=d[value] - LAMBDA_FLOOR if lam else d[value], base=LAMBDA_FLOOR if lam else None,
+                        customdata=list(zip(full, d[value])), name=f"setting {tag}", legendgroup=tag,
                         showlegend=col == 1, offsetgroup=tag, row=1, col=col,
                         marker=dict(color=[colors[a] for a in agents], pattern_shape=pattern,
                                     pattern_fillmode="overlay", line=dict(color=NEUTRAL, width=1)),
                         text=[f"{v:{fmt}}" for v in d[value]], textposition="outside", cliponaxis=False,
-                        hovertemplate=f"%{{x}} · {tag}: %{{y:{fmt}}}<extra></extra>")
-    lam_hi = max(1.0, float(d[["lambda_A", "lambda_B"]].max().max()))
-    fig.update_yaxes(title_text="λ_t (×)", range=[0.9, lam_hi + 0.08 * (lam_hi - 0.9) + 0.02], row=1, col=1)
+                        hovertemplate=f"%{{customdata[0]}} · {tag}: %{{customdata[1]:{fmt}}}<extra></extra>")
+    fig.update_yaxes(title_text="λ_t (×; from 1 = kept as is)", row=1, col=1,
+                     range=[LAMBDA_FLOOR, lambda_top(list(d["lambda_A"]) + list(d["lambda_B"]))])
     fig.update_yaxes(title_text="L2 norm (weight units)", rangemode="tozero", row=1, col=2)
+    agent_axis(fig, agents)
     fig.update_layout(barmode="group")
     _layout(fig, height=380)
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0),
-                      margin=dict(l=10, r=10, t=30, b=10))
+    _subplot_titles(fig, 2)
     return fig
 
 
@@ -558,9 +709,10 @@ def table1_bars(df: pd.DataFrame, model_col: str, metrics: list[str], agents: li
     fig = go.Figure()
     for i, m in enumerate(metrics):
         color = colors.get(m) or (NEUTRAL if m == "avg" else spare[i % len(spare)])
-        fig.add_bar(x=labels(df[model_col].astype(str)), y=df[m], name="average" if m == "avg" else f"{label(m)} task",
-                    marker_color=color,
-                    hovertemplate=f"%{{x}} · {label(m)}: %{{y:.1f}}<extra></extra>")
+        models = list(df[model_col].astype(str))
+        fig.add_bar(x=[tick_label(n, 16) for n in models], y=df[m], customdata=labels(models),
+                    name="average" if m == "avg" else f"{label(m)} task", marker_color=color,
+                    hovertemplate=f"%{{customdata}} · {label(m)}: %{{y:.1f}}<extra></extra>")
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="accuracy (%)", rangemode="tozero")
     fig.update_xaxes(title="model")
@@ -578,22 +730,25 @@ def fig3_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
         part = df[df["variant"] == variant].set_index("agent").reindex(agents)
         if part["accuracy"].isna().all():
             continue
-        fig.add_bar(x=labels(agents), y=part["accuracy"], name=name,
+        fig.add_bar(x=agent_ticks(agents), y=part["accuracy"], name=name,
                     marker=dict(color=[fixed or colors[a] for a in agents], pattern_shape=pattern,
                                 pattern_fillmode="overlay", line=dict(color=NEUTRAL, width=1),
                                 opacity=0.55 if variant == "agent" else 1.0),
                     text=[f"{v:.1f}" if pd.notna(v) else "" for v in part["accuracy"]], textposition="outside",
-                    cliponaxis=False, customdata=labels(part["task"].fillna("")),
-                    hovertemplate=f"%{{x}} ({name}) on its task %{{customdata}}: %{{y:.1f}}%<extra></extra>")
+                    cliponaxis=False, customdata=list(zip(labels(agents), labels(part["task"].fillna("")))),
+                    hovertemplate=f"%{{customdata[0]}} ({name}) on its task %{{customdata[1]}}: %{{y:.1f}}%"
+                                  "<extra></extra>")
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="accuracy on the agent's own task (%)", rangemode="tozero")
     fig.update_xaxes(title="agent whose unique region is kept")
+    agent_axis(fig, agents)
     return _layout(fig, height=360)
 
 
 def reward_curves(df: pd.DataFrame, agents: list[str], x: str, y: str, group: str) -> go.Figure:
     """Raw reward per step (faint) and its moving average (solid), one colour per agent."""
     colors = agent_colors(agents)
+    short = short_labels([str(n) for n in dict.fromkeys(df[group])])
     fig = go.Figure()
     for name, part in df.groupby(group, sort=False):
         part = part.sort_values(x)
@@ -601,8 +756,8 @@ def reward_curves(df: pd.DataFrame, agents: list[str], x: str, y: str, group: st
         window = max(1, len(part) // 15)
         fig.add_scatter(x=part[x], y=part[y], mode="lines", line=dict(color=color, width=1), opacity=0.25,
                         showlegend=False, hoverinfo="skip")
-        fig.add_scatter(x=part[x], y=part[y].rolling(window, min_periods=1).mean(), mode="lines", name=label(name),
-                        line=dict(color=color, width=2.5),
+        fig.add_scatter(x=part[x], y=part[y].rolling(window, min_periods=1).mean(), mode="lines",
+                        name=label(short[str(name)]), line=dict(color=color, width=2.5),
                         hovertemplate=f"{label(name)} · step %{{x}}: %{{y:.2f}} (moving average of {window})"
                                       "<extra></extra>")
     fig.update_xaxes(title=f"{label(x)} (RL updates)")
@@ -651,14 +806,6 @@ def short_candidate(method: str, params: dict[str, object], given: list[str]) ->
     return " ".join([METHOD_SHORT.get(method, short_text(method, 12)), *bits])
 
 
-def _bottom_legend(fig: go.Figure, height: int) -> go.Figure:
-    """Legend under the plot (never in the title band, however many entries wrap)."""
-    _layout(fig, height=height)
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
-                      margin=dict(l=10, r=10, t=30, b=10))
-    return fig
-
-
 def _task_colors(tasks: list[str], agents: list[str]) -> dict[str, str]:
     """A task is coloured like the agent trained on it (same name); when no agent is named after the tasks,
     the tasks take the palette in order; the average is grey."""
@@ -696,7 +843,7 @@ def sweep_param_lines(df: pd.DataFrame, param: str, tasks: list[str], agents: li
     short = PARAM_SHORT.get(param, param)
     fig.update_xaxes(title=param if short == param else f"{param} ({short})", type="linear" if numeric else "category")
     fig.update_yaxes(title="accuracy (%)", rangemode="tozero")
-    return _bottom_legend(fig, 380)
+    return _layout(fig, height=380)
 
 
 def sweep_time_scatter(df: pd.DataFrame) -> go.Figure:
@@ -713,7 +860,7 @@ def sweep_time_scatter(df: pd.DataFrame) -> go.Figure:
                         hovertemplate="%{customdata}<br>merge %{x:.3f} s · average %{y:.2f}%<extra></extra>")
     fig.update_xaxes(title="merge time (s, in memory)", rangemode="tozero")
     fig.update_yaxes(title="average accuracy (%)")
-    return _bottom_legend(fig, 360)
+    return _layout(fig, height=360)
 
 
 def sweep_task_bars(df: pd.DataFrame, tasks: list[str], agents: list[str]) -> go.Figure:
@@ -722,12 +869,13 @@ def sweep_task_bars(df: pd.DataFrame, tasks: list[str], agents: list[str]) -> go
     colors = _task_colors(tasks, agents)
     fig = go.Figure()
     for t in [*tasks, "average"]:
-        fig.add_bar(x=df["short"], y=df[t], name=short_text(t, 24), marker_color=colors[t], customdata=df["name"],
+        fig.add_bar(x=[tick_label(v) for v in df["short"]], y=df[t], name=short_text(t, 24), marker_color=colors[t],
+                    customdata=labels(df["name"]),
                     hovertemplate=f"%{{customdata}}<br>{t}: %{{y:.2f}}%<extra></extra>")
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="accuracy (%)", rangemode="tozero")
-    fig.update_xaxes(title="model", type="category", tickangle=0)
-    return _bottom_legend(fig, 400)
+    fig.update_xaxes(title="model", type="category")
+    return _layout(fig, height=400)
 
 
 # ---------------------------------------------------------------- rendering
@@ -755,18 +903,26 @@ def export_name(name: str, params: dict[str, object] | None) -> str:
     return text[:180]
 
 
-def styled(fig: go.Figure, title: str, subtitle: str = "", kind: str | None = None) -> go.Figure:
-    """The figure with its title (and a subtitle naming its parameters) and the page's theme. The title sits
-    in a band added above the plot (and above a legend or labels the figure already reserves room for)."""
-    band = 58 if subtitle else 36
-    top = fig.layout.margin.t if fig.layout.margin.t is not None else 40
+PAGE_WIDTH = 1000  # px a full-width chart gets in the wide layout at 1400 px (sidebar open): titles wrap to fit
+TITLE_PX, SUBTITLE_PX = 8.8, 6.6  # generous widths of a character of the bold 16 px title and the 12 px subtitle
+
+
+def styled(fig: go.Figure, title: str, subtitle: str = "", kind: str | None = None, width: float = 1.0) -> go.Figure:
+    """The figure with its title (and a subtitle naming its parameters) and the page's theme. Both wrap to the
+    chart's width (`width`: its share of the page) and sit in a band added above the plot, sized to their
+    lines, above any subplot titles the figure reserves room for; legends stand beside the plot (`_layout`)."""
+    px = PAGE_WIDTH * width - 30
+    lines = wrap(title, max(20, int(px / TITLE_PX)))
+    sub = wrap(subtitle, max(30, int(px / SUBTITLE_PX))) if subtitle else []
+    text = "<br>".join(f"<b>{label(t)}</b>" for t in lines)
+    if sub:
+        text += "<br>" + "<br>".join(f"<span style='font-size:12px;color:{NEUTRAL}'>{label(t)}</span>" for t in sub)
+    band = 38 + 21 * (len(lines) + len(sub) - 1)  # plotly spaces every line at 1.3 × the title's 16 px
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else 10
     fig.update_layout(template=f"ram_{kind or theme()}",
-                      title=dict(text=f"<b>{label(title)}</b>" + (f"<br><span style='font-size:12px;color:{NEUTRAL}'>"
-                                                                 f"{label(subtitle)}</span>" if subtitle else ""),
-                                 x=0, xanchor="left", xref="container", yref="container", y=1, yanchor="top",
-                                 pad=dict(t=24, l=12), font=dict(size=16)),  # pad: the first line's baseline
-                      margin=dict(t=top + band - (30 if fig.layout.showlegend is False else 0)),
-                      height=(fig.layout.height or 360) + band)
+                      title=dict(text=text, x=0, xanchor="left", xref="container", yref="container", y=1,
+                                 yanchor="top", pad=dict(t=24, l=12), font=dict(size=16)),  # pad: first baseline
+                      margin=dict(t=top + band), height=(fig.layout.height or 360) + band)
     return fig
 
 
@@ -774,7 +930,7 @@ def styled(fig: go.Figure, title: str, subtitle: str = "", kind: str | None = No
 SUBTITLE_NAMES = {"eps": "ε", "alpha": "α", "lambda": "λ", "drop_rate": "p", "rho_scope": "ρ scope", "scope": "ρ scope"}
 
 
-def subtitle_of(params: dict[str, object] | None) -> str:
+def _params_text(params: dict[str, object]) -> str:
     bits = []
     for key, value in (params or {}).items():
         if isinstance(value, (list, tuple)):
@@ -785,13 +941,21 @@ def subtitle_of(params: dict[str, object] | None) -> str:
     return " · ".join(bits)
 
 
+def subtitle_of(params: dict[str, object] | None) -> str:
+    """The subtitle naming a chart's parameters: ε = 1e-5 · r = 0.1 · agents (by the names the chart shows)."""
+    params = dict(params or {})
+    if isinstance(params.get("agents"), (list, tuple)):
+        params["agents"] = list(short_labels([str(a) for a in params["agents"]]).values())
+    return _params_text(params)
+
+
 def show(fig: go.Figure, data: pd.DataFrame, caption: str, name: str, *, title: str,
-         params: dict[str, object] | None = None) -> None:
+         params: dict[str, object] | None = None, width: float = 1.0) -> None:
     """A titled chart with its one-line caption, a CSV download of exactly the data it draws, and a camera
     button that downloads the figure (PNG at print scale or SVG, chosen in the sidebar) named after the chart
     and its parameters."""
     fmt = FIG_FORMATS.get(st.session_state.get(FIG_FORMAT_KEY, ""), "png")
-    styled(fig, title, subtitle_of(params))
+    styled(fig, title, subtitle_of(params), width=width)
     filename = export_name(name, params)
     st.plotly_chart(fig, width="stretch", theme=None, key=f"chart_{name}",
                     config={"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"],

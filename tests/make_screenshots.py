@@ -61,7 +61,12 @@ def full_page(pg, path: Path, width: int) -> None:
 
 
 def run_sweep(pg) -> None:
-    """Load SWEEP_YAML into the Sweep page, score SWEEP_EXAMPLES examples per task, wait for the results."""
+    """Load SWEEP_YAML into the Sweep page, score SWEEP_EXAMPLES examples per task, wait for the results (models
+    that are not the bundled demo's, such as the paper-named copies, are scored with the demo's tasks too)."""
+    demo_tasks = pg.get_by_role("radio", name="Demo tasks")
+    if not demo_tasks.is_checked():
+        pg.get_by_text("Demo tasks", exact=True).first.click()
+        settle(pg)
     pg.get_by_text("Grids as YAML").click()
     pg.get_by_role("textbox", name="Paste grids (YAML) to replace these").fill(SWEEP_YAML)
     pg.get_by_role("button", name="Load the pasted grids").click()

@@ -29,6 +29,38 @@ def demo_agent_labels() -> list[str]:
     return [a.split(":", 1)[-1] for a in demo.agents] if demo else []
 
 
+def table1_caption(t: pd.DataFrame, model_col: str, agents: list[str]) -> str:
+    """What the mini Table 1 shows, read from its own numbers (test accuracy, %): the best merge, where RAM and
+    RAM+ stand against averaging and it, and the task where RAM+ keeps least of its agent's score."""
+    rows = t.set_index(t[model_col].astype(str))
+    if "avg" not in rows:
+        return "Test accuracy (%) of every model; each merge's settings were chosen on the validation split."
+    merges = [m for m in rows.index if m not in ("base", *agents)]
+    avg = rows["avg"]
+    out = "Test accuracy (%); each merge's settings were chosen on the validation split."
+    if not merges:
+        return out
+    best = max(merges, key=lambda m: avg[m])
+    out += f" Best average: {best} {avg[best]:.1f}."
+    ours = [m for m in ("ram_plus", "ram") if m in avg]
+    if ours and "average" in avg:
+        beat = "above" if all(avg[m] > avg["average"] for m in ours) else "not above"
+        out += (" " + " and ".join(f"{'RAM+' if m == 'ram_plus' else 'RAM'} {avg[m]:.1f}" for m in ours)
+                + f": {beat} averaging ({avg['average']:.1f})")
+        below = [m for m in dict.fromkeys([best, "task_arithmetic"]) if m in avg and m not in ours
+                 and avg[m] > max(avg[o] for o in ours)]
+        out += (", below " + " and ".join(f"{m} ({avg[m]:.1f})" for m in below) if below else "") + "."
+    ram = ours[0] if ours else None
+    tasks = [a for a in agents if a in rows.columns and a in rows.index]
+    if ram and tasks:
+        worst = min(tasks, key=lambda a: rows.at[ram, a] - rows.at[a, a])
+        out += (f" On {worst}, {'RAM+' if ram == 'ram_plus' else 'RAM'} keeps {rows.at[ram, worst]:.1f} of the "
+                f"{worst} agent's {rows.at[worst, worst]:.1f}"
+                + (f" (task arithmetic {rows.at['task_arithmetic', worst]:.1f})" if "task_arithmetic" in rows.index
+                   else "") + ".")
+    return out
+
+
 # ---------------------------------------------------------------- Fig. 3 on the selected models
 
 def fig3_plan(sel: state.Selection) -> list[tuple[int, str, bool]]:
@@ -323,7 +355,7 @@ if table1.exists():
         metrics = [col for col in ("code", "tool", "memory", "avg") if col in t.columns] or [
             col for col in t.columns[1:] if pd.api.types.is_numeric_dtype(t[col]) and "@" not in str(col)][:6]
         charts.show(charts.table1_bars(t, first, metrics, demo_agent_labels()), t,
-                    "Look at each task's bar for RAM/RAM+ vs averaging: the unique skills should survive the merge.",
+                    table1_caption(t, first, demo_agent_labels()),
                     "table1", title="Accuracy per model (mini Table 1)", params={"split": "test"})
 elif acc.exists():
     with state.guard("Reading accuracy.csv"):

@@ -10,6 +10,7 @@ import streamlit as st
 
 from analysis import agreement, paper, tables
 from app import charts, state
+from app.tables import fitted_columns
 from merging.escaping import csv_bytes
 
 st.title("Heterogeneity")
@@ -23,6 +24,14 @@ st.markdown("RL fine-tuning often changes only part of the parameters, and agent
 sel = state.selection()
 res = state.analysis_or_stop(sel)
 agents = res.agents
+# Paired charts sit side by side for a few agents; with more, each takes the page's width (readable ticks).
+HALF = 0.5 if len(agents) <= charts.WRAP_UP_TO else 1.0
+
+
+def pair():
+    """Two places for a pair of charts: half-width columns, or one under the other for many agents."""
+    return st.columns(2) if HALF < 1 else (st.container(), st.container())
+
 
 top = st.columns([3, 1.2, 1.8], vertical_alignment="bottom")
 eps = top[0].select_slider("ε: an element counts as changed when |τ| > ε", options=list(res.ladder),
@@ -88,7 +97,7 @@ def overlap_panel(eps: float) -> None:
         "unique share": ag["unique_share"].map(charts.pct),
         "chance (model)": ag["chance_unique_share"].map(charts.pct),
         "chance (per tensor)": ag["chance_unique_share_tensor"].map(charts.pct)})
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(table, hide_index=True, width="stretch", column_config=fitted_columns(table))
     st.caption("Per agent, on its shared elements: same sign with each partner (pooled, chance 50 %); every active "
                "agent with its sign (chance from how many agents share each element); cosine of its update with the "
                "others' combined update (chance 0); the share of its energy Σ τ² in shared elements, and of that "
@@ -108,33 +117,34 @@ def overlap_panel(eps: float) -> None:
 with state.guard("Drawing the charts"):
     uvc = tables.unique_vs_chance(res, eps)
     chance = dict(zip(uvc["agent"], uvc["chance_unique_share"]))
-    left, right = st.columns(2)
+    left, right = pair()
     with left:
         d = tables.global_density(res, eps)
         charts.show(charts.density_bars(d, agents), d,
                     "How sparse is each update? RL agents typically change a small, very different share of weights.",
-                    "density_per_agent", title="Density per agent", params=base_params)
+                    "density_per_agent", title="Density per agent", params=base_params, width=HALF)
     with right:
         o = tables.overlap_distribution(res, eps)
         charts.show(charts.overlap_stacked(o, agents, chance), o,
                     "Purple = unique to the agent: averaging divides exactly these updates by N (signal dilution). "
                     "Above each bar: its unique share and the chance level of independent masks.",
-                    "overlap_distribution", title="Overlap distribution", params=base_params)
+                    "overlap_distribution", title="Overlap distribution", params=base_params, width=HALF)
 
-    left, right = st.columns(2)
+    left, right = pair()
     with left:
         charts.show(charts.unique_vs_chance_bars(uvc, agents, log_small), uvc,
                     "Bars: the share of each agent's changed elements no other agent changed. ◆: the same share if "
                     "every agent had changed an independent random set of the same size; ◇: the same, tensor by "
                     "tensor, with each tensor's own densities (the gap between ◆ and ◇ is structure).",
-                    "unique_vs_chance", title="Unique share against chance", params=base_params)
+                    "unique_vs_chance", title="Unique share against chance", params=base_params, width=HALF)
     with right:
         nc = tables.norms_and_conflicts(res, eps)
         charts.show(charts.norms_conflicts(nc, agents), nc,
                     "Left: how large each agent's unique and shared updates are (L2 norm; the hover gives the unique "
                     "part's share of ‖τ‖²). Right: shared elements where another agent moved the weight the other "
                     "way — where averaging cancels updates.",
-                    "norms_and_sign_conflicts", title="Update size by region, and sign conflicts", params=base_params)
+                    "norms_and_sign_conflicts", title="Update size by region, and sign conflicts", params=base_params,
+                    width=HALF)
 
     if paper.PAPER_EPS in res.ladder and any(paper.paper_role(a) for a in agents):
         st.subheader("Next to the paper's agents (ε = 1e-5)")
@@ -145,7 +155,7 @@ with state.guard("Drawing the charts"):
                                     "paper_unique_share": "paper unique share",
                                     "paper_chance_unique_share": "paper chance"})
         pct = {c: st.column_config.NumberColumn(c, format="percent") for c in shown.columns[2:]}
-        st.dataframe(shown, hide_index=True, column_config=pct, width="stretch")
+        st.dataframe(shown, hide_index=True, column_config=fitted_columns(shown) | pct, width="stretch")
         st.caption("The paper's Qwen2.5-7B agents (Sec. 3.1) at ε = 1e-5, matched by name (code / tool / memory). "
                    "Density = share of all parameters changed; unique share = share of the agent's changed "
                    "elements that no other *selected* agent changed (the paper's is among its three agents); "
@@ -176,7 +186,9 @@ with state.guard("Drawing the charts"):
     scope = c[2].segmented_control("λ scope", ["global", "tensor"], default=p["rho_scope"], key="het_rho_scope",
                                    help="global: one λ_t per agent (paper). tensor: λ from each tensor's own ρ "
                                         "(mergekit ramplus_tl), averaged over the group's unique elements.") or "global"
-    log_r = c[3].toggle("log scale", value=True, key="het_rho_log")
+    log_r = c[3].toggle("log ρ", value=True, key="het_rho_log", disabled=what == "λ",
+                        help="ρ spans decades: draw it on a log scale (labelled at 0.1, 1, 10 …). λ is always linear, "
+                             "from 1 (a unique update kept as it is).") and what == "ρ"
     grouped = tables.rho_lambda_by(res, eps, by, p["r"], p["alpha"], p["rule"], scope)
     group_params = {**base_params, "by": by, **state.rule_params(p), "scope": scope}
     value, label = ("rho", "ρ = shared / unique") if what == "ρ" else ("lambda", "λ (unique-update scale)")
@@ -215,15 +227,15 @@ with state.guard("Drawing the charts"):
                 "Brighter = denser updates; compare panels to see whether agents concentrate on different modules.",
                 "density_layer_module", title="Where the changes are: density per layer × module", params=base_params)
 
-    left, right = st.columns(2)
+    left, right = pair()
     with left:
         us = tables.unique_shared_by_layer(res, eps)
         charts.show(charts.unique_share_lines(us, agents, log_small), us,
                     "Higher = more of that layer's update belongs to this agent alone (kept whole by RAM). Dotted: "
                     "the chance level of independent masks with that layer's densities.",
-                    "unique_shared_by_layer", title="Unique share per layer", params=base_params)
+                    "unique_shared_by_layer", title="Unique share per layer", params=base_params, width=HALF)
     with right:
         es = tables.eps_sensitivity(res)
         charts.show(charts.eps_curve(es, agents, eps), es,
                     "A flat curve means the sparsity is real, not an artefact of the chosen ε (dotted line).",
-                    "eps_sensitivity", title="Density against ε", params={"agents": agents})
+                    "eps_sensitivity", title="Density against ε", params={"agents": agents}, width=HALF)

@@ -11,6 +11,7 @@ import streamlit as st
 
 from app import jobs, presets, state
 from app.markup import md, md_code
+from app.tables import fitted_columns
 from merging.compat import POLICIES, POLICY_HELP
 from merging.errors import RamStudioError
 from merging.methods import METHODS, get_method
@@ -265,7 +266,8 @@ def evaluate_section(folder: Path, method: str, trio: str | None = None) -> None
         fresh = list(reversed(rows))
         st.dataframe(table.style.apply(lambda r: ["background-color: rgba(0,114,178,0.15)" if r.name in fresh
                                                   else "" for _ in r], axis=1).format(precision=2),
-                     width="stretch", height=38 + 35 * len(table))  # every row visible, no inner scrolling
+                     width="stretch", height=38 + 35 * len(table),  # every row visible, no inner scrolling
+                     column_config=fitted_columns(table, index=True))  # model names never cut
         st.caption("Accuracy (%) on the demo's test split. Highlighted rows at the top come from the button above "
                    "(newest first); the others from the demo build.")
 
@@ -414,6 +416,8 @@ init("merge_method", default_method(tuned))
 method = st.selectbox("Method", names, key="merge_method", format_func=lambda n: f"{n} — {METHODS[n].summary}",
                       disabled=mine_running)
 params = param_widgets(method, tuned, mine_running)
+if method == "task_arithmetic":  # Tune's "how much of each unique update survives" starts from this λ
+    st.session_state["merge_ta_lambda"] = float(params["lambda"])
 if st.session_state.get("merge_preset", presets.CUSTOM) != presets.CUSTOM:
     try:
         matches = preset_provenance(st.session_state["merge_preset"], method, params) is not None

@@ -7,6 +7,7 @@ import streamlit as st
 
 from app import state
 from app.markup import md, md_code
+from app.tables import fitted_columns, path_end
 from merging.compat import ModelHeaders, check_compatibility, estimate_bytes
 from merging.errors import RamStudioError, printable
 from merging.refs import DEMO_PREFIX, DEMO_SHARED_PREFIX, demo_names, parse_ref
@@ -83,9 +84,10 @@ def mismatch_report(rep) -> None:
         + (" — some cannot be repaired: these models cannot be merged." if fatal else
            " — the 'base' policy can merge them (the output keeps the base's tensors)."),
         icon=":material/warning:")
-    shown = rest.assign(tensor=rest["tensor"].fillna("—").map(lambda t: printable(t, 120)),
+    shown = rest.assign(tensor=rest["tensor"].fillna("—").map(lambda t: path_end(t, 72)),  # the end names it
                         detail=rest["detail"].map(lambda t: printable(t, 200)))
-    st.dataframe(shown, hide_index=True, width="stretch", height=min(320, 36 + 35 * len(shown)))
+    st.dataframe(shown, hide_index=True, width="stretch", height=min(320, 36 + 35 * len(shown)),
+                 column_config=fitted_columns(shown))
     losses = [loss for loss in rep.losses() if loss.dropped or loss.padded]
     if losses and not fatal:
         table = pd.DataFrame([{"agent": x.agent, "elements dropped": f"{x.dropped:,}",
@@ -148,9 +150,9 @@ def report(base: str, agents: list[str]) -> bool:
     frame = rep.models_frame()
     frame["params"] = frame["params"].map(state.fmt_count)
     frame["size on disk"] = frame.pop("bytes_on_disk").map(format_bytes)
-    frame["source"] = [base, *agents]
+    frame["source"] = [path_end(r) for r in (base, *agents)]  # a long path shows its end, the folder's name
     frame["tied_embeddings"] = frame["tied_embeddings"].map({True: "yes", False: "no"}).fillna("?")
-    st.dataframe(frame, hide_index=True, width="stretch",
+    st.dataframe(frame, hide_index=True, width="stretch", column_config=fitted_columns(frame),
                  column_order=["role", "model", "source", "architecture", "params", "tensors", "dtypes",
                                "size on disk", "tied_embeddings"])
     if rep.ok:

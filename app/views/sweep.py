@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from app import charts, jobs, state
+from app.tables import fitted_columns
 from evaluation.grid import Grid, grids_from_yaml, parse_try, stages
 from evaluation.report import csv_bytes, result_frame, result_json
 from evaluation.sweep import SweepResult
@@ -232,7 +233,8 @@ def progress_panel(task_id: str) -> None:
                             "can switch pages meanwhile.")
     entries = task.detail or []
     if entries:
-        st.dataframe(entries_frame(entries), hide_index=True, width="stretch", key="sweep_live")
+        live = entries_frame(entries)
+        st.dataframe(live, hide_index=True, width="stretch", key="sweep_live", column_config=fitted_columns(live))
 
 
 # ---------------------------------------------------------------- results
@@ -290,7 +292,8 @@ def results(res: SweepResult, sel: state.Selection) -> None:
                             f"{spec.report_on} average": next((e.average for e in test if e.candidate == c), None)}
                            for m, c in res.selected.items()])
     if not chosen.empty:
-        st.dataframe(chosen.style.format(precision=2), hide_index=True, width="stretch")
+        st.dataframe(chosen.style.format(precision=2), hide_index=True, width="stretch",
+                     column_config=fitted_columns(chosen))
     export_picker(res)
 
     st.subheader("Charts")
@@ -299,10 +302,12 @@ def results(res: SweepResult, sel: state.Selection) -> None:
     with bars:
         rows = [{"name": e.label, "short": charts.short_candidate(e.method, e.params, list(e.candidate.given)),
                  **e.scores, "average": e.average} for e in test]
-        rows += [{"name": e.label, "short": e.label, **e.scores, "average": e.average} for e in res.references()]
+        refs = res.references()
+        models = charts.short_labels([e.label for e in refs])  # the base and the agents: the agents' rule
+        rows += [{"name": e.label, "short": models[e.label], **e.scores, "average": e.average} for e in refs]
         if rows:
             df = pd.DataFrame(rows)
-            df["short"] = charts.short_candidate_labels(list(df["short"]))
+            df["short"] = charts.short_candidate_labels(list(df["short"]), limit=20)
             charts.show(charts.sweep_task_bars(df, tasks, agents), df,
                         f"{spec.report_on.capitalize()} accuracy of each method's chosen candidate next to the base and "
                         "the agents (hover for full names).", "sweep_chosen", title="Chosen candidates and the agents",
@@ -346,7 +351,7 @@ def results(res: SweepResult, sel: state.Selection) -> None:
     every = entries_frame(res.entries)
     st.dataframe(every.style.format(precision=2, subset=[c for c in every.columns if c not in
                                                           ("candidate", "split", "chosen", "note")]),
-                 hide_index=True, width="stretch", key="sweep_all")
+                 hide_index=True, width="stretch", key="sweep_all", column_config=fitted_columns(every))
     c = st.columns(2)
     c[0].download_button("JSON", (json.dumps(result_json(res, "local"), indent=2) + "\n").encode(), "sweep.json",
                          "application/json", key="sweep_dl_json", icon=":material/download:", width="stretch")

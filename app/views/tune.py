@@ -117,6 +117,33 @@ def describe(p: dict) -> str:
     return f"ε {charts.eps_label(p['eps'])}, r {p['r']:g}{alpha}, {p['rule']}, {p['rho_scope']} ρ"
 
 
+MERGE_TA_KEY = "merge_ta_lambda"  # the λ last set for task arithmetic on the Merge form (app/views/merge.py)
+
+
+def ta_lambda() -> float:
+    """The task-arithmetic λ the survival chart uses: a slider that starts at the Merge form's λ (or the method's
+    default, 1.0) — task arithmetic keeps λ of every unique update, so 1/N would make it averaging."""
+    from merging.methods import get_method
+
+    default = float(st.session_state.get(MERGE_TA_KEY, next(p.default for p in get_method("task_arithmetic").params
+                                                              if p.name == "lambda")))
+    if "tune_ta_lambda" not in st.session_state:
+        st.session_state["tune_ta_lambda"] = min(2.0, max(0.0, default))
+    return float(st.slider("task arithmetic λ (for the chart below)", 0.0, 2.0, step=0.05, key="tune_ta_lambda",
+                           help="Task arithmetic adds λ·Σ τ_t: it keeps λ of every unique update. Starts at the λ "
+                                "on the Merge form (the demo's validation-tuned task arithmetic uses λ = 1.0)."))
+
+
+def retention_caption(ta: float, n: int) -> str:
+    """What the survival chart shows, with the task-arithmetic λ it uses and where that λ comes from."""
+    merge_ta = st.session_state.get(MERGE_TA_KEY)
+    source = (f"the Merge form's λ ({float(merge_ta):g})" if merge_ta is not None and float(merge_ta) == ta
+              else "the slider above")
+    return (f"Averaging keeps 1/N = 1/{n} of a unique update; task arithmetic keeps λ = {ta:g} of it ({source}; "
+            f"λ = 1/{n} would be averaging); RAM keeps all of it, RAM+ λ_t. Only the unique part is shown: task "
+            "arithmetic with λ > 1/N also adds up the agents' shared updates instead of averaging them.")
+
+
 MEASURE_JOB = "tune_measure_job"
 
 
@@ -243,9 +270,8 @@ def tuner() -> None:
     params = {"eps": eps, **state.rule_params(a), "scope": scope, "agents": agents}
     with state.guard("Computing λ_t"):
         lam = tables.lambda_table(res, eps, r, alpha, rule, scope)
-        ret = tables.signal_retention(res, eps, r, alpha, rule, scope)
-        ret["method"] = ret["method"].str.replace(r"\(λ=[^)]*\)", "(λ = 1/N)", regex=True)
-        left, right = st.columns([1, 1] if scope == "tensor" else [2, 3])
+        # tensor scope's λ table has seven columns: the full width, the chart under it
+        left, right = st.columns([2, 3]) if scope == "global" else (st.container(), st.container())
         with left:
             st.subheader("λ_t per agent")
             st.table(lambda_rows(lam))
@@ -270,11 +296,12 @@ def tuner() -> None:
                          if rule == "clip" else
                          "Each dot is an agent at its ρ_t; the soft rule saturates towards 1 + r, gentler than "
                          "clipping."),
-                        "lambda_curve", title="λ(ρ) with each agent's ρ_t", params=params)
-        charts.show(charts.retention_bars(ret, agents), ret,
-                    "Averaging and task arithmetic (λ = 1/N) keep only 1/N of a unique update; RAM keeps all of it, "
-                    "RAM+ a bit more.", "signal_retention", title="How much of each agent's unique update survives",
-                    params=params)
+                        "lambda_curve", title="λ(ρ) with each agent's ρ_t", params=params,
+                        width=1.0 if scope == "tensor" else 0.6)
+        ta = ta_lambda()
+        ret = tables.signal_retention(res, eps, r, alpha, rule, scope, ta_lambda=ta)
+        charts.show(charts.retention_bars(ret, agents), ret, retention_caption(ta, len(agents)), "signal_retention",
+                    title="How much of each agent's unique update survives", params=params | {"TA λ": ta})
 
         compare(a)
     st.caption(f"Recomputed in {1000 * (time.perf_counter() - t0):.0f} ms from cached statistics "
