@@ -228,23 +228,28 @@ class OverlapAccumulator:
         if not self.joint:
             return TensorStats(*(torch.stack(f) for f in zip(*sums)))
         tb, T = self._tables, len(sums)
-        states = tb["states"]
         counts = torch.stack([s[0] for s in sums])  # (T, states)
+        # Only the joint states that occur are decoded (few in small tensors: a tensor of 30 elements has at most
+        # 30 of the 18³ states of 3 agents); every sum is zero in the others.
+        used = (counts.sum(0) != 0).nonzero().squeeze(1)
+        counts, states = counts[:, used], len(used)
 
         def per(ind: torch.Tensor, *shape: int) -> torch.Tensor:  # (states, N, L, …) indicator → counts
-            return (counts @ ind.reshape(states, -1)).reshape(T, *shape).round().to(torch.int64)
+            return (counts @ ind[used].reshape(states, -1)).reshape(T, *shape).round().to(torch.int64)
 
-        sq = torch.stack([s[1] for s in sums])  # (T, N, states)
-        sq_unique = torch.einsum("uts,stj->utj", sq, tb["unique"])
-        sq_shared = torch.einsum("uts,stj->utj", sq, tb["shared"])
-        prod = torch.stack([s[2] for s in sums])  # (T, P, states)
+        sq = torch.stack([s[1] for s in sums])[..., used]  # (T, N, used states)
+        def own(ind: torch.Tensor) -> torch.Tensor:  # Σ_s sq[u, t, s]·ind[s, t, j] → (T, N, L)
+            return torch.stack([sq[:, t] @ ind[:, t] for t in range(n)], 1)
+
+        sq_unique, sq_shared = own(tb["unique"][used]), own(tb["shared"][used])
+        prod = torch.stack([s[2] for s in sums])[..., used]  # (T, P, used states)
         dom = torch.stack([s[3] for s in sums])  # (T, N, F, (L+1)²)
-        diag = self._decode_diagnostics(counts, sq, prod, dom)
+        diag = self._decode_diagnostics(counts, sq, prod, dom, tb["digits"][used])
         return TensorStats(per(tb["active"], n, L), per(tb["shared"], n, L), per(tb["unique"], n, L),
                            per(tb["hist"], n, L, n), sq_unique, sq_shared, per(tb["conflict"], n, L), *diag)
 
     def _decode_diagnostics(self, counts: torch.Tensor, sq: torch.Tensor, prod: torch.Tensor,
-                            dom: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                            dom: torch.Tensor, digits: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The pair and per-agent diagnostics from joint-state sums: each needs only the digits of two or
         three agents, so the sums are first reduced onto those agents' digits (a reshape and a sum over the
         others), then decoded with small indicator tables."""
@@ -253,10 +258,10 @@ class OverlapAccumulator:
         both_ind, agree_ind = tb["pair_both"], tb["pair_agree"]
 
         def marg(x: torch.Tensor, keep: tuple[int, ...]) -> torch.Tensor:
-            return _marginal(x, n, tb["s"], keep)
+            return _marginal(x, digits, tb["s"], keep)
 
-        def dec(x: torch.Tensor, ind: torch.Tensor) -> torch.Tensor:  # (T, s, s) × (s, s, L) → (T, L)
-            return torch.einsum("tab,abj->tj", x, ind)
+        def dec(x: torch.Tensor, ind: torch.Tensor) -> torch.Tensor:  # (T, s, …) × (s, …, L) → (T, L)
+            return x.reshape(T, -1) @ ind.reshape(-1, L)
 
         z = torch.zeros(T, P, L, dtype=torch.float64)
         both, agree, dot, sq_a, sq_b = (z.clone() for _ in range(5))
@@ -275,7 +280,7 @@ class OverlapAccumulator:
             sq_others[:, b] += sq_a[:, p]
             for t in range(n):
                 if t not in (a, b):
-                    cross = torch.einsum("tabc,abcj->tj", marg(prod[:, p], (t, a, b)), tb["triple_active"])
+                    cross = dec(marg(prod[:, p], (t, a, b)), tb["triple_active"])
                     sq_others[:, t] += 2 * cross
         dominated = torch.einsum("tnfk,kj->tnjf", dom, tb["interval"])
         as_int = lambda x: x.round().to(torch.int64)  # noqa: E731 - counts summed in float64 are exact
@@ -301,16 +306,16 @@ class Pending:
         return self.finite is None or bool(self.finite)
 
 
-def _marginal(x: torch.Tensor, n: int, s: int, keep: tuple[int, ...]) -> torch.Tensor:
-    """Joint-state sums (…, s**n) reduced onto the digits of the agents in `keep`: (…, s, …, s) indexed by
-    their digits in `keep`'s order (a state's code is Σ_t digit_t·s**t, so agent t is axis n−1−t)."""
-    lead = x.dim() - 1
-    y = x.reshape(*x.shape[:-1], *([s] * n))
-    drop = [lead + n - 1 - t for t in range(n) if t not in keep]
-    if drop:
-        y = y.sum(dim=drop)
-    kept = sorted(keep, reverse=True)  # the remaining axes, highest agent first
-    return y.permute(*range(lead), *(lead + kept.index(t) for t in keep))
+def _marginal(x: torch.Tensor, digits: torch.Tensor, s: int, keep: tuple[int, ...]) -> torch.Tensor:
+    """Sums over the joint states given by `digits` (…, states) reduced onto the digits of the agents in
+    `keep`: (…, s, …, s) indexed by their digits in `keep`'s order. `digits` (states, N) holds each state's
+    digit per agent (a state's code is Σ_t digit_t·s**t)."""
+    code = torch.zeros(digits.shape[0], dtype=torch.int64)
+    for t in keep:
+        code = code * s + digits[:, t]
+    out = torch.zeros(*x.shape[:-1], s ** len(keep), dtype=x.dtype)
+    out.index_add_(x.dim() - 1, code, x)
+    return out.reshape(*x.shape[:-1], *([s] * len(keep)))
 
 
 def _sum_rows(x: torch.Tensor, skip: int) -> torch.Tensor:
@@ -381,7 +386,7 @@ def _decode_tables(n: int, L: int) -> dict:
     k = torch.arange((L + 1) ** 2)
     start, end = (k // (L + 1)).view(-1, 1), (k % (L + 1)).view(-1, 1)
     j = torch.arange(L).view(1, L)
-    return {"states": states, "s": s, "active": active.to(f), "shared": shared.to(f), "unique": unique.to(f),
+    return {"states": states, "s": s, "digits": digits, "active": active.to(f), "shared": shared.to(f), "unique": unique.to(f),
             "conflict": conflict.to(f), "hist": hist.to(f), "pair_both": pair_both.to(f),
             "pair_agree": pair_agree.to(f), "triple_active": triple.to(f),
             "interval": ((start <= j) & (j < end)).to(f)}
