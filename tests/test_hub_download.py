@@ -203,7 +203,10 @@ def test_cli_download_shows_the_plan_and_progress_and_merge_downloads_first(hub,
     assert r.returncode == 0, r.stderr
     assert "download" in r.stderr and "org/tool" in r.stderr and (out / "config.json").exists()
     card = (out / "README.md").read_text()
-    assert '- "org/base"' in card.split("---")[1]  # Hub ids are the card's base_model list
+    import yaml
+
+    front = yaml.safe_load(card.split("---")[1])
+    assert front["base_model"][0] == "org/base" and front["base_model_relation"] == "merge"  # Hub ids listed
 
 
 def test_every_download_path_resumes(hub):
