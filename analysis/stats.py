@@ -150,6 +150,22 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
     return result
 
 
+MANY_TENSORS = 20_000  # above this many float tensors the analysis says its per-tensor cost before it starts
+BYTES_PER_ROW = 900  # peak memory per frame row, measured (tests/benchmarks/many_tensors.py: 0.56–0.93 KB)
+
+
+def size_note(base: Checkpoint, n_agents: int, ladder: Sequence[float]) -> str | None:
+    """One line said before a pass over a model of very many float tensors (statistics are kept per tensor,
+    ε and agent/pair, so their count sets the memory and much of the time, whatever the tensors' size)."""
+    tensors = sum(1 for e in base.tensors.values() if e.dtype in FLOAT_CODES)
+    if tensors <= MANY_TENSORS:
+        return None
+    rows = tensors * len(ladder) * (n_agents + n_agents * (n_agents - 1) // 2)
+    return (f"{tensors:,} float tensors: the analysis keeps statistics per tensor, ε and agent or pair ({rows:,} rows, "
+            f"about {rows * BYTES_PER_ROW / 2**30:.1f} GB at its peak), which takes minutes however small the "
+            "tensors are.")
+
+
 def validate_ladder(ladder: Sequence[float]) -> tuple[float, ...]:
     """ε values must be finite, ≥ 0 and distinct; they are sorted."""
     try:

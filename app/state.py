@@ -307,8 +307,19 @@ def run_analysis(sel: Selection):
     hit = cached_analysis(sel)
     if hit is not None:
         return hit
-    from analysis.stats import analyze
+    from analysis.stats import analyze, size_note
 
+    try:
+        from merging.checkpoint import open_checkpoint
+
+        with open_checkpoint(sel.base, download=False) as base:  # headers only: a cheap look before the pass
+            note = size_note(base, len(sel.agents), DEFAULT_LADDER)
+    except Exception:  # noqa: BLE001 — the pass below reports what is wrong with the inputs
+        note = None
+    if note:
+        from app.markup import md
+
+        st.info(md(note), icon=":material/hourglass_top:")
     bar = st.progress(0.0, text="Reading base and agents…")
 
     def on_progress(p) -> None:

@@ -193,7 +193,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from analysis.ladder import DEFAULT_LADDER
-    from analysis.stats import analyze
+    from analysis.stats import analyze, size_note
     from merging.checkpoint import open_checkpoint
     from merging.escaping import csv_bytes
     from merging.placement import write_file_atomically
@@ -206,6 +206,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     csv_out = _file_output(args.csv, [base, *agents], args.overwrite)
     pairs_csv_out = _file_output(args.pairs_csv, [base, *agents], args.overwrite)
     ladder = _ladder(args.eps_ladder) if args.eps_ladder else list(DEFAULT_LADDER)
+    note = size_note(base, len(agents), ladder)
+    if note and not args.quiet:
+        say(f"note: {note}", file=sys.stderr)
     with _stop_on_signal() as stop:
         result = analyze(base, agents, ladder=ladder, device=args.device, policy=args.on_mismatch,
                          use_cache=not args.no_cache, progress=None if args.quiet else _progress_printer("analyze"),

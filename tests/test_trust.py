@@ -1051,3 +1051,33 @@ def test_same_models_under_any_spelling_give_byte_identical_merges(capsys, tmp_p
         assert code == 0, err
         digests[label] = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(out.glob("*.safetensors")))).hexdigest()
     assert len(set(digests.values())) == 1, digests
+
+
+def test_an_analysis_of_very_many_tensors_says_its_cost_before_it_starts(tmp_path, monkeypatch, capsys):
+    """Issue 20, 8: 100,000 tiny tensors took minutes and gigabytes to analyze without a word. Above
+    MANY_TENSORS float tensors `analyze` says, before the pass, how many rows of statistics it will keep and
+    about how much memory that takes; below it, nothing is said."""
+    import torch
+    from safetensors.torch import save_file
+
+    from analysis import stats
+    from merging.checkpoint import open_checkpoint
+
+    g = torch.Generator().manual_seed(0)
+    folders = []
+    for name in ("base", "a", "b"):
+        folder = tmp_path / name
+        folder.mkdir()
+        t = {f"model.layers.{i}.w": torch.randn(4, generator=g) for i in range(40)}
+        save_file(t, str(folder / "model.safetensors"))
+        (folder / "config.json").write_text('{"architectures": ["Tiny"]}')
+        folders.append(folder)
+    with open_checkpoint(str(folders[0])) as base:
+        assert stats.size_note(base, 2, [1e-5, 1e-4]) is None
+        monkeypatch.setattr(stats, "MANY_TENSORS", 30)
+        note = stats.size_note(base, 2, [1e-5, 1e-4])
+    assert note.startswith("40 float tensors") and "240 rows" in note  # 40 × 2 ε × (2 agents + 1 pair)
+    code, out, err = run(capsys, "analyze", *folders, "--no-cache")
+    assert code == 0 and err.splitlines()[0].startswith("note: 40 float tensors"), err
+    code, out, err = run(capsys, "analyze", *folders, "--no-cache", "--quiet")
+    assert code == 0 and "note:" not in err

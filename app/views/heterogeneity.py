@@ -47,7 +47,7 @@ buttons.download_button("All data", csv_bytes(res.frame), "analysis_statistics.c
                         key="csv_all_stats", icon=":material/download:",
                         help="Every statistic of the pass: one row per agent × tensor × ε (CSV).")
 if len(agents) > 1:
-    buttons.download_button("Pair data", res.pairs.to_csv(index=False).encode(), "analysis_pairs.csv", "text/csv",
+    buttons.download_button("Pair data", csv_bytes(res.pairs), "analysis_pairs.csv", "text/csv",
                             key="csv_all_pairs", icon=":material/download:",
                             help="The shared-region sums per pair of agents × tensor × ε: elements both changed, "
                                  "same sign, Σ τ_a·τ_b, Σ τ_a², Σ τ_b² (CSV).")
