@@ -3,6 +3,7 @@ escaped), a new session re-attaches to the server's running or finished job (App
 real reload is in test_browser_app.py)."""
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 
@@ -130,20 +131,30 @@ def reload_as(sessions: dict, at, *, keep_url: bool = True):
     return new.switch_page("views/merge.py").run()
 
 
-@pytest.mark.parametrize("keep_url", [True, False], ids=["reload", "bare-url"])
-def test_a_reload_reattaches_to_the_running_merge_and_can_cancel_it(env, tmp_path, sessions, keep_url):
+@contextlib.contextmanager
+def gated_merge(out: Path):
+    """A session that started a merge into `out` whose job waits on a gate (so it stays running): yields the
+    session and the job manager; the manager's submit is restored afterwards."""
     from app import jobs
 
     gate = threading.Event()
     first = new_app()
     first.switch_page("views/merge.py").run()
-    first.text_input(key="merge_out").set_value(str(tmp_path / "c")).run()
+    first.text_input(key="merge_out").set_value(str(out)).run()
     mgr = jobs.manager()
     original = mgr.submit
     mgr.submit = lambda spec, owner, **kw: original(spec, owner, **{**kw, "runner": gated_runner(gate)})
     try:
         first.button(key="start_merge").click().run()
         assert gate.wait(10)
+        yield first, mgr
+    finally:
+        del mgr.submit
+
+
+@pytest.mark.parametrize("keep_url", [True, False], ids=["reload", "bare-url"])
+def test_a_reload_reattaches_to_the_running_merge_and_can_cancel_it(env, tmp_path, sessions, keep_url):
+    with gated_merge(tmp_path / "c") as (first, mgr):
         job_id = first.session_state["merge_job"]
         assert first.query_params.get("job") in (job_id, [job_id])  # the URL names the job
 
@@ -156,8 +167,6 @@ def test_a_reload_reattaches_to_the_running_merge_and_can_cancel_it(env, tmp_pat
         cancel.click().run()
         wait_merge(reloaded, 20)
         assert any("cancelled" in plain(i.value) for i in reloaded.info)
-    finally:
-        del mgr.submit
     assert mgr.running() is None and not (tmp_path / "c").exists()
 
 
@@ -186,25 +195,15 @@ def test_a_reload_shows_the_finished_merge_and_owns_its_folder(env, tmp_path, se
 
 def test_a_connected_sessions_merge_is_not_taken_over(env, tmp_path, sessions):
     """A second tab (its own session, the first still open) sees the merge as busy, without its cancel."""
-    from app import jobs
-
-    gate = threading.Event()
-    first = new_app()
-    first.switch_page("views/merge.py").run()
-    first.text_input(key="merge_out").set_value(str(tmp_path / "c")).run()
-    mgr = jobs.manager()
-    original = mgr.submit
-    mgr.submit = lambda spec, owner, **kw: original(spec, owner, **{**kw, "runner": gated_runner(gate)})
-    try:
-        first.button(key="start_merge").click().run()
-        assert gate.wait(10)
-        sessions["id"] = "second-tab"
-        other = new_app().switch_page("views/merge.py").run()
-        assert any("Busy" in plain(w.value) for w in other.warning)
-        assert not other.button(key="start_merge").disabled and mgr.get(first.session_state["merge_job"]).owner == "first"
-    finally:
-        del mgr.submit
-        mgr.cancel(first.session_state["merge_job"])
+    with gated_merge(tmp_path / "c") as (first, mgr):
+        try:
+            sessions["id"] = "second-tab"
+            other = new_app().switch_page("views/merge.py").run()
+            assert any("Busy" in plain(w.value) for w in other.warning)
+            assert not other.button(key="start_merge").disabled \
+                and mgr.get(first.session_state["merge_job"]).owner == "first"
+        finally:
+            mgr.cancel(first.session_state["merge_job"])
     wait_merge(first, 20)
 
 
