@@ -1,0 +1,1 @@
+"""Interoperation with other tools: mergekit configurations and the Hugging Face Hub (upload)."""
