@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from .errors import RamStudioError
+from merging.common.errors import RamStudioError
 
 HASH_LIMIT = 512 << 20  # outputs up to this size are hashed at commit (the app zips only smaller ones)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

@@ -13,9 +13,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .dtypes import ITEMSIZE
-from .errors import RamStudioError, printable
-from .untrusted import TooComplex, loads_json
+from merging.common.dtypes import ITEMSIZE
+from merging.common.errors import RamStudioError, printable
+from merging.common.untrusted import TooComplex, loads_json
 
 # safetensors itself refuses headers above 100 MB; a larger claim means a damaged or hostile file.
 MAX_HEADER_BYTES = 100_000_000

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .errors import RamStudioError, printable
-from .model_folder import hub_blob_store
-from .recipe import RECIPE_NAME
-from .untrusted import loads_json
+from merging.common.errors import RamStudioError
+from merging.reading.model_folder import hub_blob_store
+from merging.recipe import RECIPE_NAME
+from merging.common.untrusted import loads_json
 
 PARTIAL_MARK = ".partial-"
 PARTIAL_MARKER = ".ram-studio-partial"  # written first into every temporary folder: what proves it ours
@@ -98,7 +98,7 @@ def protected_paths(folders: Iterable[tuple[str, Path]]) -> list[Protected]:
 def input_folders(refs: Iterable[str]) -> list[Protected]:
     """Protected paths for model references before anything is downloaded or opened: the folder of a
     local or demo model, the cached repo folder of a Hub model (where its snapshot will be)."""
-    from .refs import parse_ref
+    from merging.reading.refs import parse_ref
 
     pairs = []
     for ref in refs:

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import regions
-from .checkpoint import Checkpoint
-from .engine import (GUARD_KERNELS, ProgressFn, check_finite, float_chunks, kernel_dtype, locate_nonfinite,
-                     uses_kernels)
-from .kernels import one_thread_for, prepare
-from .fingerprint import Fingerprinter
-from .stream import DEFAULT_CHUNK_ELEMS
-from .tensor_merge import max_over_parts
+from merging.methods import regions
+from merging.reading.checkpoint import Checkpoint
+from merging.passes import (GUARD_KERNELS, ProgressFn, check_finite, float_chunks, kernel_dtype, locate_nonfinite,
+    uses_kernels)
+from merging.kernels import one_thread_for, prepare
+from merging.reading.fingerprint import Fingerprinter
+from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
+from merging.reading.chunk_inputs import max_over_parts
 
 
 @dataclass
@@ -41,7 +41,7 @@ def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, de
     On the CPU one fused kernel gives counts and max |τ| per chunk. On the torch path (a GPU) both are
     summed on the device and read once at the end, so no chunk waits for the device; a NaN or Inf
     found there is then located by a second look at the inputs (error path only). `reader`: inputs held in
-    memory (merging.resident), read instead of the files."""
+    memory (merging.reading.resident), read instead of the files."""
     labels = [a.label for a in agents]
     n = len(agents)
     total = torch.zeros(n, 2, dtype=torch.int64, device=device)
@@ -57,7 +57,7 @@ def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, de
         if not chunk.numel:
             continue
         if fused:  # counts and max |τ| in one pass over the chunk
-            from .kernels import cpu
+            from merging.kernels import cpu
 
             base_raw, agents_raw = chunk.raw()
             with one_thread_for(cpu.parts(base_raw.size)):

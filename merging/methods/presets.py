@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import RamStudioError
+from merging.common.errors import RamStudioError
 
 SCRIPT_DEFAULT_R = 1.05  # ram-main.py's --rescale_factor default
 SCRIPT_README_R = 1.2  # the value its README runs with
@@ -114,7 +114,7 @@ def provenance(name: str, method: str, params: dict[str, Any]) -> dict[str, Any]
     preset = get_preset(name)
     if method != preset.method:
         return None
-    from .methods import get_method
+    from merging.methods import get_method
 
     resolved = get_method(method).resolve_params(params)
     r = resolved.get("r")

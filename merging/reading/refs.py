@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import RamStudioError, printable
+from merging.common.errors import RamStudioError, printable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUNDLED_DEMO_ROOT = REPO_ROOT / "assets" / "demo" / "models"
@@ -59,7 +59,7 @@ def parse_ref(text: str) -> ModelRef:
     except (OSError, ValueError):  # a name too long for the file system, or with a NUL: no such path
         exists = False
     if exists:
-        from .model_folder import refuse_linked_snapshot
+        from merging.reading.model_folder import refuse_linked_snapshot
 
         refuse_linked_snapshot(path, path.resolve())  # before the link is resolved away
         return ModelRef(text, "local", path=path.resolve())
@@ -129,5 +129,5 @@ def resolve(ref: ModelRef | str | Path, *, download: bool = True) -> Path:
             raise RamStudioError(f"{ref.path} is a file, not a model folder.",
                                  "Point at the folder holding config.json and the .safetensors files.")
         return ref.path
-    from .hub import download_snapshot  # imported lazily: only Hub references need the client
+    from merging.reading.hub import download_snapshot
     return download_snapshot(ref.repo_id, ref.revision, allow_download=download)

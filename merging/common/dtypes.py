@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .errors import RamStudioError
+from merging.common.errors import RamStudioError
 
 ST_TO_TORCH: dict[str, torch.dtype] = {
     "F64": torch.float64,

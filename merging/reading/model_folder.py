@@ -23,8 +23,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import RamStudioError, printable
-from .untrusted import TooComplex, loads_json
+from merging.common.errors import RamStudioError, printable
+from merging.common.untrusted import TooComplex, loads_json
 
 MAX_SMALL_FILE = 64 << 20  # config, index, tokenizer, chat templates: far below this in practice
 _HEX = frozenset("0123456789abcdef")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import re
 
-from .errors import RamStudioError
+from merging.common.errors import RamStudioError
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
 

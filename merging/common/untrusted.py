@@ -110,6 +110,6 @@ def _line(event: Any) -> int:
 
 
 def _name(anchor: object) -> str:
-    from .escaping import printable
+    from merging.common.escaping import printable
 
     return printable(anchor, 40)

@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from .errors import RamStudioError, printable
-from .model_folder import is_plain_name, read_json_object, resolve_file
-from .refs import ModelRef, parse_ref, resolve
-from .safetensors_header import FileHeader, TensorEntry, read_header
+from merging.common.errors import RamStudioError, printable
+from merging.reading.model_folder import is_plain_name, read_json_object, resolve_file
+from merging.reading.refs import ModelRef, parse_ref, resolve
+from merging.reading.safetensors_header import FileHeader, TensorEntry, read_header
 
 INDEX_NAME = "model.safetensors.index.json"
 PICKLE_PATTERNS = ("pytorch_model*.bin", "*.bin", "*.pt", "*.pth", "*.ckpt")
@@ -169,3 +169,8 @@ def _check_index_matches(folder: Path, tensors: dict[str, TensorEntry]) -> None:
         if entry.file.name != shard:
             raise RamStudioError(f"{index} puts {name!r} in {shard} but it is stored in {entry.file.name}.",
                                  "The index and shards disagree; re-download the model.")
+
+
+def tensor_order(base: Checkpoint) -> list[str]:
+    """Base tensors in on-disk order (file, offset): sequential reads, and a stable output order."""
+    return sorted(base.tensors, key=lambda n: (base.tensors[n].file.name, base.tensors[n].begin))

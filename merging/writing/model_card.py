@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .errors import RamStudioError
-from .escaping import markdown_code, markdown_fence, markdown_text
-from .methods import get_method
-from .recipe import MergeSpec
+from merging.common.errors import RamStudioError
+from merging.common.escaping import markdown_code, markdown_fence, markdown_text
+from merging.methods import get_method
+from merging.recipe import MergeSpec
 
 # The relations the Hub's model tree knows (https://huggingface.co/docs/hub/model-cards#specifying-a-base-model).
 BASE_MODEL_RELATIONS = ("adapter", "merge", "quantized", "finetune")
@@ -19,7 +19,7 @@ def hub_ids(refs: list[str]) -> list[str]:
 
     Only these belong in the card's `base_model:` front matter: a local folder or a `demo:` model is not
     a Hub id (the Hub would link it to a wrong or missing repo)."""
-    from .refs import parse_ref
+    from merging.reading.refs import parse_ref
 
     out: list[str] = []
     for ref in refs:

@@ -7,9 +7,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .checkpoint import Checkpoint
-from .dtypes import FLOAT_CODES, ITEMSIZE
-from .errors import RamStudioError, printable
+from merging.reading.checkpoint import Checkpoint
+from merging.common.dtypes import FLOAT_CODES, ITEMSIZE
+from merging.common.errors import RamStudioError, printable
 
 if TYPE_CHECKING:  # imported where a frame is built, so that a merge starts reading sooner
     import pandas as pd

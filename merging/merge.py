@@ -16,25 +16,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .checkpoint import Checkpoint, open_checkpoint, unique_labels
-from .compat import AgentLoss, ModelHeaders, check_compatibility, estimate_bytes
-from .counts import count_overlaps
-from .device import pick_device
-from .engine import ProgressFn, output_plan, stream_merge
-from .errors import RamStudioError
-from .fingerprint import Fingerprinter, refuse_identical_agents
-from .mergekit_config import to_mergekit_yaml
-from .methods import get_method
-from .model_card import render_card
-from .placement import (PARTIAL_MARKER, FolderTarget, TargetLock, check_output_folder, commit, create_parents,
-                        discard, make_temp_folder, protected_paths)
-from .model_folder import FileIdentity
-from .recipe import OUT_DTYPES, MergeSpec, check_agent_count, fingerprint_mismatches, recipe_document, write_recipe
-from .regions import rho
-from .side_files import base_float_dtype, copy_side_files, is_side_file, plan_side_files
-from .units import format_bytes, parse_size
-from .writer import ShardSetWriter, plan_shards
-from .written import WrittenFolder, record
+from merging.reading.checkpoint import Checkpoint, open_checkpoint, unique_labels
+from merging.reading.compat import AgentLoss, ModelHeaders, check_compatibility, estimate_bytes
+from merging.engine.counts import count_overlaps
+from merging.common.device import pick_device
+from merging.passes import ProgressFn
+from merging.engine.loop import output_plan, stream_merge
+from merging.common.errors import RamStudioError
+from merging.reading.fingerprint import Fingerprinter, refuse_identical_agents
+from merging.interop.mergekit import to_mergekit_yaml
+from merging.methods import get_method
+from merging.writing.model_card import render_card
+from merging.writing.placement import (PARTIAL_MARKER, FolderTarget, TargetLock, check_output_folder, commit,
+    create_parents, discard, make_temp_folder, protected_paths)
+from merging.reading.model_folder import FileIdentity
+from merging.recipe import OUT_DTYPES, MergeSpec, check_agent_count, fingerprint_mismatches, recipe_document, write_recipe
+from merging.methods.regions import rho
+from merging.writing.side_files import base_float_dtype, copy_side_files, is_side_file, plan_side_files
+from merging.common.units import format_bytes, parse_size
+from merging.writing.shards import ShardSetWriter, plan_shards
+from merging.writing.written import WrittenFolder, record
 
 DISK_MARGIN = 64 << 20
 
@@ -50,7 +51,7 @@ class MergeResult:
     lambdas: list[dict[str, Any]] | None = None
     notes: list[str] = field(default_factory=list)
     losses: list[AgentLoss] = field(default_factory=list)
-    written: WrittenFolder | None = None  # what was committed, for reading it back safely (merging.written)
+    written: WrittenFolder | None = None  # what was committed, for reading it back safely (merging.writing.written)
     warnings: list[str] = field(default_factory=list)
     overlap: dict[str, Any] | None = None  # the shared-region diagnostics recorded with the merge, if given
 

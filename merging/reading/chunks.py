@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import math
 import os
-import queue
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from .checkpoint import Checkpoint
-from .dtypes import ITEMSIZE, ST_TO_TORCH
-from .errors import RamStudioError
-from .fingerprint import Fingerprinter
-from .safetensors_header import TensorEntry
+from merging.reading.checkpoint import Checkpoint
+from merging.common.dtypes import ITEMSIZE, ST_TO_TORCH
+from merging.common.errors import RamStudioError
+from merging.reading.fingerprint import Fingerprinter
+from merging.reading.safetensors_header import TensorEntry
 
 DEFAULT_CHUNK_ELEMS = 1 << 23  # 8M elements: 32 MB per model in float32
 READ_THREADS_ENV = "RAM_STUDIO_READ_THREADS"
@@ -380,85 +379,3 @@ class ChunkReader:
         self._workers = []
         self.files.close()
 
-
-T = TypeVar("T")
-
-
-def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
-    """Run an iterator in a background thread, keeping up to `depth` items ready."""
-    q: queue.Queue = queue.Queue(maxsize=max(1, depth))
-    stop = threading.Event()
-    done = object()
-
-    def work() -> None:
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        q.put(("item", item), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            q.put(("end", done))
-        except BaseException as exc:  # hand the error to the consumer
-            q.put(("error", exc))
-
-    thread = threading.Thread(target=work, name="ram-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            kind, value = q.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value
-            yield value
-    finally:
-        stop.set()
-        while thread.is_alive():
-            try:
-                q.get_nowait()
-            except queue.Empty:
-                thread.join(0.05)
-
-
-class BackgroundWriter:
-    """Runs write callbacks on background threads so writing overlaps reading and compute.
-
-    Jobs run in submission order on one thread (`threads=1`), or on several when every job is
-    independent of the others' order (writes by offset)."""
-
-    def __init__(self, depth: int = 2, threads: int = 1) -> None:
-        self._q: queue.Queue = queue.Queue(maxsize=max(1, depth))
-        self._error: BaseException | None = None
-        self._threads = [threading.Thread(target=self._run, name=f"ram-writer{i}", daemon=True)
-                         for i in range(max(1, threads))]
-        for t in self._threads:
-            t.start()
-
-    def _run(self) -> None:
-        while True:
-            job = self._q.get()
-            if job is None:
-                return
-            if self._error is None:
-                try:
-                    job()
-                except BaseException as exc:
-                    self._error = exc
-
-    def submit(self, job: Callable[[], None]) -> None:
-        if self._error is not None:
-            raise self._error
-        self._q.put(job)
-
-    def close(self) -> None:
-        """Wait for every queued write; re-raise the first write error."""
-        for _ in self._threads:
-            self._q.put(None)
-        for t in self._threads:
-            t.join()
-        if self._error is not None:
-            raise self._error

@@ -4,7 +4,7 @@
 field by field, and refuses — with one line naming the field — anything RAM Studio would not reproduce
 faithfully (unequal per-model weights, layer slices, tokenizer merges, gradient or conditional parameter
 values, unknown methods or fields). Nothing in a config is executed: it is read with the safe loader, after
-a bounded first look (`merging.untrusted.loads_yaml`: no aliases, limited depth, size and node count).
+a bounded first look (`merging.common.untrusted.loads_yaml`: no aliases, limited depth, size and node count).
 Numbers are read the way mergekit reads them: PyYAML's YAML 1.1 resolver takes `1e-5` (no dot) for a string,
 and mergekit's pydantic models then convert such a string to a float; so do we (`_number`).
 `to_mergekit_yaml` writes a spec as the mergekit config that computes the same merge, or says why there is
@@ -28,10 +28,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dtypes import CODE_TO_NAME
-from .errors import RamStudioError, printable
-from .recipe import MAX_AGENTS, MergeSpec
-from .untrusted import TooComplex, loads_yaml
+from merging.common.dtypes import CODE_TO_NAME
+from merging.common.errors import RamStudioError, printable
+from merging.recipe import MAX_AGENTS, MergeSpec
+from merging.common.untrusted import TooComplex, loads_yaml
 
 MAX_CONFIG_BYTES = 1 << 20
 # What pydantic (mergekit's config models) accepts when it converts a string to a float: ASCII decimal
@@ -276,7 +276,7 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
     float32` (compute like RAM Studio) would otherwise also be mergekit's output dtype."""
     import yaml
 
-    from .refs import demo_folder
+    from merging.reading.refs import demo_folder
 
     paths = model_paths or {}
     p = spec.params
@@ -329,8 +329,8 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
 
 def _stored_dtype(ref: str) -> str | None:
     """The base's float dtype from its headers when it is on disk (no download), else None."""
-    from .checkpoint import open_checkpoint
-    from .side_files import base_float_dtype
+    from merging.reading.checkpoint import open_checkpoint
+    from merging.writing.side_files import base_float_dtype
 
     try:
         with open_checkpoint(ref, download=False) as ckpt:

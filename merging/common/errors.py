@@ -1,7 +1,7 @@
 """The one exception type users see: a clear message plus what to do about it, printable as one line."""
 from __future__ import annotations
 
-from .escaping import printable
+from merging.common.escaping import printable
 
 __all__ = ["Cancelled", "MergeCancelled", "RamStudioError", "printable"]
 

@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import Cancelled, RamStudioError, printable
-from .units import format_bytes
+from merging.common.errors import Cancelled, RamStudioError, printable
+from merging.common.units import format_bytes
 
 # What snapshot_download fetches: weights as safetensors only, configs, tokenizer and chat templates.
 HUB_ALLOW_PATTERNS = [
@@ -64,7 +64,7 @@ def remote_headers(repo_id: str, revision: str | None = None) -> dict:
 def _remote_json(repo_id: str, revision: str | None, filename: str) -> dict | None:
     import huggingface_hub as hf
 
-    from .model_folder import read_json_object
+    from merging.reading.model_folder import read_json_object
 
     try:
         path = Path(hf.hf_hub_download(repo_id, filename, revision=revision))
@@ -187,7 +187,7 @@ def _matches(name: str) -> bool:
 
 def plan_download(repos_wanted: list[tuple[str, str | None]]) -> DownloadPlan:
     """The files the Hub repos (repo id, revision) need (metadata only: one listing per repo), and which of
-    them the local cache already holds, whole or in part (`merging.refs.hub_repos` turns references into
+    them the local cache already holds, whole or in part (`merging.reading.refs.hub_repos` turns references into
     these pairs)."""
     import huggingface_hub as hf
     from huggingface_hub import constants

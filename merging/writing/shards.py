@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .dtypes import ITEMSIZE
+from merging.common.dtypes import ITEMSIZE
 
 
 @dataclass(frozen=True)

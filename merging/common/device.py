@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .errors import RamStudioError
+from merging.common.errors import RamStudioError
 
 DEVICES = ("auto", "cpu", "cuda")
 GPU_CHUNK_ELEMS = 1 << 26  # 64M elements per chunk on a GPU: fewer, larger copies and launches

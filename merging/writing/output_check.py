@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .dtypes import ST_TO_TORCH
-from .errors import RamStudioError
-from .kernels import kernels_enabled
-from .kernels import ready as kernels_ready
+from merging.common.dtypes import ST_TO_TORCH
+from merging.common.errors import RamStudioError
+from merging.kernels import kernels_enabled
+from merging.kernels import ready as kernels_ready
 
 # dtype → (unsigned view, non-finite mask, magnitude mask): a value is not finite when (bits & mask) == mask
 # (the exponent all ones; for F8_E4M3, which has no infinity, exponent and mantissa all ones: its NaN).
@@ -168,7 +168,7 @@ _BLOCK = 1 << 20
 
 def _first_nonfinite(bits: np.ndarray, exp_mask: int, fused: bool) -> int:
     if fused:
-        from .kernels import cpu
+        from merging.kernels import cpu
 
         return int(cpu.first_nonfinite(bits, bits.dtype.type(exp_mask)))
     hit = np.flatnonzero((bits & bits.dtype.type(exp_mask)) == exp_mask)
@@ -177,7 +177,7 @@ def _first_nonfinite(bits: np.ndarray, exp_mask: int, fused: bool) -> int:
 
 def _values_differ(a: np.ndarray, b: np.ndarray, mag_mask: int, fused: bool) -> bool:
     if fused:
-        from .kernels import cpu
+        from merging.kernels import cpu
 
         return bool(cpu.values_differ(a, b, a.dtype.type(mag_mask)))
     m = a.dtype.type(mag_mask)
