@@ -107,9 +107,10 @@ def prepare_kernels(device: torch.device, names: tuple[str, ...], models: list[C
 
 
 def fused_now(device: torch.device, names: tuple[str, ...], dtype: str, first: bool = False) -> bool:
-    """Whether the fused kernels run this chunk (or tensor): on the CPU, once they are ready. Before the
-    `first` one, wait for kernels that are being loaded from numba's cache (never for a compile)."""
-    if not uses_kernels(device):
+    """Whether the fused kernels run this chunk (or tensor): on the CPU, once they are ready; never when no
+    kernel is named (a method without kernels runs the torch path). Before the `first` one, wait for
+    kernels that are being loaded from numba's cache (never for a compile)."""
+    if not names or not uses_kernels(device):
         return False
     if first:
         settle(names, dtype)

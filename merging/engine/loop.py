@@ -28,12 +28,6 @@ from merging.reading.checkpoint import tensor_order
 from merging.writing.shards import PlannedTensor, ShardSetWriter
 
 
-# The kernels each method's fused path calls (the rest fall back to torch until they are ready).
-METHOD_KERNELS = {"ram": ("ram",), "ram_plus": ("ram", "count_and_peak"), "ram_plus_soft": ("ram", "count_and_peak"),
-                  "task_arithmetic": ("linear",), "average": ("linear",), "ties": ("abs_bits_histogram", "ties_merge"),
-                  "dare_ta": ("dare",), "dare_ties": ("dare",)}
-
-
 @dataclass
 class EngineResult:
     """Each agent's max |τ| over the model (0 means it equals the base), and whether any output value
@@ -91,7 +85,7 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     chunk_elems = chunk_elems_for(device, chunk_elems, DEFAULT_CHUNK_ELEMS)
     labels = [a.label for a in agents]
     rounds = len(method.passes(params)) + 1
-    wanted = METHOD_KERNELS.get(method.name, ("ram", "linear", "dare", "abs_bits_histogram", "ties_merge"))
+    wanted = method.kernels
     dtype = prepare_kernels(device, wanted + GUARD_KERNELS, [base, *agents])
     fused = False
     kernels_on = uses_kernels(device)

@@ -7,6 +7,7 @@ from typing import Any, Callable
 import torch
 
 from merging.common.errors import RamStudioError
+from merging.methods.mergekit_map import Mergekit
 from merging.methods.params import Param, finite_in_float32
 
 
@@ -94,6 +95,12 @@ class MergeMethod:
     factors: Callable[[dict[str, Any]], dict[str, float]] = _no_factors
     min_agents: int = 2
     fused: FusedFn | None = None
+    # The CPU kernels (names in merging.kernels.ALL) that `fused` and the passes' `fused_reduce` call: the
+    # engine asks for exactly these and runs them once they are ready; with none, the torch path runs.
+    kernels: tuple[str, ...] = ()
+    # How the method is written as, and read from, mergekit configs (merging.methods.mergekit_map); None
+    # when mergekit has no equivalent.
+    mergekit: Mergekit | None = None
 
     def resolve_params(self, given: dict[str, Any], *, strict: bool = False) -> dict[str, Any]:
         """Fill defaults, coerce types and validate; unknown or invalid values raise a clear error.

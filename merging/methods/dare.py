@@ -19,6 +19,8 @@ import torch
 
 from merging.methods.regions import f32
 from merging.methods.base import ChunkContext, MergeMethod
+from merging.methods.mergekit_map import (GTA_DEFAULTS, Mergekit, MergekitEquivalent, MergekitInput, MergekitRead,
+                                          refuse)
 from merging.methods.params import LAMBDA, Param
 from merging.methods.registry import register
 from merging.methods.ties import elect_and_mean
@@ -89,7 +91,48 @@ def _factors(p: dict) -> dict[str, float]:
     keep = 1.0 - float(np.float32(p["drop_rate"]))
     return {"the rescale 1/(1−p)": 1.0 / keep if keep > 0 else float("inf")}
 
+
+
+def _from_mergekit(ties_mode: bool):
+    """mergekit 0.1.5's dare_linear / dare_ties: random drop keeping a `density` share, `rescale` (default
+    true) to keep the L1 norm, then as task_arithmetic / ties (`normalize` default false for both)."""
+
+    def translate(c: MergekitInput) -> dict[str, float]:
+        w, g = c.weight(), c.parameters
+        density = c.density()
+        if not g["rescale"]:
+            raise refuse(f"{c.method} with rescale: false", "RAM Studio's DARE always rescales kept entries by 1/(1−p).")
+        if not 0 < density <= 1:
+            raise refuse(f"density {density} must be in (0, 1]")
+        c.notes.append("DARE keeps each element with probability density and rescales by 1/density (mergekit rescales "
+                       "to the L1 norm); its masks come from a seeded hash, so the drops differ from mergekit's random ones")
+        if not ties_mode:
+            return {"drop_rate": 1.0 - density, "lambda": g["lambda"] / c.n if g["normalize"] else g["lambda"] * w}
+        if not g["normalize"]:
+            raise refuse("dare_ties with normalize: false sums the agreeing task vectors",
+                         "RAM Studio's dare_ties takes their mean: set normalize: true.")
+        return {"drop_rate": 1.0 - density, "lambda": g["lambda"]}
+
+    return translate
+
+
+def _mergekit(ties_mode: bool) -> Mergekit:
+    name = "dare_ties" if ties_mode else "dare_linear"
+
+    def write(p: dict, n_agents: int) -> MergekitEquivalent:
+        return MergekitEquivalent(name, {"lambda": p["lambda"], **({"normalize": True} if ties_mode else {}),
+                                         "rescale": True}, {"weight": 1.0, "density": 1.0 - p["drop_rate"]}, (
+            "DARE drops are random: mergekit draws its own masks (RAM Studio's come from a seeded hash) and "
+            "rescales to the L1 norm instead of by 1/(1−p), so the same config gives a different draw"))
+
+    read = MergekitRead(name, {**GTA_DEFAULTS, "rescale": True}, frozenset({"weight", "density"}),
+                        _from_mergekit(ties_mode))
+    return Mergekit(write, (read,))
+
+
 register(MergeMethod("dare_ta", "DARE + Task Arithmetic: drop with rate p, rescale by 1/(1−p), then λ·Σ.",
-                     dare_ta, (DROP, LAMBDA, SEED), factors=_factors, fused=_fused(False)))
+                     dare_ta, (DROP, LAMBDA, SEED), factors=_factors, fused=_fused(False), kernels=("dare",),
+                     mergekit=_mergekit(False)))
 register(MergeMethod("dare_ties", "DARE + TIES: drop and rescale, elect sign, disjoint mean, scale by λ.",
-                     dare_ties, (DROP, LAMBDA, SEED), factors=_factors, fused=_fused(True)))
+                     dare_ties, (DROP, LAMBDA, SEED), factors=_factors, fused=_fused(True), kernels=("dare",),
+                     mergekit=_mergekit(True)))

@@ -15,6 +15,7 @@ import torch
 
 from merging.methods import regions
 from merging.methods.base import ChunkContext, MergeMethod, TensorPass
+from merging.methods.mergekit_map import Mergekit, MergekitEquivalent, MergekitInput, MergekitRead
 from merging.methods.params import EPS, Param
 from merging.methods.registry import register
 
@@ -99,12 +100,51 @@ ALPHA = Param("alpha", float, 2.0, "Clip bound α on ρ_t in λ_t = 1 + r·clip(
 SCOPE = Param("rho_scope", str, "global", "Count ρ_t over the whole model (global, the paper) or per tensor "
               "(tensor, like mergekit's ramplus_tl).", choices=SCOPES, label="ρ scope")
 
+
+# ---------------------------------------------------------------- mergekit 0.1.5 (merge_methods/ram.py)
+# ram: mean of active τ where ≥ 2 agents changed an element, τ_t where one did (`epsilon`, per tensor).
+# ramplus_tl: ram with unique updates × 1 + r·clip(ρ_t, 0, α), ρ_t per tensor (`r` 0.1, `alpha` 0.2).
+
+def _ram_from_mergekit(c: MergekitInput) -> dict[str, Any]:
+    c.no_weights()
+    return {"eps": c.parameters["epsilon"]}
+
+
+def _ram_plus_from_mergekit(c: MergekitInput) -> dict[str, Any]:
+    c.no_weights()
+    g = c.parameters
+    return {"eps": g["epsilon"], "r": g["r"], "alpha": g["alpha"], "rho_scope": "tensor"}
+
+
+def _ram_plus_to_mergekit(rule: str):
+    """ramplus_tl when it computes the same merge (clip rule, per-tensor ρ); else the nearest, and why."""
+
+    def write(p: dict[str, Any], n_agents: int) -> MergekitEquivalent:
+        params = {"epsilon": p["eps"], "r": p["r"], "alpha": p.get("alpha", 2.0)}
+        if rule == "clip" and p.get("rho_scope") == "tensor":
+            return MergekitEquivalent("ramplus_tl", params)
+        soft = "the soft rule λ_t = 1 + r·ρ_t/(1+ρ_t) and " if rule == "soft" else ""
+        scope = "ρ_t counted over the whole model (global scope)" if p.get("rho_scope") == "global" else "this rule"
+        return MergekitEquivalent("ramplus_tl", params, exact=False, note=(
+            f"mergekit cannot express {soft}{scope}: its ramplus_tl counts ρ_t per tensor with the clip rule. "
+            "The nearest mergekit config follows."))
+
+    return write
+
+
+RAM_MERGEKIT = Mergekit(lambda p, n: MergekitEquivalent("ram", {"epsilon": p["eps"]}),
+                        (MergekitRead("ram", {"epsilon": 1e-5}, frozenset(), _ram_from_mergekit),))
+RAM_PLUS_MERGEKIT = Mergekit(_ram_plus_to_mergekit("clip"), (
+    MergekitRead("ramplus_tl", {"epsilon": 1e-5, "r": 0.1, "alpha": 0.2}, frozenset(), _ram_plus_from_mergekit),))
+
 register(MergeMethod(
     "ram", "RAM (Eq. 7): average overlapping updates, keep unique ones unchanged (RAM+ with r = 0).",
-    _merge, (EPS,), fused=_fused))
+    _merge, (EPS,), fused=_fused, kernels=("ram",), mergekit=RAM_MERGEKIT))
 register(MergeMethod(
     "ram_plus", "RAM+ (Eq. 6-7): RAM, with each agent's unique updates scaled by λ_t = 1 + r·clip(ρ_t, 0, α).",
-    _merge, (EPS, R, ALPHA, SCOPE), fused=_fused, **_plus("clip")))
+    _merge, (EPS, R, ALPHA, SCOPE), fused=_fused, kernels=("ram", "count_and_peak"), mergekit=RAM_PLUS_MERGEKIT,
+    **_plus("clip")))
 register(MergeMethod(
     "ram_plus_soft", "RAM+s (Eq. 8): unique updates scaled by λ_t = 1 + r·ρ_t/(1+ρ_t).",
-    _merge, (EPS, R, SCOPE), fused=_fused, **_plus("soft")))
+    _merge, (EPS, R, SCOPE), fused=_fused, kernels=("ram", "count_and_peak"),
+    mergekit=Mergekit(_ram_plus_to_mergekit("soft")), **_plus("soft")))

@@ -13,6 +13,8 @@ import torch
 
 from merging.methods.regions import f32
 from merging.methods.base import ChunkContext, MergeMethod, TensorPass
+from merging.methods.mergekit_map import (GTA_DEFAULTS, Mergekit, MergekitEquivalent, MergekitInput, MergekitRead,
+                                          refuse)
 from merging.methods.params import LAMBDA, Param
 from merging.methods.registry import register
 
@@ -162,5 +164,33 @@ def _passes(p: dict) -> tuple[TensorPass, ...]:
 DENSITY = Param("density", float, 0.2, "Fraction of each task vector kept per tensor (paper's grid: 0.1-0.3).",
                 low=0.0, high=1.0, low_open=True, step=0.05, label="density (kept share)")
 
+
+
+def _from_mergekit(c: MergekitInput) -> dict[str, float]:
+    """mergekit 0.1.5's ties: top-k trim per tensor (k from `density`), sign election on Σ w_t τ_t, then Σ of
+    the agreeing w_t τ_t divided by the agreeing Σ w_t when `normalize` (default true) — with equal weights,
+    the disjoint mean — then × λ."""
+    c.weight()
+    lam = c.parameters["lambda"]
+    density = c.density()
+    if not c.parameters["normalize"]:
+        raise refuse("ties with normalize: false sums the agreeing task vectors",
+                     "RAM Studio's TIES takes their mean (normalize: true, mergekit's default).")
+    c.notes.append("TIES keeps exactly int(density·n) elements per tensor, ties at the threshold broken by index "
+                   "(mergekit: max(1, int(density·n)), unstable order)")
+    return {"density": density, "lambda": lam}
+
+
+def _to_mergekit(p: dict, n_agents: int) -> MergekitEquivalent:
+    return MergekitEquivalent("ties", {"lambda": p["lambda"], "normalize": True},
+                              {"weight": 1.0, "density": p["density"]},
+                              "mergekit keeps max(1, int(density·n)) elements per tensor and breaks ties at the "
+                              "threshold differently")
+
+
+MERGEKIT = Mergekit(_to_mergekit, (MergekitRead("ties", {**GTA_DEFAULTS, "normalize": True},
+                                                frozenset({"weight", "density"}), _from_mergekit),))
+
 register(MergeMethod("ties", "TIES: trim to top-k per tensor, elect sign, disjoint mean, scale by λ.",
-                     ties, (DENSITY, LAMBDA), _passes, fused=_fused))
+                     ties, (DENSITY, LAMBDA), _passes, fused=_fused, kernels=("abs_bits_histogram", "ties_merge"),
+                     mergekit=MERGEKIT))
