@@ -109,13 +109,14 @@ class OverlapAccumulator:
         """Add a chunk given as merging.engine.tensor_merge.ChunkInputs; `fused` uses the numba kernel."""
         if not (fused and self.joint):
             return self.add(chunk.taus)
-        from merging.kernels import cpu
+        from merging.kernels.common import hist_parts
+        from merging.kernels.statistics import overlap_histogram
 
         base, agents = chunk.raw()
         if base.size == 0:
             return True
-        counts, sq, prod, dom = cpu.overlap_histogram(base, agents, self._ladder_t.numpy(), np.array(DOMINANCE),
-                                                      cpu.hist_parts(base.size))
+        counts, sq, prod, dom = overlap_histogram(base, agents, self._ladder_t.numpy(), np.array(DOMINANCE),
+                                                  hist_parts(base.size))
         self._counts += torch.from_numpy(counts).double()
         sq_t = torch.from_numpy(sq)
         self._sq += sq_t

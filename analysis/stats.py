@@ -232,9 +232,10 @@ def _add_chunk(acc: OverlapAccumulator, chunk, fused: bool) -> bool:
     tensor: waking the thread pool would cost more than the work)."""
     if not fused:
         return acc.add_chunk(chunk, fused)
-    from merging.kernels import cpu, one_thread_for
+    from merging.kernels import one_thread_for
+    from merging.kernels.common import hist_parts
 
-    with one_thread_for(cpu.hist_parts(chunk.numel)):
+    with one_thread_for(hist_parts(chunk.numel)):
         return acc.add_chunk(chunk, fused)
 
 

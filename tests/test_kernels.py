@@ -101,13 +101,14 @@ def test_engine_outputs_identical_with_and_without_kernels(family, tmp_path, mon
 def test_counting_kernel_equals_the_rule(dtype, eps):
     """The fused shared/unique counter is the rule of merging/regions.py, bit for bit."""
     from merging.methods import regions
-    from merging.kernels import cpu
+    from merging.kernels.common import parts
+    from merging.kernels.statistics import overlap_counts
 
     base, taus = inputs(2)
     agents = (base + taus).to(dtype)
     chunk = ChunkInputs(base.to(dtype).contiguous(), list(agents), torch.device("cpu"), True)
     b, a = chunk.raw()
-    fused = torch.from_numpy(cpu.overlap_counts(b, a, np.float32(eps), cpu.parts(b.size)))
+    fused = torch.from_numpy(overlap_counts(b, a, np.float32(eps), parts(b.size)))
     assert torch.equal(fused, regions.counts(agents.float() - base.to(dtype).float(), eps))
 
 
@@ -149,7 +150,7 @@ def test_first_pass_never_waits_for_a_compile(family, tmp_path, monkeypatch):
     """A fresh install (no kernel in numba's cache): the merge and the analysis run the torch path while
     the kernels compile in the background, and give the same bits as with the kernels."""
     import merging.kernels as kernels
-    from merging.kernels import cpu
+    from merging.kernels import warm
 
     base, agents = family
     args = [str(base), *map(str, agents)]
@@ -159,7 +160,7 @@ def test_first_pass_never_waits_for_a_compile(family, tmp_path, monkeypatch):
 
     release = threading.Event()
     started = threading.Event()
-    real_warm = cpu.warm
+    real_warm = warm.warm
 
     def slow_warm(name, dtype):  # a compile that does not end before the test says so
         started.set()
@@ -168,7 +169,7 @@ def test_first_pass_never_waits_for_a_compile(family, tmp_path, monkeypatch):
 
     monkeypatch.setattr(kernels, "_WARMUP", kernels._Warmup())
     monkeypatch.setattr(kernels, "_cached_marker_exists", lambda dtype, names=(): False)
-    monkeypatch.setattr(cpu, "warm", slow_warm)
+    monkeypatch.setattr(warm, "warm", slow_warm)
     try:
         assert main(["merge", *args, "--method", "ram_plus", "--out", str(tmp_path / "cold"), "--quiet",
                      "--chunk-elems", "500"]) == 0
@@ -194,7 +195,7 @@ def test_a_kernel_made_ready_once_is_waited_for_by_the_next_process(tmp_path, mo
     first tensor on the torch path while they loaded. Each kernel made ready is now noted on its own, and
     `settle` waits for kernels noted so (loaded from numba's cache), never for one never made ready."""
     import merging.kernels as kernels
-    from merging.kernels import cpu, marker
+    from merging.kernels import marker, warm
 
     def in_tmp(dtype, kernel=None):
         return str(tmp_path / f"{dtype}-{kernel or 'all'}.ready")
@@ -210,14 +211,14 @@ def test_a_kernel_made_ready_once_is_waited_for_by_the_next_process(tmp_path, mo
 
     # The next process: the load takes a while; settle waits for it because the kernel is noted.
     release = threading.Event()
-    real_warm = cpu.warm
+    real_warm = warm.warm
 
     def slow_load(name, dtype):
         release.wait(60)
         return real_warm(name, dtype)
 
     monkeypatch.setattr(kernels, "_WARMUP", kernels._Warmup())
-    monkeypatch.setattr(cpu, "warm", slow_load)
+    monkeypatch.setattr(warm, "warm", slow_load)
     kernels.prepare(("ram", "linear"), ("bf16",), wait=False)
     threading.Timer(0.2, release.set).start()
     kernels.settle(("ram",), "bf16")

@@ -57,12 +57,12 @@ def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, de
         if not chunk.numel:
             continue
         if fused:  # counts and max |τ| in one pass over the chunk
-            from merging.kernels import cpu
+            from merging.kernels.common import parts
+            from merging.kernels.statistics import count_and_peak
 
             base_raw, agents_raw = chunk.raw()
-            with one_thread_for(cpu.parts(base_raw.size)):
-                part, peak_parts = cpu.count_and_peak(base_raw, agents_raw, np.float32(eps),
-                                                      cpu.parts(base_raw.size))
+            with one_thread_for(parts(base_raw.size)):
+                part, peak_parts = count_and_peak(base_raw, agents_raw, np.float32(eps), parts(base_raw.size))
             host_total += torch.from_numpy(part)
             peak = check_finite(data, max_over_parts(peak_parts), labels, base.label)
             host_peaks = torch.maximum(host_peaks, peak)

@@ -41,7 +41,7 @@ class TensorMerger:
         self.ctx.offset = offset
         p = self.passes[round_]
         if self.fused and p.fused_reduce is not None:
-            from merging.kernels.cpu import parts
+            from merging.kernels.common import parts
 
             with one_thread_for(parts(chunk.numel)):
                 part = p.fused_reduce(*chunk.raw(), self.ctx)
@@ -59,7 +59,7 @@ class TensorMerger:
         The fused kernels write into `out` (float32, (E,)) when it is given."""
         self.ctx.offset = offset
         if self.fused and self.method.fused is not None:
-            from merging.kernels.cpu import parts
+            from merging.kernels.common import parts
 
             base, agents = chunk.raw()
             out = np.empty(chunk.numel, np.float32) if out is None else out.numpy()

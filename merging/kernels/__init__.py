@@ -53,7 +53,6 @@ class _Warmup:
         self._queue: list[tuple[str, str]] = []
         self._failed: BaseException | None = None
         self._thread: threading.Thread | None = None
-        self.compiled_from_scratch = False
         self.log: list[str] = []
 
     def request(self, names: Iterable[str], dtypes: Iterable[str]) -> None:
@@ -81,7 +80,7 @@ class _Warmup:
     def _run(self) -> None:
         start = time.perf_counter()
         try:
-            from merging.kernels import cpu
+            from merging.kernels import warm as kernel_warmup
 
             while True:
                 with self._lock:
@@ -90,14 +89,13 @@ class _Warmup:
                         return
                     name, dtype = self._queue[0]
                 t = time.perf_counter()
-                fresh = cpu.warm(name, dtype)
-                self.compiled_from_scratch |= fresh
+                fresh = kernel_warmup.warm(name, dtype)
                 with self._lock:
                     self._queue.pop(0)
                     self._ready.add((name, dtype))
-                    cpu.mark_cached(dtype, name)  # the next process waits for this one's load (settle)
+                    kernel_warmup.mark_cached(dtype, name)  # the next process waits for this one's load (settle)
                     if all(_key(n, dtype) in self._ready for n in ALL):
-                        cpu.mark_cached(dtype)
+                        kernel_warmup.mark_cached(dtype)
                     self.log.append(f"{name}[{dtype}] {'compiled' if fresh else 'loaded'} in "
                                     f"{time.perf_counter() - t:.2f} s ({time.perf_counter() - start:.1f} s)")
                     self._lock.notify_all()

@@ -71,11 +71,11 @@ def dare_ties(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
 
 def _fused(ties_mode: bool):
     def run(base, agents, ctx: ChunkContext, out, peak) -> None:
-        from merging.kernels import cpu
+        from merging.kernels.dare import dare
 
         p = ctx.params["drop_rate"]
         keys = np.array([stream_key(ctx.params["seed"], k, ctx.tensor) for k in ctx.agent_keys], np.uint64)
-        cpu.dare(base, agents, keys, ctx.offset, np.float32(p), np.float32(1.0 / (1.0 - p)),
+        dare(base, agents, keys, ctx.offset, np.float32(p), np.float32(1.0 / (1.0 - p)),
                  np.float32(ctx.params["lambda"]), ties_mode, out, peak)
 
     return run

@@ -23,15 +23,15 @@ def average(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
 
 
 def _fused_ta(base, agents, ctx: ChunkContext, out, peak) -> None:
-    from merging.kernels import cpu
+    from merging.kernels.linear import linear
 
-    cpu.linear(base, agents, np.float32(ctx.params["lambda"]), out, peak)
+    linear(base, agents, np.float32(ctx.params["lambda"]), out, peak)
 
 
 def _fused_average(base, agents, ctx: ChunkContext, out, peak) -> None:
-    from merging.kernels import cpu
+    from merging.kernels.linear import linear
 
-    cpu.linear(base, agents, np.float32(1.0 / len(agents)), out, peak)
+    linear(base, agents, np.float32(1.0 / len(agents)), out, peak)
 
 
 def _ta_from_mergekit(c: MergekitInput) -> dict[str, float]:

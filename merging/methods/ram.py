@@ -47,9 +47,10 @@ def _count_pass(rule: str) -> TensorPass:
         ctx.state["counts"] = total
 
     def fused_reduce(base, agents, ctx: ChunkContext) -> torch.Tensor:
-        from merging.kernels import cpu
+        from merging.kernels.common import parts
+        from merging.kernels.statistics import overlap_counts
 
-        return torch.from_numpy(cpu.overlap_counts(base, agents, np.float32(ctx.params["eps"]), cpu.parts(base.size)))
+        return torch.from_numpy(overlap_counts(base, agents, np.float32(ctx.params["eps"]), parts(base.size)))
 
     return TensorPass("overlap_counts", reduce, finish, fused_reduce)
 
@@ -67,11 +68,11 @@ def _merge(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
 
 def _fused(base, agents, ctx: ChunkContext, out, peak) -> None:
     """The same merge through the fused CPU kernel."""
-    from merging.kernels import cpu
+    from merging.kernels.ram import ram
 
     lam = _scales(ctx)
     lam32 = lam.numpy().astype(np.float32) if lam is not None else np.ones(len(agents), np.float32)
-    cpu.ram(base, agents, np.float32(ctx.params["eps"]), lam32, lam is not None, out, peak)
+    ram(base, agents, np.float32(ctx.params["eps"]), lam32, lam is not None, out, peak)
 
 
 def _plus(rule: str) -> dict[str, Any]:

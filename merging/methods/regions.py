@@ -2,7 +2,7 @@
 
 This module is the one statement of the paper's rule (Eq. 1-2, 6, 8): the merge methods, the global
 counting pass, the analysis, the app and the demo all call it. The numba kernels in
-`merging/kernels/cpu.py` are a fused form of the same rule for the CPU, tested bit for bit against it.
+`merging/kernels/` are a fused form of the same rule for the CPU, tested bit for bit against it.
 """
 from __future__ import annotations
 

@@ -113,17 +113,19 @@ def ties(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
 
 
 def _fused_coarse(base, agents, ctx: ChunkContext) -> torch.Tensor:
-    from merging.kernels import cpu
+    from merging.kernels.common import hist_parts
+    from merging.kernels.ties import abs_bits_histogram
 
     dummy = np.zeros(len(agents), np.int32)
-    return torch.from_numpy(cpu.abs_bits_histogram(base, agents, False, dummy, cpu.hist_parts(base.size)).sum(0))
+    return torch.from_numpy(abs_bits_histogram(base, agents, False, dummy, hist_parts(base.size)).sum(0))
 
 
 def _fused_fine(base, agents, ctx: ChunkContext) -> torch.Tensor:
-    from merging.kernels import cpu
+    from merging.kernels.common import hist_parts
+    from merging.kernels.ties import abs_bits_histogram
 
     his = np.array([h if h is not None else -1 for h, _ in ctx.state["hi"]], np.int32)
-    parts = cpu.abs_bits_histogram(base, agents, True, his, cpu.hist_parts(base.size))
+    parts = abs_bits_histogram(base, agents, True, his, hist_parts(base.size))
     # Kept per chunk and partition: once the threshold is known, they say how many threshold-equal
     # elements come before each partition, so the merge can run partitions in parallel.
     ctx.state.setdefault("fine_parts", {})[ctx.offset] = parts
@@ -132,11 +134,12 @@ def _fused_fine(base, agents, ctx: ChunkContext) -> torch.Tensor:
 
 def _fused(base, agents, ctx: ChunkContext, out, peak) -> None:
     """TIES through the kernel; 'keep all' / 'keep none' become thresholds no bit pattern can cross."""
-    from merging.kernels import cpu
+    from merging.kernels.common import hist_parts
+    from merging.kernels.ties import ties_merge
 
     n, k = len(agents), ctx.state["k"]
     parts = ctx.state.get("fine_parts", {}).pop(ctx.offset, None)
-    nparts = cpu.hist_parts(base.size)
+    nparts = hist_parts(base.size)
     if k >= ctx.numel or k <= 0 or parts is None:
         thr = np.full(n, -1 if k > 0 else np.iinfo(np.int32).max, np.int32)
         keep_equal = np.zeros(n, np.int64)
@@ -150,7 +153,7 @@ def _fused(base, agents, ctx: ChunkContext, out, peak) -> None:
     first[1:] = np.cumsum(equal, axis=0)[:-1]
     first += ctx.state["seen_equal"][None, :]
     own_peak = np.zeros((nparts, n), np.float32)
-    cpu.ties_merge(base, agents, thr, keep_equal, first, np.float32(ctx.params["lambda"]), out, own_peak)
+    ties_merge(base, agents, thr, keep_equal, first, np.float32(ctx.params["lambda"]), out, own_peak)
     ctx.state["seen_equal"] += equal.sum(axis=0)
     peak[:] = 0
     peak[0] = own_peak.max(axis=0)

@@ -77,10 +77,11 @@ class ChunkInputs:
     def peak_abs_tau(self, fused: bool) -> torch.Tensor:
         """Each agent's max |τ| over the chunk (NaN if any τ is NaN), by the fused kernel or by torch."""
         if fused:
-            from merging.kernels import cpu
+            from merging.kernels.common import parts
+            from merging.kernels.statistics import peak_abs_tau
 
             base, agents = self.raw()
-            return max_over_parts(cpu.peak_abs_tau(base, agents, cpu.parts(base.size)))
+            return max_over_parts(peak_abs_tau(base, agents, parts(base.size)))
         taus = self.taus
         return taus.abs().amax(1) if taus.numel() else torch.zeros(taus.shape[0], device=taus.device)
 

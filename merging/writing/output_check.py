@@ -168,17 +168,17 @@ _BLOCK = 1 << 20
 
 def _first_nonfinite(bits: np.ndarray, exp_mask: int, fused: bool) -> int:
     if fused:
-        from merging.kernels import cpu
+        from merging.kernels.guards import first_nonfinite
 
-        return int(cpu.first_nonfinite(bits, bits.dtype.type(exp_mask)))
+        return int(first_nonfinite(bits, bits.dtype.type(exp_mask)))
     hit = np.flatnonzero((bits & bits.dtype.type(exp_mask)) == exp_mask)
     return int(hit[0]) if hit.size else -1
 
 
 def _values_differ(a: np.ndarray, b: np.ndarray, mag_mask: int, fused: bool) -> bool:
     if fused:
-        from merging.kernels import cpu
+        from merging.kernels.guards import values_differ
 
-        return bool(cpu.values_differ(a, b, a.dtype.type(mag_mask)))
+        return bool(values_differ(a, b, a.dtype.type(mag_mask)))
     m = a.dtype.type(mag_mask)
     return bool(np.any((a != b) & (((a & m) != 0) | ((b & m) != 0))))

@@ -79,7 +79,6 @@ class ShardSetWriter:
                 pos += t.nbytes
         self._written: dict[str, int] = {}
         self._fds: dict[int, int] = {}
-        self._flushed: dict[int, int] = {}
         self._lock = threading.Lock()
         self._pos = -1  # sequential API: index into _order, and bytes written of that tensor
         self._done = 0

@@ -1,0 +1,73 @@
+"""Warm-up: dummy calls with the argument types the engine uses, so that each kernel is loaded from numba's
+cache (or compiled into it) before the engine switches to it; and the markers saying a kernel is cached."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from merging.kernels import marker
+from merging.kernels.dare import dare
+from merging.kernels.guards import first_nonfinite, values_differ
+from merging.kernels.linear import linear
+from merging.kernels.ram import ram
+from merging.kernels.statistics import count_and_peak, overlap_histogram, peak_abs_tau
+from merging.kernels.ties import ties_partitions, abs_bits_histogram
+
+
+def _dummies(dtype: str):
+    raw = np.uint16 if dtype == "bf16" else np.float32
+    stage = np.zeros((4, 8), raw)
+    return stage[0], stage[1:], np.zeros(8, np.float32), np.zeros((1, 3), np.float32)
+
+
+def _warm_calls(name: str, dtype: str):
+    base, agents, out, peak = _dummies(dtype)
+    ladder = np.zeros(8, np.float32)
+    if name == "count_and_peak":
+        return [(count_and_peak, (base, agents, np.float32(0), 1))]
+    if name == "peak_abs_tau":
+        return [(peak_abs_tau, (base, agents, 1))]
+    if name == "overlap_histogram":
+        return [(overlap_histogram, (base, agents, ladder, np.array([0.1, 0.3]), 1))]
+    if name == "ram":
+        return [(ram, (base, agents, np.float32(0), np.ones(3, np.float32), True, out, peak))]
+    if name == "linear":
+        return [(linear, (base, agents, np.float32(1), out, peak))]
+    if name == "dare":
+        return [(dare, (base, agents, np.zeros(3, np.uint64), 0, np.float32(0.5), np.float32(2), np.float32(1),
+                        flag, out, peak)) for flag in (False, True)]
+    if name == "abs_bits_histogram":
+        return [(abs_bits_histogram, (base, agents, flag, np.zeros(3, np.int32), 1)) for flag in (False, True)]
+    if name == "ties_merge":
+        return [(ties_partitions, (base, agents, np.zeros(3, np.float32), np.zeros(3, np.int64),
+                                    np.zeros((1, 3), np.int64), np.float32(1), out, peak))]
+    if name in ("first_nonfinite", "values_differ"):  # the output dtype's bit patterns
+        calls = []
+        for bits in (np.uint16, np.uint32, np.uint64):
+            x = np.zeros(4, bits)
+            calls.append((first_nonfinite, (x, bits(1))) if name == "first_nonfinite" else
+                         (values_differ, (x, x, bits(1))))
+        return calls if dtype == "bf16" else []
+    raise KeyError(name)
+
+
+def warm(name: str, dtype: str) -> bool:
+    """Make kernel `name` ready for `dtype`; True if it had to be compiled (not found in the cache)."""
+    fresh = False
+    for fn, args in _warm_calls(name, dtype):
+        before = sum(fn.stats.cache_misses.values())
+        fn(*args)
+        fresh |= sum(fn.stats.cache_misses.values()) > before
+    return fresh
+
+
+def mark_cached(dtype: str, kernel: str | None = None) -> None:
+    """Note that every kernel of `dtype` (or the one `kernel`) is in numba's cache (see merging.kernels.prepare)."""
+    try:
+        path = marker.marker_path(dtype, kernel)
+        if os.path.isdir(os.path.dirname(path)):
+            with open(path, "w") as f:
+                f.write("ready\n")
+    except OSError:
+        pass
