@@ -35,7 +35,6 @@ from merging.reading.checkpoint import tensor_order
 from merging.writing.shards import PlannedTensor, ShardSetWriter
 
 
-
 @dataclass
 class EngineResult:
     """Each agent's max |τ| over the model (0 means it equals the base), and whether any output value
