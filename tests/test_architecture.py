@@ -6,7 +6,16 @@ the `python -m merging` alias of the CLI, is an entry point that nothing imports
 from __future__ import annotations
 
 import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 # Higher rank = higher layer; a module may import its own package or lower ranks only.
@@ -162,10 +171,149 @@ def test_the_checks_can_fail():
     assert "merging.merge" in real and "merging.engine.counts" in real["merging.merge"]  # the parser sees imports
 
 
-def test_adding_a_method_is_one_file():
-    """Method modules are discovered: the package imports every module in merging/methods/."""
-    from merging.methods import METHODS
+# ---------------------------------------------------------------- a method is one file
 
-    files = {p.stem for p in (ROOT / "merging" / "methods").glob("*.py")} - {"__init__", "base", "params", "registry", "regions", "presets", "mergekit_map"}
-    owners = {m.merge.__module__.rsplit(".", 1)[-1] for m in METHODS.values()}
-    assert owners == files
+HALF_SUM = '''"""half_sum: θ0 + f·Σ_t τ_t with f = 0.5 by default — a method added by the architecture test."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from merging.methods.base import ChunkContext, MergeMethod
+from merging.methods.params import Param
+from merging.methods.regions import f32
+from merging.methods.registry import register
+
+FUSED_CALLS = [0]  # how often the kernel path ran (the test reads it)
+
+
+def half_sum(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
+    return taus.sum(0) * f32(ctx.params["half_factor"])
+
+
+def _fused(base, agents, ctx: ChunkContext, out, peak) -> None:
+    from merging.kernels.linear import linear
+
+    FUSED_CALLS[0] += 1
+    linear(base, agents, np.float32(ctx.params["half_factor"]), out, peak)
+
+
+FACTOR = Param("half_factor", float, 0.5, "Scale f of the summed task vectors.", low=0.0, float32=True,
+               label="f (scale of the sum)")
+register(MergeMethod("half_sum", "Half sum: θ0 + f·Σ_t τ_t (f = 0.5).", half_sum, (FACTOR,), fused=_fused,
+                     kernels=("linear",)))
+'''
+
+# Runs inside the copy: the CLI, with the kernels made ready first unless RAM_STUDIO_KERNELS=torch; prints
+# the exit code and how often half_sum's kernel ran.
+CLI_DRIVER = '''import json, sys
+import merging.kernels as kernels
+from merging.passes import GUARD_KERNELS
+if kernels.kernels_enabled():
+    assert kernels.wait_ready(("linear",) + GUARD_KERNELS, ("bf16",), timeout=900)
+import merging.methods.half_sum as half_sum
+from ram_studio.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "fused_calls": half_sum.FUSED_CALLS[0]}))
+'''
+
+# Runs inside the copy: the app's Merge page, with half_sum chosen; the recipe reader; the mergekit export.
+APP_DRIVER = '''import faulthandler, json, sys
+faulthandler.dump_traceback_later(150, exit=True)  # a hang fails the test with every thread's traceback
+from pathlib import Path
+from streamlit.testing.v1 import AppTest
+from merging.interop.mergekit import to_mergekit_yaml
+from merging.recipe import read_recipe
+at = AppTest.from_file(str(Path.cwd() / "app" / "main.py"), default_timeout=120)
+at.switch_page("views/merge.py").run()
+options = list(at.selectbox(key="merge_method").options)
+at.selectbox(key="merge_method").set_value("half_sum").run()
+spec, _ = read_recipe(Path(sys.argv[1]))
+print(json.dumps({"exceptions": [str(e.value) for e in at.exception], "options": options,
+                  "inputs": [w.label for w in at.number_input], "recipe": [spec.method, spec.params],
+                  "mergekit": list(to_mergekit_yaml(spec, out_dtype="BF16"))}))
+'''
+
+
+def repository_copy(dst: Path) -> Path:
+    """The packages and pyproject.toml copied to `dst` (timestamps kept, so numba's cache of the kernels,
+    copied along, stays valid there)."""
+    for pkg in (*RANK, "assets"):
+        if (ROOT / pkg).is_dir() and not (dst / pkg).exists():
+            shutil.copytree(ROOT / pkg, dst / pkg, ignore=shutil.ignore_patterns("images", "*.ready"))
+    shutil.copy2(ROOT / "pyproject.toml", dst / "pyproject.toml")
+    return dst
+
+
+def run_in(copy: Path, args: list[str], **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RAM_STUDIO_KERNELS")}
+    environ.update(PYTHONPATH=str(copy), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", **env)
+    done = subprocess.run([sys.executable, *args], cwd=copy, env=environ, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.timeout(1200)
+def test_adding_a_method_is_one_file(family, tmp_path):
+    """A new file in merging/methods/ — and nothing else — gives a method that the CLI lists with its flags,
+    that merges on the kernel and the torch paths (same bytes, the expected values), whose recipe
+    validates and re-runs, that the app's Merge form offers with its parameter, and that the mergekit
+    export says has no equivalent."""
+    from safetensors.torch import load_file
+
+    copy = repository_copy(tmp_path / "repo")
+    (copy / "merging" / "methods" / "half_sum.py").write_text(HALF_SUM)
+    (tmp_path / "drive_cli.py").write_text(CLI_DRIVER)  # not app.py: the driver's folder comes first on sys.path
+    (tmp_path / "drive_app.py").write_text(APP_DRIVER)
+    base, agents = family
+    inputs = [str(base), *map(str, agents)]
+
+    listed = run_in(copy, ["-m", "ram_studio", "methods"]).stdout
+    assert "half_sum" in listed and "half_factor=0.5" in listed
+    helped = run_in(copy, ["-m", "ram_studio", "merge", "--help"]).stdout
+    assert "half_sum" in helped and "--half-factor" in helped
+
+    outputs, runs = {}, {}
+    for path in ("numba", "torch"):
+        out = tmp_path / path
+        done = run_in(copy, [str(tmp_path / "drive_cli.py"), "merge", *inputs, "--method", "half_sum", "--half-factor", "0.5",
+                             "--out", str(out), "--quiet"], RAM_STUDIO_KERNELS=path)
+        runs[path] = json.loads(done.stdout.strip().splitlines()[-1])
+        outputs[path] = {f.name: f.read_bytes() for f in out.glob("*.safetensors")}
+    assert runs["numba"]["code"] == runs["torch"]["code"] == 0
+    assert runs["numba"]["fused_calls"] > 0 and runs["torch"]["fused_calls"] == 0  # the two paths really ran
+    assert outputs["numba"] == outputs["torch"] and outputs["numba"]
+
+    merged = {}
+    for f in (tmp_path / "numba").glob("*.safetensors"):
+        merged.update(load_file(f))
+    theirs = [state_of(a) for a in agents]
+    for name, b in state_of(base).items():
+        total = torch.zeros(b.numel())
+        for t in theirs:
+            total += t[name].float().reshape(-1) - b.float().reshape(-1)  # Σ τ_t in agent order, from +0
+        want = (b.float().reshape(-1) + total * np.float32(0.5)).to(b.dtype).view(b.shape)
+        assert torch.equal(merged[name], want), name
+
+    again = tmp_path / "again"
+    run_in(copy, ["-m", "ram_studio", "run", str(tmp_path / "numba" / "ram_recipe.json"), "--out", str(again),
+                  "--quiet"])
+    assert {f.name: f.read_bytes() for f in again.glob("*.safetensors")} == outputs["numba"]
+    assert not (tmp_path / "numba" / "mergekit.yaml").exists()
+    assert "No mergekit config computes this merge" in (tmp_path / "numba" / "README.md").read_text()
+
+    report = json.loads(run_in(copy, [str(tmp_path / "drive_app.py"), str(tmp_path / "numba" / "ram_recipe.json")],
+                               RAM_STUDIO_CACHE=str(tmp_path / "cache"),
+                               RAM_STUDIO_SWEEP_CACHE=str(tmp_path / "sweeps")).stdout.strip().splitlines()[-1])
+    assert report["exceptions"] == []
+    assert any(o.startswith("half_sum") for o in report["options"])
+    assert "f (scale of the sum)" in report["inputs"]
+    assert report["recipe"] == ["half_sum", {"half_factor": 0.5}]
+    assert report["mergekit"] == [None, "mergekit has no equivalent of half_sum."]
+
+
+def state_of(folder: Path) -> dict[str, torch.Tensor]:
+    from tests.factory import state
+
+    return state(folder)
