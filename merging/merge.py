@@ -1,6 +1,6 @@
 """Merge to a Hugging Face folder, safely: shards + index, config, tokenizer, model card, recipe.
 
-The target is checked against the placement rules (merging/placement.py) and locked before any work;
+The target is checked against the placement rules (merging/writing/placement.py) and locked before any work;
 everything is written into a hidden temporary sibling that is renamed into place only when complete,
 checked (finite values, a real change, distinct agents, the recorded input fingerprints) and never over
 something that appeared meanwhile. On any error, cancel or signal the temporary folder and any parent
@@ -27,8 +27,8 @@ from merging.reading.fingerprint import Fingerprinter, refuse_identical_agents
 from merging.interop.mergekit import to_mergekit_yaml
 from merging.methods import get_method
 from merging.writing.model_card import render_card
-from merging.writing.placement import (PARTIAL_MARKER, FolderTarget, TargetLock, check_output_folder, commit,
-    create_parents, discard, make_temp_folder, protected_paths)
+from merging.writing.commit import PARTIAL_MARKER, TargetLock, commit, create_parents, discard, make_temp_folder
+from merging.writing.placement import FolderTarget, check_output_folder, protected_paths
 from merging.reading.model_folder import FileIdentity
 from merging.recipe import OUT_DTYPES, MergeSpec, check_agent_count, fingerprint_mismatches, recipe_document, write_recipe
 from merging.methods.regions import rho

@@ -17,7 +17,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from merging.common.errors import RamStudioError
-from merging.writing.placement import FolderTarget, commit, rename_no_replace
+from merging.writing.commit import commit, rename_no_replace
+from merging.writing.placement import FolderTarget
 from ram_studio.cli import main
 from tests.factory import checksums, join_safetensors, split_safetensors, state
 
@@ -718,7 +719,7 @@ def test_an_input_that_looks_like_a_stale_partial_is_never_deleted(capsys, model
     Only a leftover holding our marker, naming this target, host and a dead process, and holding no input, goes."""
     import socket
 
-    from merging.writing.placement import PARTIAL_MARKER
+    from merging.writing.commit import PARTIAL_MARKER
 
     base, agents = models
     dead = _dead_pid()
