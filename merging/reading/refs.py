@@ -10,7 +10,7 @@ from pathlib import Path
 
 from merging.common.errors import RamStudioError, printable
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BUNDLED_DEMO_ROOT = REPO_ROOT / "assets" / "demo" / "models"
 DEMO_PREFIX = "demo:"
 DEMO_SHARED_PREFIX = "demo-shared:"
