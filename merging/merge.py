@@ -120,6 +120,8 @@ def merge_to_folder(spec: MergeSpec, options: MergeOptions | None = None, **keyw
     """Run `spec` end to end and write the merged model folder atomically.
 
     The options come as a `MergeOptions` or as its fields by keyword (`overwrite=True, cancel=...`)."""
+    if options is not None and keywords:
+        raise TypeError(f"merge_to_folder takes options or keywords, not both (got {', '.join(sorted(keywords))})")
     t0 = time.perf_counter()
     run = _resolve(spec, options if options is not None else MergeOptions(**keywords))
     inputs = protected_paths([(c.ref.raw, c.folder) for c in run.models])
