@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 from merging.errors import RamStudioError, printable
+
+
+def quiet_library_progress() -> None:
+    """Keep lm-eval's and transformers' own progress bars off (tqdm reads its settings once, when first imported)."""
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
 
 def add_evaluator_options(sp: argparse.ArgumentParser) -> None:
     """--tasks | --lm-eval [--include-path] and the harness's backend settings."""
