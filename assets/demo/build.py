@@ -29,7 +29,8 @@ import transformers
 from .evaluate import evaluate_loaded, summary_table, format_table
 from .modeling import build_tokenizer, load_checkpoint, new_model, save_checkpoint, write_json
 from .task_vectors import by_module, ladder_summary, run_analysis, summary
-from .tasks import SUITE_CONFIG_KEY, SUITES, TASKS, get_suite
+from .suites import SUITE_CONFIG_KEY, SUITES, get_suite
+from .tasks import TASKS
 from .train import WORD_HABITS, RLConfig, WarmupConfig, deterministic_torch, rl_train, warmup
 
 DEMO_DIR = Path(__file__).resolve().parent
@@ -52,7 +53,7 @@ class BuildConfig:
     agent_rl: dict = field(default_factory=lambda: {"code": {"steps": 100}, "tool": {"steps": 50},
                                                     "memory": {"steps": 100}})
     eval_limit: int | None = None
-    suite: str = "demo"  # the task suite (tasks.SUITES): "demo" or "shared"
+    suite: str = "demo"  # the task suite (suites.SUITES): "demo" or "shared"
 
     @property
     def folders(self) -> tuple[str, str]:

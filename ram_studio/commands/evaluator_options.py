@@ -68,7 +68,7 @@ def build_evaluator(args: argparse.Namespace, suite_folder: Path | None = None):
                              "Add --lm-eval TASKS, or drop --include-path.")
     from assets.demo.evaluate import suite_of_folder
     from assets.demo.evaluator import DemoEvaluator
-    from assets.demo.tasks import get_suite
+    from assets.demo.suites import get_suite
 
     if args.suite is not None:
         try:
