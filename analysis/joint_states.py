@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from merging import regions
+from merging.methods import regions
 
 
 def decode_tables(n: int, L: int) -> dict:

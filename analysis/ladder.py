@@ -28,7 +28,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from merging import regions
+from merging.methods import regions
 
 from .joint_states import bincount, decode_tables, dominance_tables, marginal
 
@@ -123,7 +123,7 @@ class OverlapAccumulator(ABC):
             self._reset(device)
 
     def add_chunk(self, chunk, fused: bool) -> bool:
-        """Add a chunk given as merging.tensor_merge.ChunkInputs (the torch path: its task vectors)."""
+        """Add a chunk given as merging.reading.chunk_inputs.ChunkInputs (the torch path: its task vectors)."""
         return self.add(chunk.taus)
 
     def add(self, taus: torch.Tensor, deferred: bool = False) -> bool:
@@ -177,7 +177,7 @@ class JointHistogramAccumulator(OverlapAccumulator):
         self._dom = torch.zeros(n, F, (L + 1) ** 2, **f64)
 
     def add_chunk(self, chunk, fused: bool) -> bool:
-        """Add a chunk given as merging.tensor_merge.ChunkInputs; `fused` bins it with the numba kernel."""
+        """Add a chunk given as merging.reading.chunk_inputs.ChunkInputs; `fused` bins it with the numba kernel."""
         if not fused:
             return self.add(chunk.taus)
         from merging.kernels import cpu

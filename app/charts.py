@@ -12,8 +12,8 @@ from plotly.subplots import make_subplots
 
 from analysis.names import in_module_order
 from app.markup import plot_text
-from merging import regions
-from merging.escaping import csv_bytes
+from merging.methods import regions
+from merging.common.escaping import csv_bytes
 
 # Okabe-Ito (colour-blind safe) without its yellow and black, which vanish on white and on dark backgrounds.
 AGENT_PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#8C564B", "#7F7F7F"]

@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import NoReturn, Sequence
 
-from merging.errors import Cancelled, MergeCancelled, RamStudioError, printable
+from merging.common.errors import Cancelled, MergeCancelled, RamStudioError, printable
 from ram_studio.commands import analyze, download, evaluate, inspect, merge, methods, run as run_cmd, sweep
 from ram_studio.console import say
 

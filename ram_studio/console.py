@@ -8,7 +8,7 @@ import sys
 import threading
 from typing import Iterator
 
-from merging.errors import printable
+from merging.common.errors import printable
 
 QUIET_HELP = "no progress lines on stderr (results, warnings and errors are still printed)"
 
@@ -26,7 +26,7 @@ def table(frame) -> str:
 
 def progress_printer(label: str):
     """A compact progress line on stderr: percent, bytes, tensors, ETA."""
-    from merging.units import format_bytes, format_seconds
+    from merging.common.units import format_bytes, format_seconds
 
     tty = sys.stderr.isatty()
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from merging.errors import RamStudioError, printable
+from merging.common.errors import RamStudioError, printable
 from ram_studio.console import say
 
 
@@ -23,7 +23,7 @@ def download_printer():
     one line is rewritten in place; otherwise a line is printed per finished file and every 5 seconds."""
     import time
 
-    from merging.units import format_bytes, format_seconds
+    from merging.common.units import format_bytes, format_seconds
 
     tty = sys.stderr.isatty()
     state = {"file": None, "files_done": -1, "printed": 0.0}
@@ -50,7 +50,7 @@ def download_printer():
 
 def describe_plan(plan) -> list[str]:
     """What a download needs, in lines: per repo its files and size, then the total, where and the free space."""
-    from merging.units import format_bytes
+    from merging.common.units import format_bytes
 
     lines = [f"{printable(r.repo_id)} @ {r.commit[:12]}: {len(r.files)} files, "
              f"{format_bytes(sum(f.size for f in r.files))}" for r in plan.repos]
@@ -67,12 +67,12 @@ def describe_plan(plan) -> list[str]:
 def prefetch(refs, quiet: bool, stop=None) -> None:
     """Download the Hub models among `refs` that are not in the cache yet, with progress, before a command
     reads them (the command itself then opens them from the cache)."""
-    from merging.refs import hub_repos
+    from merging.reading.refs import hub_repos
 
     hub = hub_repos(list(refs))
     if not hub:
         return
-    from merging.hub import download, offline_mode, plan_download
+    from merging.reading.hub import download, offline_mode, plan_download
 
     if offline_mode():
         return  # the command says what is missing from the cache
@@ -89,14 +89,14 @@ def file_output(path: str | None, checkpoints, overwrite: bool) -> Path | None:
     """Check a --json/--csv path against the placement rules before any work starts."""
     if not path:
         return None
-    from merging.placement import check_output_file, protected_paths
+    from merging.writing.placement import check_output_file, protected_paths
 
     return check_output_file(path, protected_paths([(c.ref.raw, c.folder) for c in checkpoints]), overwrite=overwrite)
 
 
 def local_folder(ref: str) -> Path | None:
     """The folder a model reference names when it is on this machine already (nothing is downloaded)."""
-    from merging.refs import resolve
+    from merging.reading.refs import resolve
 
     try:
         return resolve(ref, download=False)

@@ -16,9 +16,9 @@ from analysis import tables
 from analysis.toy import COLS, ROWS, TOY_EPS, toy_rho_lambda, toy_taus, unique_retention
 from app import charts, jobs, state
 from app.markup import md
-from merging.errors import Cancelled, RamStudioError
-from merging.tensor_merge import merge_in_memory
-from merging.units import format_seconds
+from merging.common.errors import Cancelled, RamStudioError
+from merging.engine.tensor_merge import merge_in_memory
+from merging.common.units import format_seconds
 
 FIG3_JOB = "fig3_task"
 
@@ -65,8 +65,8 @@ def table1_caption(t: pd.DataFrame, model_col: str, agents: list[str]) -> str:
 
 def fig3_plan(sel: state.Selection) -> list[tuple[int, str, bool]]:
     """(agent index, label, dilute) for every merge of the experiment."""
-    from merging.checkpoint import unique_labels
-    from merging.refs import parse_ref
+    from merging.reading.checkpoint import unique_labels
+    from merging.reading.refs import parse_ref
 
     labels = unique_labels([parse_ref(a).label for a in sel.agents])
     return [(i, label, dilute) for i, label in enumerate(labels) for dilute in (False, True)]
@@ -80,7 +80,7 @@ def run_fig3(sel: state.Selection, task: jobs.Task) -> pd.DataFrame:
     fraction); cancel stops at the next merge chunk or between evaluations."""
     from assets.demo import evaluate
     from assets.demo.tasks import TASKS
-    from merging.export import merge_to_folder
+    from merging.merge import merge_to_folder
     from merging.recipe import MergeSpec
 
     plan = fig3_plan(sel)
@@ -108,7 +108,7 @@ def run_fig3(sel: state.Selection, task: jobs.Task) -> pd.DataFrame:
 
     tmp = Path(tempfile.mkdtemp(prefix="ram-fig3-"))
     try:
-        from merging.refs import resolve
+        from merging.reading.refs import resolve
 
         for variant, label, ref in refs_to_score:
             say(f"scoring the {'base' if variant == 'base' else label + ' agent'}")
@@ -158,7 +158,7 @@ def fig3_duration(sel: state.Selection) -> str:
     nothing is read or downloaded); a sentence, or why there is no estimate."""
     from assets.demo.fig3 import estimate_seconds
     from assets.demo.tasks import TASKS, eval_set
-    from merging.checkpoint import open_checkpoint
+    from merging.reading.checkpoint import open_checkpoint
 
     try:
         sizes = []

@@ -12,14 +12,14 @@ import streamlit as st
 from app import jobs, presets, state
 from app.markup import md, md_code
 from app.tables import fitted_columns
-from merging.compat import POLICIES, POLICY_HELP
-from merging.errors import RamStudioError
+from merging.reading.compat import POLICIES, POLICY_HELP
+from merging.common.errors import RamStudioError
 from merging.methods import METHODS, get_method
-from merging.presets import provenance as preset_provenance
+from merging.methods.presets import provenance as preset_provenance
 from merging.recipe import MergeSpec
-from merging.units import format_bytes, format_seconds
-from merging.written import read_bytes as read_written
-from merging.written import zip_bytes as zip_written
+from merging.common.units import format_bytes, format_seconds
+from merging.writing.written import read_bytes as read_written
+from merging.writing.written import zip_bytes as zip_written
 
 JOB_KEY = "merge_job"
 START_ERROR_KEY = "merge_start_error"
@@ -39,8 +39,8 @@ def default_method(p: dict) -> str:
 
 def default_out(sel: state.Selection, method: str, params: dict, dtype: str | None, policy: str) -> str:
     """./merged-models/<base>-<method>-<hash of the settings>: one folder per distinct merge."""
-    from merging.placement import suggest_output_name
-    from merging.refs import parse_ref
+    from merging.writing.placement import suggest_output_name
+    from merging.reading.refs import parse_ref
 
     try:
         label = sel.demo_trio.rstrip(":") if sel.is_demo else parse_ref(sel.base).label
@@ -92,8 +92,8 @@ def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
 def start(sel: state.Selection, method: str, params: dict, out: str, shard: str, dtype: str | None,
           overwrite: bool, policy: str = "error") -> None:
     """Validate (parameters and the output placement rules), then hand the merge to the job manager."""
-    from merging.placement import check_output_folder, input_folders
-    from merging.side_files import is_side_file
+    from merging.writing.placement import check_output_folder, input_folders
+    from merging.writing.side_files import is_side_file
 
     get_method(method).resolve_params(params)  # readable error for a bad value, before any thread starts
     target = check_output_folder(out, input_folders([sel.base, *sel.agents]), overwrite=overwrite,
@@ -195,7 +195,7 @@ def push(written, repo: str, private: bool, token: str | None) -> None:
     """Upload exactly the files the merge wrote (each opened and checked as it is sent), never the folder path."""
     import huggingface_hub as hf
 
-    from merging.written import open_file
+    from merging.writing.written import open_file
 
     if not repo or "/" not in repo:
         raise RamStudioError("give the repository as owner/name.", "For example your-name/merged-agents.")
@@ -206,7 +206,7 @@ def push(written, repo: str, private: bool, token: str | None) -> None:
         info = api.create_commit(repo, [hf.CommitOperationAdd(f.name, h) for f, h in zip(written.files, handles)],
                                  commit_message="Upload merge from RAM Studio")
     except Exception as exc:  # noqa: BLE001 — the client's errors never contain the token; show one line
-        from merging.hub import hub_error
+        from merging.reading.hub import hub_error
 
         raise hub_error(repo, None, exc) from None
     finally:
@@ -295,7 +295,7 @@ MK_PANEL = "mk_panel"  # the expander's open state (kept across reruns, opened b
 def load_yaml_into_form() -> None:
     """Button callback (runs before the page, so it may set the form's widgets): parse the pasted or
     uploaded mergekit YAML and fill method, parameters, models and options from it."""
-    from merging.mergekit_config import parse_mergekit_yaml
+    from merging.interop.mergekit import parse_mergekit_yaml
 
     upload = st.session_state.get("mk_file")
     text = upload.getvalue().decode("utf-8", "replace") if upload is not None else st.session_state.get("mk_text", "")
@@ -344,7 +344,7 @@ def mergekit_panel(spec: MergeSpec) -> None:
     # Keyed and stateful: its open state survives reruns, and elements appearing above it after a merge
     # (results, notes) cannot remount it closed.
     with st.expander("mergekit YAML", icon=":material/data_object:", key=MK_PANEL, on_change="rerun"):
-        from merging.mergekit_config import to_mergekit_yaml
+        from merging.interop.mergekit import to_mergekit_yaml
 
         left, right = st.columns(2)
         with left:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from evaluation.base import EvalProgress, LoadedModel, Scores
 from evaluation.quiet import quiet_libraries
-from merging.errors import RamStudioError, first_line
+from merging.common.errors import RamStudioError, first_line
 
 from .suites import DEMO_SUITE, TaskSuite
 

@@ -7,7 +7,7 @@ import json
 import sys
 import textwrap
 
-from merging.errors import RamStudioError, printable
+from merging.common.errors import RamStudioError, printable
 from ram_studio.console import QUIET_HELP, progress_printer, say, stop_on_signal, table
 from ram_studio.inputs import add_model_arguments, file_output, prefetch
 
@@ -33,7 +33,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     """Analyse the base and agents, print the summary at --eps, and write the files asked for."""
     from analysis.ladder import DEFAULT_LADDER
     from analysis.stats import analyze, size_note
-    from merging.checkpoint import open_checkpoint
+    from merging.reading.checkpoint import open_checkpoint
 
     with stop_on_signal() as stop:
         prefetch([args.base, *args.agents], args.quiet, stop)
@@ -78,8 +78,8 @@ def _write_outputs(outputs: dict, result, eps: float, read) -> None:
     """--json (per-agent summaries for every ε, the pairs, the reading), --csv and --pairs-csv."""
     from analysis import agreement
     from analysis.tables import agents_json
-    from merging.escaping import csv_bytes
-    from merging.placement import write_file_atomically
+    from merging.common.escaping import csv_bytes
+    from merging.writing.placement import write_file_atomically
 
     if outputs["json"]:
         fields = agreement.agent_fields(result)

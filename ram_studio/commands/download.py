@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from merging.errors import RamStudioError, printable
+from merging.common.errors import RamStudioError, printable
 from ram_studio.console import QUIET_HELP, say, stop_on_signal
 from ram_studio.inputs import describe_plan, download_printer
 
@@ -19,8 +19,8 @@ def add_parser(sub) -> None:
 
 def cmd_download(args: argparse.Namespace) -> int:
     """Plan the download (files, size, free space), then fetch what is missing with progress."""
-    from merging.hub import download, plan_download
-    from merging.refs import hub_repos
+    from merging.reading.hub import download, plan_download
+    from merging.reading.refs import hub_repos
 
     plan = plan_download(hub_repos(list(args.models)))
     if not plan.repos:

@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from merging.errors import RamStudioError, printable
+from merging.common.errors import RamStudioError, printable
 from ram_studio.commands.evaluator_options import add_evaluator_options, quiet_library_progress
 from ram_studio.console import QUIET_HELP, say, stop_on_signal, table
 from ram_studio.inputs import prefetch
@@ -43,7 +43,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.split not in evaluator.splits():
         raise RamStudioError(f"the {evaluator.name} tasks {', '.join(evaluator.tasks)} have no {args.split} split "
                              f"to score.", f"Choose --split {' or '.join(evaluator.splits())}.")
-    from merging.checkpoint import open_checkpoint
+    from merging.reading.checkpoint import open_checkpoint
 
     with stop_on_signal() as stop:
         prefetch([args.model], args.quiet, stop)
@@ -64,7 +64,7 @@ def _json_output(args: argparse.Namespace, ckpt) -> Path | None:
     """The checked --json path (never inside the model or the --include-path folder), or None."""
     if not args.json:
         return None
-    from merging.placement import check_output_file, protected_paths
+    from merging.writing.placement import check_output_file, protected_paths
 
     inputs = [(ckpt.ref.raw, ckpt.folder)] + ([("--include-path", Path(args.include_path))] if args.include_path else [])
     return check_output_file(args.json, protected_paths(inputs), overwrite=args.overwrite)
@@ -98,7 +98,7 @@ def _print_scores(args: argparse.Namespace, evaluator, frame, scores) -> None:
 
 def _write_json(out: Path, args: argparse.Namespace, ckpt, evaluator, frame, scores) -> None:
     """The scores, what was scored and how, and (demo tasks) every per-subset row, as JSON."""
-    from merging.placement import write_file_atomically
+    from merging.writing.placement import write_file_atomically
 
     suite = getattr(evaluator, "suite", None)
     doc = {"model": args.model, "folder": str(ckpt.folder), "evaluator": evaluator.name,
@@ -115,7 +115,7 @@ def _refuse_unless_demo_compatible(ckpt) -> None:
     """`evaluate` scores with the model's own tokenizer on the demo's tasks: the folder must hold a tokenizer
     (tokenizer.json) whose every token id has a row in the model's embedding, and a causal LM config. Said in
     one line before anything is loaded, never an IndexError from inside the model."""
-    from merging.model_folder import MAX_SMALL_FILE, check_file
+    from merging.reading.model_folder import MAX_SMALL_FILE, check_file
 
     name = printable(ckpt.folder)
     hint = ("`evaluate` scores models built from the demo base (its tokenizer and tasks); for other models use an "

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from merging.errors import RamStudioError, printable
+from merging.common.errors import RamStudioError, printable
 
 
 def quiet_library_progress() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from merging.errors import printable
+from merging.common.errors import printable
 from ram_studio.console import say, stop_on_signal, table
 from ram_studio.inputs import add_model_arguments, file_output, prefetch
 
@@ -20,9 +20,9 @@ def add_parser(sub) -> None:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Open the base and agents, print the compatibility table and the differences, apply --on-mismatch."""
-    from merging.checkpoint import open_checkpoint
-    from merging.compat import ModelHeaders, check_compatibility
-    from merging.placement import write_file_atomically
+    from merging.reading.checkpoint import open_checkpoint
+    from merging.reading.compat import ModelHeaders, check_compatibility
+    from merging.writing.placement import write_file_atomically
 
     with stop_on_signal() as stop:
         prefetch([args.base, *args.agents], False, stop)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from merging.errors import RamStudioError, printable
+from merging.common.errors import RamStudioError, printable
 from ram_studio.console import QUIET_HELP, progress_printer, say, stop_on_signal
 from ram_studio.inputs import add_model_arguments, prefetch
 
 
 def add_parser(sub, method_flags_for_merge: bool = True) -> None:
     """The `merge` subcommand; without `method_flags_for_merge` it lacks the method flags (saves importing torch)."""
-    from merging.presets import PRESETS  # light: names and numbers only
+    from merging.methods.presets import PRESETS  # light: names and numbers only
 
     sp = sub.add_parser("merge", help="merge and export a Hugging Face folder")
     add_model_arguments(sp)
@@ -72,7 +72,7 @@ def _method_and_params(args: argparse.Namespace) -> tuple[str, dict]:
     """--method and the method flags, or a --preset (with --rescale-factor) and the flags it leaves open."""
     given = params_from_args(args)
     if args.preset:
-        from merging.presets import apply_preset
+        from merging.methods.presets import apply_preset
 
         return apply_preset(args.preset, args.method, given, args.rescale_factor)
     if args.rescale_factor is not None:
@@ -84,7 +84,7 @@ def _method_and_params(args: argparse.Namespace) -> tuple[str, dict]:
 
 
 def _spec_from_args(args: argparse.Namespace):
-    from merging.dtypes import parse_out_dtype
+    from merging.common.dtypes import parse_out_dtype
     from merging.recipe import MergeSpec
 
     method, params = _method_and_params(args)
@@ -107,8 +107,8 @@ def _cached_statistics(spec) -> tuple[dict | None, dict | None]:
 
 
 def run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=None) -> int:
-    from merging.export import merge_to_folder
-    from merging.units import format_bytes
+    from merging.merge import merge_to_folder
+    from merging.common.units import format_bytes
 
     with stop_on_signal() as stop:
         prefetch([spec.base, *spec.agents], args.quiet, stop)
@@ -138,7 +138,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     spec = _spec_from_args(args)
     provenance = None
     if args.preset:
-        from merging.presets import provenance as preset_provenance
+        from merging.methods.presets import provenance as preset_provenance
 
         provenance = preset_provenance(args.preset, spec.method, spec.params)
     return run_spec(spec, args, provenance=provenance)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from merging.errors import RamStudioError, printable
+from merging.common.errors import RamStudioError, printable
 from ram_studio.commands.merge import add_writing_options, run_spec
 from ram_studio.console import say
 
@@ -47,7 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_mergekit_config(path: Path, args: argparse.Namespace) -> int:
     """Translate a mergekit YAML config (at most 1 MiB of UTF-8) into our spec and merge it into --out."""
-    from merging.mergekit_config import read_mergekit_yaml
+    from merging.interop.mergekit import read_mergekit_yaml
 
     if not args.out:
         raise RamStudioError("a mergekit config names no output folder.", "Pass --out DIR.")

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from merging.errors import Cancelled, RamStudioError, printable
+from merging.common.errors import Cancelled, RamStudioError, printable
 from ram_studio.commands.evaluator_options import add_evaluator_options, quiet_library_progress
 from ram_studio.console import QUIET_HELP, stop_on_signal
 from ram_studio.inputs import add_model_arguments, local_folder, prefetch
@@ -90,7 +90,7 @@ def _checked_grids(args: argparse.Namespace) -> list:
 
 def _output_files(args: argparse.Namespace) -> dict[str, Path]:
     """The checked --json and --csv paths: never inside an input (the models, --include-path)."""
-    from merging.placement import check_output_file, input_folders, protected_paths
+    from merging.writing.placement import check_output_file, input_folders, protected_paths
 
     protected = input_folders([args.base, *args.agents])
     if args.include_path:
@@ -132,7 +132,7 @@ def _run(spec, executor, args: argparse.Namespace, root: Path):
 def _report(res, kept: list, outputs: dict[str, Path], executor_name: str) -> None:
     """The summary, the kept folders, and the --json and --csv files."""
     from evaluation.report import csv_bytes, result_frame, result_json, summary_lines
-    from merging.placement import write_file_atomically
+    from merging.writing.placement import write_file_atomically
 
     for line in summary_lines(res):
         print(line)
@@ -150,7 +150,7 @@ def _report(res, kept: list, outputs: dict[str, Path], executor_name: str) -> No
 
 def _sweep_printer(quiet: bool):
     """Sweep progress on stderr: phase, scorings done, the one running and its examples, elapsed."""
-    from merging.units import format_seconds
+    from merging.common.units import format_seconds
 
     tty = sys.stderr.isatty()
     last = {"done": -1, "phase": ""}

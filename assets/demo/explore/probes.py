@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from merging.regions import chance_unique_share
+from merging.methods.regions import chance_unique_share
 
 from ..evaluate import evaluate_loaded
 from ..modeling import build_tokenizer, load_checkpoint, new_model
