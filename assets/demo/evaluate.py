@@ -27,7 +27,8 @@ from merging.common.errors import Cancelled
 
 from .generation import greedy_texts
 from .modeling import load_checkpoint
-from .tasks import DEMO_SUITE, SUITE_CONFIG_KEY, SUITES, TASKS, Example, TaskSuite, get_suite
+from .suites import DEMO_SUITE, SUITE_CONFIG_KEY, SUITES, TaskSuite, get_suite
+from .tasks import TASKS, Example
 
 
 def greedy_outputs(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,

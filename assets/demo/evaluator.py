@@ -14,7 +14,7 @@ from evaluation.base import EvalProgress, LoadedModel, Scores
 from evaluation.quiet import quiet_libraries
 from merging.common.errors import RamStudioError, first_line
 
-from .tasks import DEMO_SUITE, TaskSuite
+from .suites import DEMO_SUITE, TaskSuite
 
 DECODER_VERSION = "greedy-1"  # bump when decoding could change an output (part of the fingerprint)
 
