@@ -253,11 +253,11 @@ def entries_frame(entries) -> pd.DataFrame:
 
 def fill_merge_page(method: str, params: dict) -> None:
     """Put a candidate into the Merge page's form (its method and every parameter) and go there."""
-    st.session_state["merge_method"] = method  # the Merge page's widget keys (views/merge.py)
-    for p in get_method(method).params:
-        value = params.get(p.name, p.default)
-        st.session_state[f"param_{method}_{p.name}"] = "" if (p.kind is str and value is None) else value
-    st.session_state["merge_out_custom"] = None  # the output folder follows the settings
+    from app.forms import OUT_CUSTOM, fill_merge_form
+    from merging.interop.mergekit_form import form_values
+
+    fill_merge_form(method, form_values(method, params))
+    st.session_state[OUT_CUSTOM] = None  # the output folder follows the settings
     st.switch_page("views/merge.py")
 
 

@@ -187,6 +187,23 @@ def percent_rows(tidy: pd.DataFrame) -> pd.DataFrame:
     return part.assign(accuracy=100.0 * part["accuracy"]).reset_index(drop=True)[PERCENT_COLUMNS]
 
 
+def read_results(path: Path) -> tuple[pd.DataFrame | None, str]:
+    """A build's fig3.csv as the app's tidy rows [agent, variant, task, split, accuracy %] (analysis.fig3
+    .normalise, which also reads the naming variants such a file may use) and its name; (None, why) when the
+    file is absent, unreadable or empty."""
+    from analysis.fig3 import Fig3FormatError, normalise
+
+    if not path.exists():
+        return None, f"{path.name} is not in the demo's results yet"
+    try:
+        tidy = normalise(pd.read_csv(path))
+    except (OSError, ValueError, pd.errors.ParserError, Fig3FormatError) as exc:
+        return None, f"{path.name} could not be read ({str(exc).splitlines()[0][:160]})"
+    if tidy.empty:
+        return None, f"{path.name} has no rows"
+    return tidy, path.name
+
+
 def run(models: Path, out_dir: Path, limit: int | None = None) -> pd.DataFrame:
     """Merge, score (every task, validation and test) and write `fig3.csv` / `fig3.md`; returns the tidy frame."""
     t0 = time.time()
