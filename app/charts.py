@@ -584,6 +584,13 @@ def agreement_by_group(df: pd.DataFrame, agents: list[str], by: str) -> go.Figur
 
 # ---------------------------------------------------------------- Tune
 
+def wants_log_rho(rhos, alpha: float) -> bool:
+    """Whether the λ(ρ) chart needs a log ρ axis: the agents' finite ρ_t span more than the curve's bend (one
+    above 3·max(α, 1), or one under 0.05), so a linear axis would leave some of them off it or squashed."""
+    finite = [v for v in rhos if math.isfinite(v) and v > 0]
+    return bool(finite) and (max(finite) > 3 * max(alpha, 1.0) or min(finite) < 0.05)
+
+
 def lambda_curve(lam: pd.DataFrame, agents: list[str], r: float, alpha: float, rule: str,
                  log: bool | None = None) -> go.Figure:
     """λ as a function of ρ for the chosen rule, with each agent's (ρ_t, λ_t) marked. On a log ρ axis
@@ -591,7 +598,7 @@ def lambda_curve(lam: pd.DataFrame, agents: list[str], r: float, alpha: float, r
     colors, names = agent_colors(agents), agent_names(agents)
     finite = [v for v in lam["rho"] if math.isfinite(v) and v > 0]
     if log is None:
-        log = bool(finite) and (max(finite) > 3 * max(alpha, 1.0) or min(finite) < 0.05)
+        log = wants_log_rho(lam["rho"], alpha)
     if log:  # whole decades around the agents, α and 1
         dlo, dhi = decades([v / 2 for v in finite] + [v * 2 for v in finite] + [alpha if alpha > 0 else 1.0, 1.0])
         lo, hi = 10.0 ** dlo, 10.0 ** dhi

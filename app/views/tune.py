@@ -281,8 +281,7 @@ def tuner() -> None:
                           "holding unique elements, weighted by them)." if scope == "tensor" else ""))
         with right:
             curve_df = lam[["agent", "shared", "unique", "rho", "lambda"]]
-            finite = [v for v in lam["rho"] if math.isfinite(v) and v > 0]
-            wide = bool(finite) and (max(finite) > 3 * max(alpha, 1.0) or min(finite) < 0.05)
+            wide = charts.wants_log_rho(lam["rho"], alpha)
             log = st.toggle("log ρ axis", value=wide, key=f"tune_log_rho_{wide}",
                             help="On when the agents' ρ_t span more than the curve's bend, so every agent is on the "
                                  "axis.")
