@@ -355,13 +355,3 @@ def run_sweep(spec: SweepSpec, executor: Executor, *, store: ScoreStore | None =
     return SweepResult(spec, entries, selected, best, run.context, time.perf_counter() - run.t0,
                        notes + run.context.get("notes", []))
 
-
-def run_local(base: str, agents: list[str], grid_texts: list[str], evaluator: Evaluator, limit: int | None = None,
-              *, progress: SweepProgressFn | None = None, cancel: threading.Event | None = None) -> SweepResult:
-    """A sweep of grids given in the `--try` form, in this process, its scores kept in (and resumed from) the
-    score store: what the app's Sweep page runs as a background job."""
-    from .executors import LocalExecutor
-    from .grid import parse_try
-
-    spec = SweepSpec(base, list(agents), [parse_try(t) for t in grid_texts], evaluator, limit=limit)
-    return run_sweep(spec, LocalExecutor(), store=ScoreStore(), progress=progress, cancel=cancel)

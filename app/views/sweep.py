@@ -205,9 +205,9 @@ def evaluator_section(sel: state.Selection, disabled: bool):
 
 
 def run_job(sel: state.Selection, texts: list[str], evaluator, limit: int | None, task: jobs.Task) -> SweepResult:
-    """Worker: the sweep (evaluation.sweep.run_local), its progress on the task (the fraction, a line, the
+    """Worker: the sweep (evaluation.executors.run_local), its progress on the task (the fraction, a line, the
     entries so far)."""
-    from evaluation.sweep import run_local
+    from evaluation.executors import run_local
 
     def progress(p) -> None:
         task.fraction = p.fraction
