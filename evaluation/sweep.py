@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from merging.errors import Cancelled, RamStudioError, printable
+from merging.common.errors import Cancelled, RamStudioError, printable
 
 from .base import Evaluator
 from .grid import Candidate, Grid, stages
@@ -354,4 +354,3 @@ def run_sweep(spec: SweepSpec, executor: Executor, *, store: ScoreStore | None =
     run.report()
     return SweepResult(spec, entries, selected, best, run.context, time.perf_counter() - run.t0,
                        notes + run.context.get("notes", []))
-
