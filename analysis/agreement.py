@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from merging.regions import chance_unique_share
+from merging.methods.regions import chance_unique_share
 
 from .ladder import DOMINANCE
 from .stats import DOMINATED_COLUMNS, AnalysisResult
@@ -282,8 +282,8 @@ def agent_fields(result: AnalysisResult) -> dict[tuple[str, float], dict]:
 
 def markdown_text(text: object, limit: int | None = None) -> str:
     """Text holding file-derived names (agent labels) for Markdown (the card, the app): the one rule of
-    `merging.escaping.markdown_text` — every construct escaped, GFM's autolinks (`www.`, `://`, `@`) broken."""
-    from merging.escaping import markdown_text as escape
+    `merging.common.escaping.markdown_text` — every construct escaped, GFM's autolinks (`www.`, `://`, `@`) broken."""
+    from merging.common.escaping import markdown_text as escape
 
     return escape(text, limit)
 

@@ -17,9 +17,9 @@ import stat
 import uuid
 from pathlib import Path
 
-from merging.checkpoint import Checkpoint
-from merging.errors import RamStudioError
-from merging.untrusted import loads_json
+from merging.reading.checkpoint import Checkpoint
+from merging.common.errors import RamStudioError
+from merging.common.untrusted import loads_json
 
 _TMP = re.compile(r"\.(?P<key>[0-9a-f]{32})\.(?P<host>[A-Za-z0-9._-]{1,64})\.(?P<pid>\d{1,10})\.[0-9a-f]{8}\.tmp")
 CACHE_VERSION = 2  # 2: shared-region diagnostics (pair frame, dominance)
@@ -34,7 +34,7 @@ def cache_dir() -> Path:
 def check_location(checkpoints: list[Checkpoint]) -> None:
     """Refuse a cache folder that is, contains or lies inside one of the inputs (a cache written into a model
     folder would change it): the same identity rule as every output."""
-    from merging.placement import protected_paths, refuse_inside_inputs
+    from merging.writing.placement import protected_paths, refuse_inside_inputs
 
     try:
         refuse_inside_inputs(cache_dir(), protected_paths([(c.ref.raw, c.folder) for c in checkpoints]),

@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from merging import regions
+from merging.methods import regions
 
 JOINT_MAX_AGENTS = 4
 DOMINANCE = (0.1, 0.3)  # partners' combined |τ| below these fractions of the agent's own |τ|
@@ -106,7 +106,7 @@ class OverlapAccumulator:
             self._reset(device)
 
     def add_chunk(self, chunk, fused: bool) -> bool:
-        """Add a chunk given as merging.tensor_merge.ChunkInputs; `fused` uses the numba kernel."""
+        """Add a chunk given as merging.engine.tensor_merge.ChunkInputs; `fused` uses the numba kernel."""
         if not (fused and self.joint):
             return self.add(chunk.taus)
         from merging.kernels import cpu

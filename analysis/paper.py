@@ -5,7 +5,7 @@ import re
 
 import pandas as pd
 
-from merging.regions import chance_unique_share
+from merging.methods.regions import chance_unique_share
 
 from . import tables
 from .stats import AnalysisResult

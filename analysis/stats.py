@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import torch
 
-from merging.checkpoint import Checkpoint, open_checkpoint, unique_labels
-from merging.compat import ModelHeaders, check_compatibility
-from merging.device import gpu_style, pick_device
-from merging.dtypes import FLOAT_CODES
-from merging.engine import ProgressFn, check_finite, float_chunks, locate_nonfinite, uses_kernels
-from merging.errors import RamStudioError
-from merging.fingerprint import Fingerprinter, refuse_identical_agents
+from merging.reading.checkpoint import Checkpoint, open_checkpoint, unique_labels
+from merging.reading.compat import ModelHeaders, check_compatibility
+from merging.common.device import gpu_style, pick_device
+from merging.common.dtypes import FLOAT_CODES
+from merging.passes import ProgressFn, check_finite, float_chunks, locate_nonfinite, uses_kernels
+from merging.common.errors import RamStudioError
+from merging.reading.fingerprint import Fingerprinter, refuse_identical_agents
 from merging.recipe import check_agent_count
-from merging.stream import DEFAULT_CHUNK_ELEMS
+from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
 
 from . import cache
 from .ladder import DEFAULT_LADDER, DOMINANCE, OverlapAccumulator, Pending, pairs

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from merging.regions import chance_unique_share, lambda_for, rho
+from merging.methods.regions import chance_unique_share, lambda_for, rho
 
 from .names import in_module_order
 from .stats import AnalysisResult

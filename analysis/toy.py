@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from merging import regions
+from merging.methods import regions
 
 ROWS, COLS = 8, 16  # 128 toy parameters per agent
 TOY_EPS = 1e-6

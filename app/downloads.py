@@ -8,14 +8,14 @@ import streamlit as st
 from app import jobs
 from app.errors import show_error
 from app.markup import md, md_code
-from merging.errors import RamStudioError
-from merging.units import format_bytes, format_seconds
+from merging.common.errors import RamStudioError
+from merging.common.units import format_bytes, format_seconds
 
 TASK_KEY = "download_task"
 
 
 def hub_refs(refs: list[str]) -> list[str]:
-    from merging.refs import parse_ref
+    from merging.reading.refs import parse_ref
 
     out = []
     for ref in refs:
@@ -31,14 +31,14 @@ def hub_refs(refs: list[str]) -> list[str]:
 def plan_for(refs_key: str, marker: float):
     """The download plan of these Hub refs ('|'-joined), cached briefly: it costs two Hub requests per repo.
     `marker` (when the last download ended) makes a finished or cancelled download refresh it."""
-    from merging.hub import plan_download
-    from merging.refs import hub_repos
+    from merging.reading.hub import plan_download
+    from merging.reading.refs import hub_repos
 
     return plan_download(hub_repos(refs_key.split("|")))
 
 
 def _work(plan, task: jobs.Task):
-    from merging.hub import download
+    from merging.reading.hub import download
 
     def report(p) -> None:
         task.detail, task.fraction = p, p.fraction

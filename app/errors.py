@@ -7,7 +7,7 @@ from typing import Iterator
 import streamlit as st
 
 from app.markup import md
-from merging.errors import RamStudioError
+from merging.common.errors import RamStudioError
 
 
 def show_error(exc: BaseException, what: str = "") -> None:

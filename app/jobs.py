@@ -14,10 +14,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from merging.engine import Progress
-from merging.errors import Cancelled, RamStudioError
+from merging.passes import Progress
+from merging.common.errors import Cancelled, RamStudioError
 from merging.recipe import MergeSpec
-from merging.units import format_seconds
+from merging.common.units import format_seconds
 
 
 class Busy(RamStudioError):
@@ -54,7 +54,7 @@ class Job(_Timed):
     cancel: threading.Event = field(default_factory=threading.Event)
     phase: str = "starting"
     progress: Progress | None = None
-    result: object | None = None  # merging.export.MergeResult
+    result: object | None = None  # merging.merge.MergeResult
     thread: threading.Thread | None = field(default=None, repr=False)
 
 
@@ -162,7 +162,7 @@ class JobManager:
 
     def _work(self, job: Job, overwrite: bool, counts: dict | None, overlap: dict | None, provenance: dict | None,
               runner) -> None:
-        from merging.export import merge_to_folder
+        from merging.merge import merge_to_folder
 
         def on_merge(p: Progress) -> None:
             job.phase, job.progress = "merge", p

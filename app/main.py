@@ -8,7 +8,7 @@ import streamlit as st
 
 from app import charts, jobs, state
 from app.markup import md
-from merging.escaping import printable
+from merging.common.escaping import printable
 
 # An emoji favicon is drawn locally (a data: URL); a :material/…: page icon would be fetched from fonts.gstatic.com
 # on every page load, a request to a third party the app never needs.
@@ -30,7 +30,7 @@ st.html("<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem;padding-
 
 def model_line(ref: str, label: str, color: str | None) -> str:
     """One model in the sidebar: a colour dot, its label, and the end of its path or id (full text on hover)."""
-    from merging.refs import parse_ref
+    from merging.reading.refs import parse_ref
 
     try:
         r = parse_ref(ref)

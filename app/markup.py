@@ -7,13 +7,13 @@ data, never markup: the one place that makes it safe for the app's two renderers
 - plotly (titles, subtitles, axis and legend labels, hover text, annotations: its pseudo-HTML, `%{…}`
   templates and `$…$` math): `plot_text`.
 
-Both first escape control characters and bidi overrides (`merging.escaping.printable`), as the terminal does.
+Both first escape control characters and bidi overrides (`merging.common.escaping.printable`), as the terminal does.
 """
 from __future__ import annotations
 
-from merging.escaping import WORD_JOINER, printable
-from merging.escaping import markdown_code as md_code
-from merging.escaping import markdown_text as md
+from merging.common.escaping import WORD_JOINER, printable
+from merging.common.escaping import markdown_code as md_code
+from merging.common.escaping import markdown_text as md
 
 __all__ = ["WORD_JOINER", "md", "md_code", "plot_text"]
 

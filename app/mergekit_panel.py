@@ -7,7 +7,7 @@ import streamlit as st
 from app import state
 from app.forms import DTYPES, OUT_CUSTOM, SHARD_SIZES, fill_merge_form
 from app.markup import md, md_code
-from merging.errors import RamStudioError
+from merging.common.errors import RamStudioError
 from merging.recipe import MergeSpec
 
 MK_MSG = "mk_message"
@@ -62,7 +62,7 @@ def mergekit_panel(spec: MergeSpec) -> None:
     # Keyed and stateful: its open state survives reruns, and elements appearing above it after a merge
     # (results, notes) cannot remount it closed.
     with st.expander("mergekit YAML", icon=":material/data_object:", key=MK_PANEL, on_change="rerun"):
-        from merging.mergekit_config import to_mergekit_yaml
+        from merging.interop.mergekit import to_mergekit_yaml
 
         left, right = st.columns(2)
         with left:

@@ -11,9 +11,9 @@ import streamlit as st
 
 from analysis.ladder import DEFAULT_LADDER
 from app import errors
-from merging.errors import RamStudioError, printable
-from merging.refs import DEMO_PREFIX, DEMO_SHARED_PREFIX, demo_names, demo_prefix, demo_root
-from merging.units import format_bytes
+from merging.common.errors import RamStudioError, printable
+from merging.reading.refs import DEMO_PREFIX, DEMO_SHARED_PREFIX, demo_names, demo_prefix, demo_root
+from merging.common.units import format_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,8 +69,8 @@ class Selection:
 
 def labels(sel: Selection) -> list[str]:
     """Short names of the base and the agents, as the analysis and the charts use them (agents made distinct)."""
-    from merging.checkpoint import unique_labels
-    from merging.refs import parse_ref
+    from merging.reading.checkpoint import unique_labels
+    from merging.reading.refs import parse_ref
 
     def label(ref: str) -> str:
         try:
@@ -135,7 +135,7 @@ def source_of(base: str, agents: tuple[str, ...]) -> str:
 def selection_from_url(params) -> Selection | None:
     """The selection a URL's query parameters name; None when they name none. A bad value raises
     RamStudioError with one line saying which (nothing is read from the models here)."""
-    from merging.refs import parse_ref
+    from merging.reading.refs import parse_ref
 
     base, agents = params.get_all(URL_BASE), params.get_all(URL_AGENT)
     if not base and not agents:
@@ -287,7 +287,7 @@ def run_analysis(sel: Selection):
     from analysis.stats import analyze, size_note
 
     try:
-        from merging.checkpoint import open_checkpoint
+        from merging.reading.checkpoint import open_checkpoint
 
         with open_checkpoint(sel.base, download=False) as base:  # headers only: a cheap look before the pass
             note = size_note(base, len(sel.agents), DEFAULT_LADDER)
@@ -345,7 +345,7 @@ def analysis_or_stop(sel: Selection | None, *, allow_download: bool = False):
 
 
 def is_uncached_hub(ref: str) -> bool:
-    from merging.refs import parse_ref, resolve
+    from merging.reading.refs import parse_ref, resolve
 
     try:
         r = parse_ref(ref)

@@ -12,8 +12,8 @@ from app import charts, state
 from app.tables import fitted_columns
 from evaluation.report import csv_bytes, result_frame, result_json
 from evaluation.sweep import SweepResult
-from merging.errors import printable
-from merging.units import format_seconds
+from merging.common.errors import printable
+from merging.common.units import format_seconds
 
 
 def entries_frame(entries) -> pd.DataFrame:

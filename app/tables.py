@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from merging.escaping import printable
+from merging.common.escaping import printable
 
 CHAR_PX, PAD_PX, MAX_PX = 7.5, 28, 520  # a 14 px character in the data grid, the cell's padding, the widest column
 

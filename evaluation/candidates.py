@@ -15,19 +15,20 @@ from typing import Any
 
 import torch
 
-from merging.checkpoint import Checkpoint
-from merging.counts import count_overlaps
-from merging.device import pick_device
-from merging.dtypes import ST_TO_TORCH
-from merging.engine import ProgressFn, output_plan, stream_merge
-from merging.errors import RamStudioError
-from merging.export import open_inputs, refuse_idle_agents
-from merging.fingerprint import Fingerprinter, refuse_identical_agents
+from merging.reading.checkpoint import Checkpoint
+from merging.engine.counts import count_overlaps
+from merging.common.device import pick_device
+from merging.common.dtypes import ST_TO_TORCH
+from merging.passes import ProgressFn
+from merging.engine.loop import output_plan, stream_merge
+from merging.common.errors import RamStudioError
+from merging.merge import open_inputs, refuse_idle_agents
+from merging.reading.fingerprint import Fingerprinter, refuse_identical_agents
 from merging.methods import get_method
 from merging.recipe import MergeSpec
-from merging.resident import ResidentReader, fits_in_memory
-from merging.stream import DEFAULT_CHUNK_ELEMS
-from merging.writer import PlannedTensor
+from merging.reading.resident import ResidentReader, fits_in_memory
+from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
+from merging.writing.shards import PlannedTensor
 
 MODES = ("auto", "resident", "stream")
 CHECK_EPS = 1e-5  # the ε whose counts the opening pass keeps (the paper's; global ρ at it is then free)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import merging
-from merging.errors import Cancelled, RamStudioError
+from merging.common.errors import Cancelled, RamStudioError
 
 from .base import Evaluator
 from .sweep import Executor, Job, SweepProgressFn, SweepResult, SweepSpec, run_sweep

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from merging.errors import RamStudioError, printable
+from merging.common.errors import RamStudioError, printable
 from merging.methods import get_method
 
 MAX_GRID_BYTES = 1 << 20

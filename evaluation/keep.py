@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from merging.errors import RamStudioError
-from merging.export import MergeResult, merge_to_folder
-from merging.placement import check_output_folder, input_folders, suggest_output_name
+from merging.common.errors import RamStudioError
+from merging.merge import MergeResult, merge_to_folder
+from merging.writing.placement import check_output_folder, input_folders, suggest_output_name
 from merging.recipe import MergeSpec
-from merging.refs import parse_ref
+from merging.reading.refs import parse_ref
 
 from .grid import Candidate
 from .sweep import SweepResult

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from merging.errors import Cancelled, RamStudioError, first_line
+from merging.common.errors import Cancelled, RamStudioError, first_line
 
 from .base import EvalProgress, LoadedModel, Scores
 from .quiet import quiet_libraries

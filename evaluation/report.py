@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from merging.errors import printable
+from merging.common.errors import printable
 
 from .sweep import CANDIDATE, Entry, SweepResult
 

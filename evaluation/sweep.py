@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from merging.errors import Cancelled, RamStudioError, printable
+from merging.common.errors import Cancelled, RamStudioError, printable
 
 from .base import Evaluator
 from .grid import Candidate, Grid, stages

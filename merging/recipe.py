@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import RamStudioError, printable
-from .units import parse_size
-from .untrusted import TooComplex, loads_json
+from merging.common.errors import RamStudioError, printable
+from merging.common.units import parse_size
+from merging.common.untrusted import TooComplex, loads_json
 
 RECIPE_NAME = "ram_recipe.json"
 RECIPE_FORMAT = 2
@@ -72,7 +72,7 @@ class MergeSpec:
             raise bad("agents", "must be a list of non-empty strings")
         if not isinstance(data["method"], str):
             raise bad("method", "must be a string")
-        from .methods import get_method  # the registry imports every method module
+        from merging.methods import get_method  # the registry imports every method module
 
         method = get_method(data["method"])
         params = data.get("params", {})
@@ -111,7 +111,7 @@ def check_agent_count(n: int, where: str = "") -> None:
 
 def is_output_name(name: str) -> bool:
     """A recipe's recorded output folder: one plain name (never a path, '..', or absolute)."""
-    from .model_folder import is_plain_name
+    from merging.reading.model_folder import is_plain_name
 
     return is_plain_name(name)
 
@@ -129,7 +129,7 @@ def versions() -> dict[str, str]:
     import safetensors
     import torch
 
-    from . import __version__
+    from merging import __version__
 
     return {"ram_studio": __version__, "torch": torch.__version__, "safetensors": safetensors.__version__,
             "python": platform.python_version()}
@@ -206,7 +206,7 @@ def fingerprint_mismatches(recorded: list[dict[str, Any]], current: list[dict[st
 def check_local_inputs(spec: MergeSpec, doc: dict[str, Any]) -> None:
     """Inputs the recipe recorded as local folders must be local folders now: one that is missing here (a
     relative path run from another folder) is an error, never taken for a Hub id and fetched."""
-    from .refs import demo_prefix
+    from merging.reading.refs import demo_prefix
 
     recorded = [i for i in doc.get("inputs", []) if isinstance(i, dict)]
     for ref, rec in zip([spec.base, *spec.agents], recorded):

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Iterator, NoReturn, Sequence
 
-from merging.errors import Cancelled, MergeCancelled, RamStudioError, printable
+from merging.common.errors import Cancelled, MergeCancelled, RamStudioError, printable
 
 PROG = "ram-studio"
 
@@ -33,7 +33,7 @@ def say(text: object = "", file=None) -> None:
 
 def _progress_printer(label: str):
     """A compact progress line on stderr: percent, bytes, tensors, ETA."""
-    from merging.units import format_bytes, format_seconds
+    from merging.common.units import format_bytes, format_seconds
 
     tty = sys.stderr.isatty()
 
@@ -57,7 +57,7 @@ def _download_printer():
     one line is rewritten in place; otherwise a line is printed per finished file and every 5 seconds."""
     import time
 
-    from merging.units import format_bytes, format_seconds
+    from merging.common.units import format_bytes, format_seconds
 
     tty = sys.stderr.isatty()
     state = {"file": None, "files_done": -1, "printed": 0.0}
@@ -84,7 +84,7 @@ def _download_printer():
 
 def _describe_plan(plan) -> list[str]:
     """What a download needs, in lines: per repo its files and size, then the total, where and the free space."""
-    from merging.units import format_bytes
+    from merging.common.units import format_bytes
 
     lines = [f"{printable(r.repo_id)} @ {r.commit[:12]}: {len(r.files)} files, "
              f"{format_bytes(sum(f.size for f in r.files))}" for r in plan.repos]
@@ -101,12 +101,12 @@ def _describe_plan(plan) -> list[str]:
 def _prefetch(refs, quiet: bool, stop=None) -> None:
     """Download the Hub models among `refs` that are not in the cache yet, with progress, before a command
     reads them (the command itself then opens them from the cache)."""
-    from merging.refs import hub_repos
+    from merging.reading.refs import hub_repos
 
     hub = hub_repos(list(refs))
     if not hub:
         return
-    from merging.hub import download, offline_mode, plan_download
+    from merging.reading.hub import download, offline_mode, plan_download
 
     if offline_mode():
         return  # the command says what is missing from the cache
@@ -120,8 +120,8 @@ def _prefetch(refs, quiet: bool, stop=None) -> None:
 
 
 def cmd_download(args: argparse.Namespace) -> int:
-    from merging.hub import download, plan_download
-    from merging.refs import hub_repos
+    from merging.reading.hub import download, plan_download
+    from merging.reading.refs import hub_repos
 
     plan = plan_download(hub_repos(list(args.models)))
     if not plan.repos:
@@ -153,15 +153,15 @@ def _file_output(path: str | None, checkpoints, overwrite: bool) -> Path | None:
     """Check a --json/--csv path against the placement rules before any work starts."""
     if not path:
         return None
-    from merging.placement import check_output_file, protected_paths
+    from merging.writing.placement import check_output_file, protected_paths
 
     return check_output_file(path, protected_paths([(c.ref.raw, c.folder) for c in checkpoints]), overwrite=overwrite)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from merging.checkpoint import open_checkpoint
-    from merging.compat import ModelHeaders, check_compatibility
-    from merging.placement import write_file_atomically
+    from merging.reading.checkpoint import open_checkpoint
+    from merging.reading.compat import ModelHeaders, check_compatibility
+    from merging.writing.placement import write_file_atomically
 
     with _stop_on_signal() as stop:
         _prefetch([args.base, *args.agents], False, stop)
@@ -194,9 +194,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from analysis.ladder import DEFAULT_LADDER
     from analysis.stats import analyze, size_note
-    from merging.checkpoint import open_checkpoint
-    from merging.escaping import csv_bytes
-    from merging.placement import write_file_atomically
+    from merging.reading.checkpoint import open_checkpoint
+    from merging.common.escaping import csv_bytes
+    from merging.writing.placement import write_file_atomically
 
     with _stop_on_signal() as stop:
         _prefetch([args.base, *args.agents], args.quiet, stop)
@@ -317,7 +317,7 @@ def _method_and_params(args: argparse.Namespace) -> tuple[str, dict]:
     """--method and the method flags, or a --preset (with --rescale-factor) and the flags it leaves open."""
     given = params_from_args(args)
     if args.preset:
-        from merging.presets import apply_preset
+        from merging.methods.presets import apply_preset
 
         return apply_preset(args.preset, args.method, given, args.rescale_factor)
     if args.rescale_factor is not None:
@@ -329,7 +329,7 @@ def _method_and_params(args: argparse.Namespace) -> tuple[str, dict]:
 
 
 def _spec_from_args(args: argparse.Namespace):
-    from merging.dtypes import parse_out_dtype
+    from merging.common.dtypes import parse_out_dtype
     from merging.recipe import MergeSpec
 
     method, params = _method_and_params(args)
@@ -352,8 +352,8 @@ def _cached_statistics(spec) -> tuple[dict | None, dict | None]:
 
 
 def _run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=None) -> int:
-    from merging.export import merge_to_folder
-    from merging.units import format_bytes
+    from merging.merge import merge_to_folder
+    from merging.common.units import format_bytes
 
     with _stop_on_signal() as stop:
         _prefetch([spec.base, *spec.agents], args.quiet, stop)
@@ -382,7 +382,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     spec = _spec_from_args(args)
     provenance = None
     if args.preset:
-        from merging.presets import provenance as preset_provenance
+        from merging.methods.presets import provenance as preset_provenance
 
         provenance = preset_provenance(args.preset, spec.method, spec.params)
     return _run_spec(spec, args, provenance=provenance)
@@ -394,7 +394,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     path = Path(args.recipe)
     if _is_yaml(path):
-        from merging.mergekit_config import read_mergekit_yaml
+        from merging.interop.mergekit import read_mergekit_yaml
 
         if not args.out:
             raise RamStudioError("a mergekit config names no output folder.", "Pass --out DIR.")
@@ -458,8 +458,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.split not in evaluator.splits():
         raise RamStudioError(f"the {evaluator.name} tasks {', '.join(evaluator.tasks)} have no {args.split} split "
                              f"to score.", f"Choose --split {' or '.join(evaluator.splits())}.")
-    from merging.checkpoint import open_checkpoint
-    from merging.placement import check_output_file, protected_paths, write_file_atomically
+    from merging.reading.checkpoint import open_checkpoint
+    from merging.writing.placement import check_output_file, protected_paths, write_file_atomically
 
     with _stop_on_signal() as stop:
         _prefetch([args.model], args.quiet, stop)
@@ -506,7 +506,7 @@ def _refuse_unless_demo_compatible(ckpt) -> None:
     """`evaluate` scores with the model's own tokenizer on the demo's tasks: the folder must hold a tokenizer
     (tokenizer.json) whose every token id has a row in the model's embedding, and a causal LM config. Said in
     one line before anything is loaded, never an IndexError from inside the model."""
-    from merging.model_folder import MAX_SMALL_FILE, check_file
+    from merging.reading.model_folder import MAX_SMALL_FILE, check_file
 
     name = printable(ckpt.folder)
     hint = ("`evaluate` scores models built from the demo base (its tokenizer and tasks); for other models use an "
@@ -532,7 +532,7 @@ def _refuse_unless_demo_compatible(ckpt) -> None:
 
 def _sweep_printer(quiet: bool):
     """Sweep progress on stderr: phase, scorings done, the one running and its examples, elapsed."""
-    from merging.units import format_seconds
+    from merging.common.units import format_seconds
 
     tty = sys.stderr.isatty()
     last = {"done": -1, "phase": ""}
@@ -556,7 +556,7 @@ def _sweep_printer(quiet: bool):
 
 def _local_folder(ref: str) -> Path | None:
     """The folder a model reference names when it is on this machine already (nothing is downloaded)."""
-    from merging.refs import resolve
+    from merging.reading.refs import resolve
 
     try:
         return resolve(ref, download=False)
@@ -589,7 +589,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     evaluator = make_evaluator()  # the demo's tasks follow the suite the base names; bad options: one line
     check_splits(evaluator, args.select_on, args.report_on)
     check_agents(grids, list(args.agents))
-    from merging.placement import check_output_file, input_folders, protected_paths
+    from merging.writing.placement import check_output_file, input_folders, protected_paths
 
     protected = input_folders([args.base, *args.agents])
     if args.include_path:
@@ -605,7 +605,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from evaluation.report import csv_bytes, result_frame, result_json, summary_lines
     from evaluation.store import ScoreStore
     from evaluation.sweep import run_sweep
-    from merging.placement import write_file_atomically
+    from merging.writing.placement import write_file_atomically
 
     spec = SweepSpec(args.base, list(args.agents), grids, evaluator, args.select_on, args.report_on, args.limit,
                      args.on_mismatch, args.device, args.inputs, references=not args.no_references,
@@ -646,7 +646,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser:
     """The parser; without `method_flags_for_merge` the merge command lacks its method flags, which
     saves importing the methods (and torch) for the other commands and for `--help`."""
-    from merging.presets import PRESETS  # light: names and numbers only
+    from merging.methods.presets import PRESETS
 
     p = argparse.ArgumentParser(prog=PROG, description="RAM Studio: analyse and merge RL-trained agents.")
     sub = p.add_subparsers(dest="command", required=True)

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from merging.errors import RamStudioError, printable
+from merging.common.errors import RamStudioError, printable
 
 def add_evaluator_options(sp: argparse.ArgumentParser) -> None:
     """--tasks | --lm-eval [--include-path] and the harness's backend settings."""

@@ -10,7 +10,7 @@ APP_MAIN = Path(__file__).resolve().parent.parent / "app" / "main.py"
 
 def real_demo_complete() -> bool:
     """The bundled demo exists with all four models (config + safetensors each)."""
-    from merging.refs import BUNDLED_DEMO_ROOT
+    from merging.reading.refs import BUNDLED_DEMO_ROOT
 
     return all((BUNDLED_DEMO_ROOT / n / "config.json").exists() and any((BUNDLED_DEMO_ROOT / n).glob("*.safetensors"))
                for n in DEMO_NAMES)

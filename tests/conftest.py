@@ -30,7 +30,7 @@ def _unchanged_at_the_end(folders):
 @pytest.fixture(scope="session", autouse=True)
 def bundled_demo_untouched():
     """The committed demo models are inputs of many tests (demo:base …): they must never change."""
-    from merging.refs import BUNDLED_DEMO_ROOT
+    from merging.reading.refs import BUNDLED_DEMO_ROOT
 
     yield from _unchanged_at_the_end([BUNDLED_DEMO_ROOT] if BUNDLED_DEMO_ROOT.is_dir() else [])
 

@@ -99,7 +99,7 @@ def select_long_names(pg, folders: dict[str, Path]) -> None:
 
 def paper_named_copies(root: Path) -> dict[str, Path]:
     """The demo models copied into folders named like the paper's models (labels come from folder names)."""
-    from merging.refs import BUNDLED_DEMO_ROOT
+    from merging.reading.refs import BUNDLED_DEMO_ROOT
 
     out = {}
     for demo_name, paper_name in PAPER_NAMES.items():

@@ -10,7 +10,7 @@ from analysis import tables
 from analysis.ladder import joint_fits
 from analysis.names import layer_of, module_of
 from analysis.stats import analyze
-from merging.regions import lambda_for
+from merging.methods.regions import lambda_for
 from tests.factory import state
 
 LADDER = (0.0, 1e-6, 1e-5, 1e-3)
@@ -125,7 +125,7 @@ def test_paper_role(label, role):
 def test_paper_comparison_on_bundled_demo():
     """Cross-checked against a brute-force count over whole tensors (`brute` above, a separate code path)."""
     from analysis.paper import PAPER_AGENTS, paper_comparison
-    from merging.refs import resolve
+    from merging.reading.refs import resolve
     res = analyze("demo:base", ["demo:code", "demo:tool", "demo:memory"], ladder=(1e-5,))
     cmp = paper_comparison(res).set_index("paper_agent")
     assert list(cmp.index) == ["code", "tool", "memory"]

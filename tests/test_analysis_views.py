@@ -11,8 +11,8 @@ import torch
 from analysis import tables
 from analysis.stats import analyze
 from analysis.toy import ROWS, COLS, toy_rho_lambda, toy_taus, unique_retention
-from merging import regions
-from merging.tensor_merge import merge_in_memory
+from merging.methods import regions
+from merging.engine.tensor_merge import merge_in_memory
 from tests.factory import state
 
 LADDER = (0.0, 1e-6, 1e-5, 1e-3)

@@ -240,7 +240,7 @@ def test_merge_bad_output_shows_error(env, tmp_path):
 @pytest.mark.parametrize("where", ["agent", "demo-root", "inside-base"])
 def test_overwrite_box_never_replaces_an_input(env, tmp_path, where):
     """The app checks the output with the same placement rules as the CLI, before any job starts."""
-    from merging.refs import demo_root
+    from merging.reading.refs import demo_root
     from tests.factory import checksums
 
     root = demo_root()
@@ -264,7 +264,7 @@ def jobs_running():
 
 def test_one_merge_at_a_time(env, tmp_path):
     from app import jobs
-    from merging.errors import MergeCancelled
+    from merging.common.errors import MergeCancelled
     from merging.recipe import MergeSpec
 
     started = threading.Event()
@@ -302,7 +302,7 @@ def test_cancel_from_the_ui(env, tmp_path):
     gate = threading.Event()
 
     def gated(spec, *, overwrite, counts, overlap, provenance, progress, cancel, count_progress):
-        from merging.errors import MergeCancelled
+        from merging.common.errors import MergeCancelled
 
         gate.set()
         cancel.wait(60)
@@ -575,7 +575,7 @@ def test_form_is_never_left_disabled_after_a_fast_failure(env, tmp_path):
     to redraw it. Sweep the failure time across the page's run: after every run, a disabled form must come
     with the progress panel, and the failure must end with an enabled form and one error."""
     from app import jobs
-    from merging.errors import RamStudioError
+    from merging.common.errors import RamStudioError
 
     mgr = jobs.manager()
     original = mgr.submit
@@ -825,7 +825,7 @@ def test_chart_downloads_are_named_after_chart_and_parameters(env):
 def test_mergekit_yaml_fills_the_form_and_shows_the_settings(env):
     """Issue 15: a pasted mergekit YAML fills method, parameters and models; the current settings are shown as
     YAML, or the reason they cannot be."""
-    from merging.refs import demo_root
+    from merging.reading.refs import demo_root
 
     at = new_app()
     at.switch_page("views/merge.py").run()
@@ -1062,7 +1062,7 @@ def test_overlap_panel_with_the_papers_long_names(env, tmp_path):
     RL-MemoryAgent-7B): the charts use short labels and keep the full names in their hover texts."""
     import shutil
 
-    from merging.refs import BUNDLED_DEMO_ROOT
+    from merging.reading.refs import BUNDLED_DEMO_ROOT
     from tests.make_screenshots import PAPER_NAMES
 
     folders = {k: shutil.copytree(BUNDLED_DEMO_ROOT / k, tmp_path / v) for k, v in PAPER_NAMES.items()}
@@ -1088,7 +1088,7 @@ def test_presets_on_tune_and_merge(env, tmp_path):
     import json
 
     from app import state
-    from merging.regions import lambda_for
+    from merging.methods.regions import lambda_for
 
     at = new_app().run()
     at.switch_page("views/tune.py").run()
@@ -1223,7 +1223,7 @@ def test_every_chart_with_the_papers_long_names(env, tmp_path):
     """Issue 23: with the paper's model names every chart on every page keeps short labels on its axes and in
     its legend, full names on hover, and its legend beside the plot; the rendered geometry (no overlap, titles
     not cut) is checked in chromium by tests/test_browser_charts.py."""
-    from merging.refs import BUNDLED_DEMO_ROOT
+    from merging.reading.refs import BUNDLED_DEMO_ROOT
     from tests.make_screenshots import PAPER_NAMES
 
     folders = {k: shutil.copytree(BUNDLED_DEMO_ROOT / k, tmp_path / v) for k, v in PAPER_NAMES.items()}
@@ -1290,7 +1290,7 @@ def test_tune_survival_chart_uses_the_task_arithmetic_lambda_of_the_merge_form(e
 def test_tables_fit_tensor_scope_lambda_table_and_show_path_ends(env, tmp_path):
     """Issue 23 point 9: under tensor scope Tune's 7-column λ table takes the page's width (not half of it);
     the Models page shows a long path by its end, in a column as wide as its text."""
-    from merging.refs import BUNDLED_DEMO_ROOT
+    from merging.reading.refs import BUNDLED_DEMO_ROOT
 
     at = new_app().run()
     at.switch_page("views/tune.py").run()

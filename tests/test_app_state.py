@@ -102,7 +102,7 @@ def test_choosing_models_updates_the_url(env):
 
 def gated_runner(gate: threading.Event):
     def gated(spec, *, overwrite, counts, overlap, provenance, progress, cancel, count_progress):
-        from merging.errors import MergeCancelled
+        from merging.common.errors import MergeCancelled
 
         gate.set()
         cancel.wait(60)

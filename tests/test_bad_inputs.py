@@ -317,7 +317,7 @@ def test_hub_error_messages():
     """The client's own exception types map to one actionable line each."""
     import huggingface_hub.errors as e
 
-    from merging.hub import hub_error
+    from merging.reading.hub import hub_error
 
     import importlib
 
@@ -342,7 +342,7 @@ def test_hub_connection_errors_say_what_failed(monkeypatch):
     import huggingface_hub.constants as c
     import huggingface_hub.errors as e
 
-    from merging.hub import hub_error
+    from merging.reading.hub import hub_error
 
     monkeypatch.setattr(c, "HF_HUB_OFFLINE", False)
 
@@ -410,7 +410,7 @@ def test_json_nested_100000_deep_is_one_line(capsys, family, tmp_path, where):
 def test_evaluate_refuses_a_model_that_is_not_demo_compatible(capsys, family, tmp_path, case):
     """Issue 20, 7: `evaluate` on a model that is not demo-compatible (a Qwen2.5-shaped folder) gave an
     IndexError traceback with exit 1."""
-    from merging.refs import demo_root
+    from merging.reading.refs import demo_root
 
     base, _ = family
     folder = copy_model(base, tmp_path / "qwen-shaped")

@@ -33,7 +33,7 @@ def test_quiet_and_shard_size_say_what_they_do():
 
 
 def test_demo_evaluator_prints_percent_explains_its_columns_and_keeps_stderr_clean(tmp_path):
-    from merging.refs import demo_root
+    from merging.reading.refs import demo_root
     from tests.factory import checksums
 
     folder = demo_root() / "base"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from merging.errors import RamStudioError
-from merging.refs import DEMO_SHARED_PREFIX, demo_folder, demo_names, demo_root, parse_ref, resolve
+from merging.common.errors import RamStudioError
+from merging.reading.refs import DEMO_SHARED_PREFIX, demo_folder, demo_names, demo_root, parse_ref, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 AGENTS = ("code", "tool", "memory")
@@ -49,7 +49,7 @@ def test_demo_shared_refs_name_the_shared_folder(monkeypatch: pytest.MonkeyPatch
 
 def test_library_never_imports_the_demo() -> None:
     """refs only map names to folders: importing the library's refs and CLI loads nothing from assets."""
-    code = ("import sys, merging.refs, merging.mergekit_config, ram_studio.cli; "
+    code = ("import sys, merging.reading.refs, merging.interop.mergekit, ram_studio.cli; "
             "print(sorted(m for m in sys.modules if m.startswith('assets')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

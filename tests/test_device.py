@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from ram_studio.cli import main
-from merging.device import pick_device, to_compute
-from merging.errors import RamStudioError
+from merging.common.device import pick_device, to_compute
+from merging.common.errors import RamStudioError
 
 
 def test_auto_falls_back_to_cpu_without_cuda():

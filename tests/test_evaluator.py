@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from assets.demo.evaluator import DemoEvaluator
-from merging.errors import Cancelled, RamStudioError
+from merging.common.errors import Cancelled, RamStudioError
 
 DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo"
 

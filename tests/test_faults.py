@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ram_studio.cli import main
-from merging.errors import MergeCancelled
-from merging.export import merge_to_folder
+from merging.common.errors import MergeCancelled
+from merging.merge import merge_to_folder
 from merging.recipe import MergeSpec
 
 from tests.factory import checksums
@@ -128,7 +128,7 @@ def test_cancel_from_another_thread(family, tmp_path):
 
 
 def test_write_error_midway_is_handled_like_cancel(family, tmp_path, monkeypatch, capsys):
-    import merging.writer as writer
+    import merging.writing.shards as writer
 
     calls = {"n": 0}
     original = writer.ShardSetWriter.write_at
@@ -151,7 +151,7 @@ def test_write_error_midway_is_handled_like_cancel(family, tmp_path, monkeypatch
 def test_not_enough_disk_space_detected_before_writing(family, tmp_path, monkeypatch, capsys):
     import shutil as sh
 
-    import merging.export as export
+    import merging.merge as export
 
     real = sh.disk_usage
     monkeypatch.setattr(export.shutil, "disk_usage", lambda p: real(p)._replace(free=1000))

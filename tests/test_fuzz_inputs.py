@@ -403,7 +403,7 @@ def test_fuzz_markup_escaping_shows_exactly_the_text(text):
     from markdown_it import MarkdownIt
 
     from app.markup import WORD_JOINER, md, md_code, plot_text
-    from merging.escaping import printable
+    from merging.common.escaping import printable
 
     shown = printable(text)
     parser = MarkdownIt("commonmark")

@@ -16,8 +16,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from merging.errors import Cancelled, RamStudioError
-from merging.refs import hub_repos
+from merging.common.errors import Cancelled, RamStudioError
+from merging.reading.refs import hub_repos
 from tests.app_helpers import reload_hub_client
 from tests.factory import make_agent, make_base
 from tests.hub_stand_in import StandInHub
@@ -61,7 +61,7 @@ def sha256(path: Path) -> str:
 
 
 def test_plan_says_what_is_needed_before_fetching_anything(hub):
-    from merging.hub import plan_download
+    from merging.reading.hub import plan_download
 
     plan = plan_download(hub_repos(["org/base", "org/code", "demo:base"]))
     assert [r.repo_id for r in plan.repos] == ["org/base", "org/code"]  # demo and local refs are not Hub models
@@ -75,8 +75,8 @@ def test_plan_says_what_is_needed_before_fetching_anything(hub):
 
 
 def test_download_reports_progress_and_links_a_usable_snapshot(hub):
-    from merging.checkpoint import open_checkpoint
-    from merging.hub import download, plan_download
+    from merging.reading.checkpoint import open_checkpoint
+    from merging.reading.hub import download, plan_download
 
     plan = plan_download(hub_repos(["org/base", "org/code"]))
     seen = []
@@ -103,7 +103,7 @@ def test_download_reports_progress_and_links_a_usable_snapshot(hub):
 def test_cancel_keeps_the_partial_file_and_the_next_download_resumes(hub):
     """Cancel mid-file: the partial blob stays; the next download asks for the rest with a Range request and
     receives only the missing bytes; the result is byte-identical."""
-    from merging.hub import download, plan_download
+    from merging.reading.hub import download, plan_download
 
     hub.rate = 1_000_000  # 2 MB take about 2 s
     size = len(hub.repos["org/big"].files["model.safetensors"].data)
@@ -131,7 +131,7 @@ def test_cancel_keeps_the_partial_file_and_the_next_download_resumes(hub):
 
 
 def test_a_server_that_ignores_range_or_a_damaged_partial_never_gives_a_wrong_file(hub):
-    from merging.hub import download, plan_download
+    from merging.reading.hub import download, plan_download
 
     served = hub.repos["org/big"].files["model.safetensors"]
     plan = plan_download(hub_repos(["org/big"]))
@@ -159,7 +159,7 @@ def test_a_server_that_ignores_range_or_a_damaged_partial_never_gives_a_wrong_fi
 def test_not_enough_disk_space_is_said_before_downloading(hub, monkeypatch):
     import shutil as sh
 
-    from merging.hub import download, plan_download
+    from merging.reading.hub import download, plan_download
 
     plan = plan_download(hub_repos(["org/big"]))
     real = sh.disk_usage
@@ -171,7 +171,7 @@ def test_not_enough_disk_space_is_said_before_downloading(hub, monkeypatch):
 
 
 def test_unreachable_hub_is_one_readable_line(hub):
-    from merging.hub import plan_download
+    from merging.reading.hub import plan_download
 
     hub.stop()
     with pytest.raises(RamStudioError) as err:
@@ -212,8 +212,8 @@ def test_cli_download_shows_the_plan_and_progress_and_merge_downloads_first(hub,
 def test_every_download_path_resumes(hub):
     """A model opened by the library itself (open_checkpoint: what merge_to_folder and analyze call) also goes
     through the resumable, checked download: a partial file left by a cancel is continued, not refetched."""
-    from merging.checkpoint import open_checkpoint
-    from merging.hub import download, plan_download
+    from merging.reading.checkpoint import open_checkpoint
+    from merging.reading.hub import download, plan_download
 
     hub.rate = 1_000_000
     size = len(hub.repos["org/big"].files["model.safetensors"].data)

@@ -10,7 +10,8 @@ import torch
 
 from analysis.ladder import DEFAULT_LADDER, OverlapAccumulator
 from ram_studio.cli import main
-from merging.tensor_merge import ChunkInputs, merge_in_memory
+from merging.reading.chunk_inputs import ChunkInputs
+from merging.engine.tensor_merge import merge_in_memory
 
 pytest.importorskip("numba")
 
@@ -99,7 +100,7 @@ def test_engine_outputs_identical_with_and_without_kernels(family, tmp_path, mon
 @pytest.mark.parametrize("eps", [0.0, 1e-5, 3e-4])
 def test_counting_kernel_equals_the_rule(dtype, eps):
     """The fused shared/unique counter is the rule of merging/regions.py, bit for bit."""
-    from merging import regions
+    from merging.methods import regions
     from merging.kernels import cpu
 
     base, taus = inputs(2)
@@ -112,8 +113,8 @@ def test_counting_kernel_equals_the_rule(dtype, eps):
 
 def test_counting_pass_is_the_same_on_both_paths(family, monkeypatch):
     """The global-ρ counting pass gives the same counts through the kernels and through torch."""
-    from merging.checkpoint import open_checkpoint
-    from merging.counts import count_overlaps
+    from merging.reading.checkpoint import open_checkpoint
+    from merging.engine.counts import count_overlaps
 
     base, agents = family
     got = []
@@ -128,8 +129,8 @@ def test_counting_pass_is_the_same_on_both_paths(family, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
 def test_output_checks_agree_with_and_without_kernels(dtype):
     """The non-finite scan and the change detector give the same answers through numba and numpy."""
-    from merging.errors import RamStudioError
-    from merging.output_check import OutputGuard
+    from merging.common.errors import RamStudioError
+    from merging.writing.output_check import OutputGuard
 
     base = torch.tensor([0.0, -0.0, 1.5, -2.0], dtype=dtype)
     for out, changed in ((base.clone(), False), (-base, True), (torch.tensor([-0.0, 0.0, 1.5, -2.0], dtype=dtype), False)):
@@ -228,8 +229,8 @@ def test_a_kernel_made_ready_once_is_waited_for_by_the_next_process(tmp_path, mo
 def test_a_merge_without_passes_switches_to_the_kernels_within_a_tensor(family, tmp_path, monkeypatch):
     """Kernels that become ready while the first tensor is being merged are used from its next chunk on
     (a merge without passes has no state across chunks); the output is the same, bit for bit."""
-    import merging.engine as engine
-    from merging.export import merge_to_folder
+    import merging.engine.loop as engine
+    from merging.merge import merge_to_folder
     from merging.recipe import MergeSpec
 
     base, agents = family

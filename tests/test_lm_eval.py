@@ -16,7 +16,7 @@ pytest.importorskip("lm_eval")
 
 from assets.demo.evaluator import DemoEvaluator  # noqa: E402
 from evaluation.lm_eval_backend import LmEvalEvaluator  # noqa: E402
-from merging.errors import Cancelled, RamStudioError  # noqa: E402
+from merging.common.errors import Cancelled, RamStudioError
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS_DIR = ROOT / "assets" / "demo" / "lm_eval_tasks"

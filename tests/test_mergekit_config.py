@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from merging.errors import RamStudioError
-from merging.mergekit_config import parse_mergekit_yaml, read_mergekit_yaml
+from merging.common.errors import RamStudioError
+from merging.interop.mergekit import parse_mergekit_yaml, read_mergekit_yaml
 from ram_studio.cli import main
 
 
@@ -224,7 +224,7 @@ def test_hand_written_scientific_notation_is_read_as_mergekit_reads_it(family, t
 def test_numbers_in_strings_follow_pydantic(family, value):
     """Every string mergekit's pydantic float accepts is accepted with the same value (non-finite ones are then
     refused, as RAM Studio needs a number); every string it refuses is refused."""
-    from merging.errors import RamStudioError
+    from merging.common.errors import RamStudioError
 
     base, agents = family
     doc = {"merge_method": "task_arithmetic", "base_model": str(base),

@@ -4,9 +4,9 @@ import torch
 
 from merging.methods.dare import drop_and_rescale
 from merging.methods.base import ChunkContext
-from merging.regions import lambda_for, rho
-from merging import regions
-from merging.tensor_merge import merge_in_memory
+from merging.methods.regions import lambda_for, rho
+from merging.methods import regions
+from merging.engine.tensor_merge import merge_in_memory
 
 TINY = 2.0 ** -20
 A = torch.tensor([

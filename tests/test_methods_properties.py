@@ -3,10 +3,10 @@ chunked = unchunked bit for bit, global vs tensor-local ρ on a crafted case, DA
 import pytest
 import torch
 
-from merging.errors import RamStudioError
+from merging.common.errors import RamStudioError
 from merging.methods import get_method
-from merging import regions
-from merging.tensor_merge import merge_in_memory
+from merging.methods import regions
+from merging.engine.tensor_merge import merge_in_memory
 
 ALL = ["average", "task_arithmetic", "ties", "dare_ta", "dare_ties", "ram", "ram_plus", "ram_plus_soft"]
 

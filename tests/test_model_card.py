@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from huggingface_hub import ModelCard, ModelCardData
 
-from merging.model_card import check_card_metadata, hub_ids, render_card
+from merging.writing.model_card import check_card_metadata, hub_ids, render_card
 from merging.recipe import MergeSpec
 
 

@@ -229,8 +229,8 @@ def test_the_pass_reads_each_input_once(models, monkeypatch, path):
     is read exactly once (by the chunk reader's preadv), and nothing reads tensors another way."""
     import os
 
-    from merging import checkpoint
-    from merging.safetensors_header import read_header
+    from merging.reading import checkpoint
+    from merging.reading.safetensors_header import read_header
 
     for k, v in PATHS[path].items():
         monkeypatch.setenv(k, v)
@@ -309,7 +309,7 @@ def test_card_escapes_agent_names():
     """Agent names come from folder names: in the card they are text, never links, HTML or table cells."""
     from markdown_it import MarkdownIt
 
-    from merging.escaping import WORD_JOINER
+    from merging.common.escaping import WORD_JOINER
 
     for name, shown in (("a|b](http://x)<img>`c`", "a|b](http://x)<img>`c`"), ("evil\x1b[31m $x$", "evil\\x1b[31m $x$"),
                         ("www.evil.example", "www.evil.example")):

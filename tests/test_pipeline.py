@@ -12,11 +12,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from merging.checkpoint import open_checkpoint
-from merging.device import Lanes
+from merging.reading.checkpoint import open_checkpoint
+from merging.common.device import Lanes
 from merging.kernels import wait_ready
-from merging.stream import BufferPool, ChunkReader, row_spans
-from merging.writer import PlannedTensor, ShardSetWriter, plan_shards
+from merging.reading.chunks import BufferPool, ChunkReader, row_spans
+from merging.writing.shards import PlannedTensor, ShardSetWriter, plan_shards
 from ram_studio.cli import main
 from tests.factory import make_agent, make_base, state
 
@@ -52,7 +52,7 @@ def test_reader_threads_and_chunks_never_change_outputs_or_fingerprints(family, 
 def test_gpu_path_on_the_cpu_gives_the_kernels_bits(family, tmp_path, monkeypatch, method, extra, assemble):
     """The torch path as it runs on a GPU (RAM_STUDIO_GPU_STYLE=1): output checks on the device, writes
     after the copy-out, whole tensors assembled for methods with passes (or not, with no room)."""
-    from merging.tensor_merge import ChunkInputs
+    from merging.reading.chunk_inputs import ChunkInputs
 
     ref = merged(family, tmp_path / "kernels", method, extra, 500)
     assembled = []
@@ -69,7 +69,7 @@ def test_gpu_path_on_the_cpu_gives_the_kernels_bits(family, tmp_path, monkeypatc
 
 def test_gpu_style_analysis_and_counts_equal_the_kernels(family, monkeypatch):
     from analysis.stats import analyze
-    from merging.counts import count_overlaps
+    from merging.engine.counts import count_overlaps
 
     base, agents = family
     models = [open_checkpoint(base), *map(open_checkpoint, agents)]

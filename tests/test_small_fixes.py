@@ -36,9 +36,9 @@ def test_merged_models_folder_is_ignored_by_git():
 
 
 def test_a_symlinked_model_folder_is_labelled_with_the_name_typed(family, tmp_path):
-    from merging.checkpoint import open_checkpoint
-    from merging.compat import ModelHeaders, check_compatibility
-    from merging.refs import parse_ref
+    from merging.reading.checkpoint import open_checkpoint
+    from merging.reading.compat import ModelHeaders, check_compatibility
+    from merging.reading.refs import parse_ref
 
     base, agents = family
     link = tmp_path / "Qwen2.5-7B-Instruct-ToolRL-grpo-cold"

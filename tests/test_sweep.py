@@ -23,7 +23,7 @@ from evaluation.executors import LocalExecutor
 from evaluation.grid import Candidate, Ref, grids_from_yaml, parse_try, stages
 from evaluation.store import ScoreStore
 from evaluation.sweep import Entry, SweepSpec, run_sweep, select
-from merging.errors import Cancelled, RamStudioError
+from merging.common.errors import Cancelled, RamStudioError
 from ram_studio.cli import main
 
 REPO = Path(__file__).resolve().parent.parent

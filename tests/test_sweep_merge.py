@@ -9,7 +9,7 @@ import torch
 
 from evaluation import candidates as cand
 from evaluation.candidates import CandidateInputs
-from merging.errors import RamStudioError
+from merging.common.errors import RamStudioError
 from merging.methods import METHODS
 from ram_studio.cli import main, param_flags
 
@@ -105,7 +105,7 @@ def test_resident_inputs_are_never_changed(tmp_path):
     for widen in (False, True):
         ins = CandidateInputs(DEMO_REFS[0], DEMO_REFS[1:], mode="resident")
         if widen:  # float32 on the compute device, as on a GPU
-            from merging.resident import ResidentReader
+            from merging.reading.resident import ResidentReader
 
             ins.reader = ResidentReader(ins.base, ins.agents, device=ins.device, widen=True)
         module = load(DEMO / "base")
@@ -120,7 +120,7 @@ def test_gpu_style_torch_path_matches(cli_demo, monkeypatch):
     """The code a GPU runs (torch ops, float32 resident inputs, whole tensors assembled) on the CPU."""
     monkeypatch.setenv("RAM_STUDIO_KERNELS", "torch")
     monkeypatch.setenv("RAM_STUDIO_GPU_STYLE", "1")
-    from merging.resident import ResidentReader
+    from merging.reading.resident import ResidentReader
 
     ins = CandidateInputs(DEMO_REFS[0], DEMO_REFS[1:], mode="resident")
     ins.reader = ResidentReader(ins.base, ins.agents, device=ins.device, widen=True)

@@ -16,8 +16,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from merging.errors import RamStudioError
-from merging.placement import FolderTarget, commit, rename_no_replace
+from merging.common.errors import RamStudioError
+from merging.writing.placement import FolderTarget, commit, rename_no_replace
 from ram_studio.cli import main
 from tests.factory import checksums, join_safetensors, split_safetensors, state
 
@@ -148,7 +148,7 @@ def test_output_never_goes_inside_another_model_folder(capsys, models, tmp_path)
 
 
 def test_suggested_output_names_are_distinct_and_clean():
-    from merging.placement import suggest_output_name
+    from merging.writing.placement import suggest_output_name
 
     a = {"base": "/tmp/x/base", "agents": ["a", "b"], "method": "ram_plus", "params": {"r": 0.1}}
     name = suggest_output_name("/tmp/x/base", a)
@@ -304,7 +304,7 @@ def test_byte_identical_agent_under_another_path_is_refused(capsys, models, tmp_
 
 def test_fp32_agent_with_smaller_vocabulary_is_taken_at_full_precision(capsys, family, tmp_path):
     """τ comes from the stored float32 values even where the rows are padded with a bf16 base's."""
-    from merging.tensor_merge import merge_in_memory
+    from merging.engine.tensor_merge import merge_in_memory
 
     base, agents = family
     b = state(base)
@@ -406,7 +406,7 @@ def test_run_refuses_inputs_whose_content_changed(capsys, models, tmp_path):
 
 def test_run_refuses_a_changed_header_before_any_work(capsys, models, tmp_path, monkeypatch):
     """Sizes and header hashes are compared before anything is read; contents once they are read."""
-    import merging.export as export
+    import merging.merge as export
 
     base, agents = models
     out = tmp_path / "first"
@@ -647,8 +647,8 @@ def test_hard_links_bring_nothing_in(capsys, models, tmp_path):
 def test_side_files_are_checked_before_any_work(capsys, models, tmp_path, monkeypatch, kind):
     """Issue 20, 8: a side file that may not be copied (a FIFO, a link out, an oversized file) was found only
     after the whole merge ran. It is refused before any tensor is read."""
-    import merging.export as export
-    import merging.side_files as side_files
+    import merging.merge as export
+    import merging.writing.side_files as side_files
 
     base, agents = models
     target = base / "chat_template.jinja"
@@ -674,9 +674,9 @@ def test_downloads_read_what_the_merge_wrote_never_the_path_again(models, tmp_pa
     import io
     import zipfile
 
-    from merging.export import merge_to_folder
+    from merging.merge import merge_to_folder
     from merging.recipe import MergeSpec
-    from merging.written import read_bytes, zip_bytes
+    from merging.writing.written import read_bytes, zip_bytes
 
     base, agents = models
     out = tmp_path / "merged"
@@ -718,7 +718,7 @@ def test_an_input_that_looks_like_a_stale_partial_is_never_deleted(capsys, model
     Only a leftover holding our marker, naming this target, host and a dead process, and holding no input, goes."""
     import socket
 
-    from merging.placement import PARTIAL_MARKER
+    from merging.writing.placement import PARTIAL_MARKER
 
     base, agents = models
     dead = _dead_pid()
@@ -903,8 +903,8 @@ def test_csv_cells_never_run_as_formulas(capsys, tmp_path):
 def test_a_recipe_with_a_million_agents_is_refused_before_anything_is_opened(capsys, models, tmp_path, monkeypatch):
     """Issue 20, 5: a recipe with 10^5 agents was refused after 145 s (quadratic); one with 10^6 (14.9 MB, under
     the size cap) ran for 25 minutes. The agent count is checked first, before any model is looked at."""
-    import merging.checkpoint as checkpoint
-    import merging.refs as refs
+    import merging.reading.checkpoint as checkpoint
+    import merging.reading.refs as refs
 
     base, agents = models
     out = tmp_path / "m"
@@ -929,7 +929,7 @@ def test_a_recipe_with_a_million_agents_is_refused_before_anything_is_opened(cap
 def test_every_written_dtype_is_checked_finite_and_changed(capsys, tmp_path, dtype):
     """Issue 20, 6: the finite and "changed" checks skipped F8_E4M3/F8_E5M2: `--lambda 1e6` wrote Inf with
     exit 0, a real fp8 merge was refused as "changes nothing", and --allow-noop died with KeyError after writing."""
-    from merging.dtypes import ST_TO_TORCH
+    from merging.common.dtypes import ST_TO_TORCH
 
     folders = _hostile_family(tmp_path / "in", names=["model.layers.0.mlp.up_proj.weight", "model.norm.weight"],
                               dtype=ST_TO_TORCH[dtype])
@@ -1026,7 +1026,7 @@ def test_same_models_under_any_spelling_give_byte_identical_merges(capsys, tmp_p
     `assets/demo/models/code` and `./assets/demo/models/code/` gave three different merges. Now by position."""
     import hashlib
 
-    from merging.refs import demo_root
+    from merging.reading.refs import demo_root
 
     demo = demo_root()
     names = ["code", "tool", "memory"]
@@ -1061,7 +1061,7 @@ def test_an_analysis_of_very_many_tensors_says_its_cost_before_it_starts(tmp_pat
     from safetensors.torch import save_file
 
     from analysis import stats
-    from merging.checkpoint import open_checkpoint
+    from merging.reading.checkpoint import open_checkpoint
 
     g = torch.Generator().manual_seed(0)
     folders = []

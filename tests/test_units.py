@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from merging.errors import RamStudioError
-from merging.units import format_bytes, format_seconds, parse_size
+from merging.common.errors import RamStudioError
+from merging.common.units import format_bytes, format_seconds, parse_size
 
 
 @pytest.mark.parametrize("n, text", [

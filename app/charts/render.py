@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from merging.escaping import csv_bytes
+from merging.common.escaping import csv_bytes
 
 from .base import (eps_label, EXPORT_SCALE, EXPORT_WIDTH, FIG_FORMAT_KEY, FIG_FORMATS, label, NEUTRAL,
                    short_labels, wrap)

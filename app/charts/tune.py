@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from merging import regions
+from merging.methods import regions
 
 from .base import (agent_axis, agent_colors, agent_names, agent_ticks, decades, label, labels, LAMBDA_FLOOR,
                    lambda_top, _layout, log_ticks, NEUTRAL, _subplot_titles, tick_label)

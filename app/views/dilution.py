@@ -13,9 +13,9 @@ from analysis import tables
 from analysis.toy import COLS, ROWS, TOY_EPS, toy_rho_lambda, toy_taus, unique_retention
 from app import charts, jobs, state
 from app.markup import md
-from merging.errors import RamStudioError
-from merging.tensor_merge import merge_in_memory
-from merging.units import format_seconds
+from merging.common.errors import RamStudioError
+from merging.engine.tensor_merge import merge_in_memory
+from merging.common.units import format_seconds
 
 FIG3_JOB = "fig3_task"
 

@@ -11,7 +11,7 @@ import streamlit as st
 from analysis import agreement, paper, tables
 from app import charts, state
 from app.tables import fitted_columns
-from merging.escaping import csv_bytes
+from merging.common.escaping import csv_bytes
 
 st.title("Heterogeneity")
 st.markdown("RL fine-tuning often changes only part of the parameters, and agents differ in how many and which. "

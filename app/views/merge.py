@@ -14,14 +14,14 @@ from app.forms import DTYPES, OUT_CUSTOM, SHARD_SIZES, fill_merge_form, param_ke
 from app.mergekit_panel import mergekit_panel
 from app.markup import md, md_code
 from app.tables import fitted_columns
-from merging.compat import POLICIES, POLICY_HELP
-from merging.errors import RamStudioError
+from merging.reading.compat import POLICIES, POLICY_HELP
+from merging.common.errors import RamStudioError
 from merging.methods import METHODS, get_method
-from merging.presets import provenance as preset_provenance
+from merging.methods.presets import provenance as preset_provenance
 from merging.recipe import MergeSpec
-from merging.units import format_bytes, format_seconds
-from merging.written import read_bytes as read_written
-from merging.written import zip_bytes as zip_written
+from merging.common.units import format_bytes, format_seconds
+from merging.writing.written import read_bytes as read_written
+from merging.writing.written import zip_bytes as zip_written
 
 JOB_KEY = "merge_job"
 START_ERROR_KEY = "merge_start_error"
@@ -38,8 +38,8 @@ def default_method(p: dict) -> str:
 
 def default_out(sel: state.Selection, method: str, params: dict, dtype: str | None, policy: str) -> str:
     """./merged-models/<base>-<method>-<hash of the settings>: one folder per distinct merge."""
-    from merging.placement import suggest_output_name
-    from merging.refs import parse_ref
+    from merging.writing.placement import suggest_output_name
+    from merging.reading.refs import parse_ref
 
     try:
         label = sel.demo_trio.rstrip(":") if sel.is_demo else parse_ref(sel.base).label
@@ -91,8 +91,8 @@ def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
 def start(sel: state.Selection, method: str, params: dict, out: str, shard: str, dtype: str | None,
           overwrite: bool, policy: str = "error") -> None:
     """Validate (parameters and the output placement rules), then hand the merge to the job manager."""
-    from merging.placement import check_output_folder, input_folders
-    from merging.side_files import is_side_file
+    from merging.writing.placement import check_output_folder, input_folders
+    from merging.writing.side_files import is_side_file
 
     get_method(method).resolve_params(params)  # readable error for a bad value, before any thread starts
     target = check_output_folder(out, input_folders([sel.base, *sel.agents]), overwrite=overwrite,

@@ -8,10 +8,10 @@ import streamlit as st
 from app import state
 from app.markup import md, md_code
 from app.tables import fitted_columns, path_end
-from merging.compat import ModelHeaders, check_compatibility, estimate_bytes
-from merging.errors import RamStudioError, printable
-from merging.refs import DEMO_PREFIX, DEMO_SHARED_PREFIX, demo_names, parse_ref
-from merging.units import format_bytes, format_seconds
+from merging.reading.compat import ModelHeaders, check_compatibility, estimate_bytes
+from merging.common.errors import RamStudioError, printable
+from merging.reading.refs import DEMO_PREFIX, DEMO_SHARED_PREFIX, demo_names, parse_ref
+from merging.common.units import format_bytes, format_seconds
 
 # Throughput assumptions for the estimate (shown to the user next to the numbers).
 DOWNLOAD_BPS = 50e6
@@ -25,8 +25,8 @@ SOURCES = [*DEMO_SOURCES, *state.PRESETS, "Custom: local folders or Hub ids"]
 @st.cache_data(show_spinner=False, ttl=900, max_entries=64)
 def headers_for(ref: str) -> tuple[ModelHeaders, str, bool]:
     """Headers of one model without reading weights: (headers, kind, needs_download)."""
-    from merging.checkpoint import open_checkpoint
-    from merging.hub import remote_headers
+    from merging.reading.checkpoint import open_checkpoint
+    from merging.reading.hub import remote_headers
 
     r = parse_ref(ref)
     if r.kind != "hub":
@@ -67,7 +67,7 @@ def approx(seconds: float) -> str:
 
 def mismatch_report(rep) -> None:
     """What differs from the base, headlined by what it means, and what the 'base' policy would cost."""
-    from merging.compat import MAX_DROPPED_SHARE, layout_hints
+    from merging.reading.compat import MAX_DROPPED_SHARE, layout_hints
 
     mm = rep.mismatches_frame()
     dupes = mm[mm["kind"] == "duplicate"]

@@ -13,9 +13,9 @@ from app.sweep_results import entries_frame, results
 from app.tables import fitted_columns
 from evaluation.grid import Grid, grids_from_yaml, parse_try, stages
 from evaluation.sweep import SweepResult
-from merging.errors import RamStudioError, printable
+from merging.common.errors import RamStudioError, printable
 from merging.methods import METHODS, get_method
-from merging.units import format_seconds
+from merging.common.units import format_seconds
 
 JOB_KEY = "sweep_job"
 GRIDS_KEY = "sweep_grids"  # the grids, in the --try form
@@ -189,7 +189,7 @@ def evaluator_section(sel: state.Selection, disabled: bool):
         return None, limit
     from assets.demo.evaluate import suite_of_folder
     from assets.demo.evaluator import DemoEvaluator
-    from merging.refs import resolve
+    from merging.reading.refs import resolve
 
     try:
         suite = suite_of_folder(resolve(sel.base, download=False))

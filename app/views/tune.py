@@ -9,11 +9,11 @@ import pandas as pd
 import streamlit as st
 
 from analysis import tables
-from merging import regions
-from merging.errors import RamStudioError, printable
+from merging.methods import regions
+from merging.common.errors import RamStudioError, printable
 from merging.methods import get_method
-from merging.escaping import csv_bytes
-from merging.units import format_seconds
+from merging.common.escaping import csv_bytes
+from merging.common.units import format_seconds
 from app import charts, jobs, presets, state
 from app.markup import md
 

@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from merging.errors import Cancelled
+from merging.common.errors import Cancelled
 
 from .generation import greedy_texts
 from .modeling import load_checkpoint
@@ -253,8 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     out = None
     if args.json_path:
-        from merging.errors import RamStudioError
-        from merging.placement import check_output_file, protected_paths
+        from merging.common.errors import RamStudioError
+        from merging.writing.placement import check_output_file, protected_paths
 
         try:
             out = check_output_file(args.json_path, protected_paths([(args.model, Path(args.model))]),
@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if column in shown.columns:
             print(f"{column}: {note}")
     if out is not None:
-        from merging.placement import write_file_atomically
+        from merging.writing.placement import write_file_atomically
 
         payload = {"model": str(args.model), "split": args.split, "suite": suite.name,
                    "results": df.to_dict("records"), "summary": summary_row(df)}

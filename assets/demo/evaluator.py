@@ -12,7 +12,7 @@ import pandas as pd
 
 from evaluation.base import EvalProgress, LoadedModel, Scores
 from evaluation.quiet import quiet_libraries
-from merging.errors import RamStudioError, first_line
+from merging.common.errors import RamStudioError, first_line
 
 from .tasks import DEMO_SUITE, TaskSuite
 
@@ -123,7 +123,7 @@ def measure_on_demo(base: str, agents: list[str], candidates: list, split: str =
     settings A and B): evaluation.sweep.measure's entries, in the order given."""
     from evaluation.executors import LocalExecutor
     from evaluation.sweep import SweepSpec, measure
-    from merging.refs import resolve
+    from merging.reading.refs import resolve
 
     from .evaluate import suite_of_folder
 

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from merging.regions import chance_unique_share
+from merging.methods.regions import chance_unique_share
 
 from .evaluate import evaluate_loaded
 from .modeling import TOKENIZER_CORPUS, build_tokenizer, load_checkpoint, new_model, save_checkpoint

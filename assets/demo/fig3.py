@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from merging.errors import Cancelled
+from merging.common.errors import Cancelled
 
 from . import evaluate
 from .table1 import AGENTS, DEMO_DIR, trio_name
@@ -66,8 +66,8 @@ def estimate_seconds(n_agents: int, params: int, bytes_per_model: int, examples_
 
 def plan(agents: Sequence[str]) -> list[tuple[int, str, bool]]:
     """(agent index, label, dilute) for every merge of the experiment, agents given as references."""
-    from merging.checkpoint import unique_labels
-    from merging.refs import parse_ref
+    from merging.reading.checkpoint import unique_labels
+    from merging.reading.refs import parse_ref
 
     labels = unique_labels([parse_ref(a).label for a in agents])
     return [(i, label, dilute) for i, label in enumerate(labels) for dilute in (False, True)]
@@ -105,7 +105,7 @@ def reference_rows(accuracy_csv: Path, labels: Sequence[str], own: dict[str, lis
 def estimate(base: str, agents: Sequence[str], references_known: bool) -> tuple[float, int]:
     """(seconds, parameters per model) of the experiment on these models, from their headers only (nothing is
     read or downloaded); raises RamStudioError when a model is not readable here."""
-    from merging.checkpoint import open_checkpoint
+    from merging.reading.checkpoint import open_checkpoint
 
     sizes = []
     for ref in (base, *agents):
@@ -134,9 +134,9 @@ def run_experiment(base: str, agents: Sequence[str], *, tasks: dict[str, list[st
     tasks and their own unless `references` (their rows) is given. Progress is counted in finished steps (a
     merge reports its own fraction) through `step`; `cancel` stops at the next merge chunk or between
     evaluations (Cancelled), and the temporary models are deleted either way. Returns COLUMNS rows."""
-    from merging.export import merge_to_folder
+    from merging.merge import merge_to_folder
     from merging.recipe import MergeSpec
-    from merging.refs import resolve
+    from merging.reading.refs import resolve
 
     merges = plan(agents)
     labels = labels_of(agents)

@@ -1,7 +1,7 @@
 """Task-vector statistics of the demo agents, computed with the library's streaming analysis.
 
 The shared / unique rule and the chance yardstick live once, in the library (`analysis.stats.analyze`,
-`analysis.tables.unique_vs_chance`, `overlap_distribution`, `rho_table`; `merging.regions.chance_unique_share`:
+`analysis.tables.unique_vs_chance`, `overlap_distribution`, `rho_table`; `merging.methods.regions.chance_unique_share`:
 if agents with densities d_1 … d_N changed independent random sets of elements, agent i's unique share
 of its changed elements would be Π_{j≠i} (1 − d_j)); this module only arranges their output into the
 demo's tables.
@@ -17,7 +17,7 @@ import pandas as pd
 from analysis import tables
 from analysis.paper import PAPER_AGENTS
 from analysis.stats import AnalysisResult, analyze as _library_analyze
-from merging.regions import chance_unique_share
+from merging.methods.regions import chance_unique_share
 
 LADDER: tuple[float, ...] = (0.0, 1e-6, 1e-5, 1e-4, 1e-3)
 PAPER_EPS = 1e-5

@@ -2,7 +2,7 @@
 (the YAML's, else the declared default), the models and the output options.
 
 The app's Merge page loads a pasted or uploaded config with it (the page only writes the values into its
-widgets); the parsing, its bounds and its checks are merging.mergekit_config's, shared with `ram-studio run`."""
+widgets); the parsing, its bounds and its checks are merging.interop.mergekit's, shared with `ram-studio run`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,7 +38,7 @@ def form_values(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
 def read_mergekit_form(text: str) -> MergeForm:
     """Parse and check a mergekit YAML config (RamStudioError with one readable line when it is not one RAM
     Studio can run) and translate it into form values."""
-    from merging.mergekit_config import parse_mergekit_yaml
+    from merging.interop.mergekit import parse_mergekit_yaml
 
     spec = parse_mergekit_yaml(text)
     return MergeForm(spec, form_values(spec.method, spec.params))

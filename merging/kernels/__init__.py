@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Iterable
 
-from .marker import marker_path
+from merging.kernels.marker import marker_path
 
 # numba is a dependency, but the torch path keeps everything working without it. Looking it up is
 # cheap; importing it (a few tenths of a second) happens on the warm-up thread.
@@ -81,7 +81,7 @@ class _Warmup:
     def _run(self) -> None:
         start = time.perf_counter()
         try:
-            from . import cpu
+            from merging.kernels import cpu
 
             while True:
                 with self._lock:

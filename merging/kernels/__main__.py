@@ -3,7 +3,7 @@ no run ever uses the slower torch path while numba compiles in the background.""
 import sys
 import time
 
-from . import kernels_enabled, wait_ready, warmup_log
+from merging.kernels import kernels_enabled, wait_ready, warmup_log
 
 if not kernels_enabled():
     print("numba kernels are disabled or numba is missing; nothing to compile.")

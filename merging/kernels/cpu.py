@@ -659,7 +659,7 @@ def warm(name: str, dtype: str) -> bool:
 
 def mark_cached(dtype: str, kernel: str | None = None) -> None:
     """Note that every kernel of `dtype` (or the one `kernel`) is in numba's cache (see merging.kernels.prepare)."""
-    from .marker import marker_path
+    from merging.kernels.marker import marker_path
 
     try:
         path = marker_path(dtype, kernel)

@@ -6,8 +6,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import RamStudioError
-from .params import Param, finite_in_float32
+from merging.common.errors import RamStudioError
+from merging.methods.params import Param, finite_in_float32
 
 
 def agent_seed_keys(n_agents: int) -> tuple[str, ...]:

@@ -17,11 +17,11 @@ import hashlib
 import numpy as np
 import torch
 
-from ..regions import f32
-from .base import ChunkContext, MergeMethod
-from .params import LAMBDA, Param
-from .registry import register
-from .ties import elect_and_mean
+from merging.methods.regions import f32
+from merging.methods.base import ChunkContext, MergeMethod
+from merging.methods.params import LAMBDA, Param
+from merging.methods.registry import register
+from merging.methods.ties import elect_and_mean
 
 _M1 = -4658895280553007687  # 0xbf58476d1ce4e5b9 as signed int64 (splitmix64 constants)
 _M2 = -7723592293110705685  # 0x94d049bb133111eb
@@ -69,7 +69,7 @@ def dare_ties(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
 
 def _fused(ties_mode: bool):
     def run(base, agents, ctx: ChunkContext, out, peak) -> None:
-        from ..kernels import cpu
+        from merging.kernels import cpu
 
         p = ctx.params["drop_rate"]
         keys = np.array([stream_key(ctx.params["seed"], k, ctx.tensor) for k in ctx.agent_keys], np.uint64)

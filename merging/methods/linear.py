@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..regions import f32
-from .base import ChunkContext, MergeMethod
-from .params import LAMBDA
-from .registry import register
+from merging.methods.regions import f32
+from merging.methods.base import ChunkContext, MergeMethod
+from merging.methods.params import LAMBDA
+from merging.methods.registry import register
 
 
 def task_arithmetic(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
@@ -21,13 +21,13 @@ def average(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
 
 
 def _fused_ta(base, agents, ctx: ChunkContext, out, peak) -> None:
-    from ..kernels import cpu
+    from merging.kernels import cpu
 
     cpu.linear(base, agents, np.float32(ctx.params["lambda"]), out, peak)
 
 
 def _fused_average(base, agents, ctx: ChunkContext, out, peak) -> None:
-    from ..kernels import cpu
+    from merging.kernels import cpu
 
     cpu.linear(base, agents, np.float32(1.0 / len(agents)), out, peak)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RamStudioError
+from merging.common.errors import RamStudioError
 
 KINDS = (float, int, str, bool)
 

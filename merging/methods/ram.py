@@ -4,7 +4,7 @@ Choices where public implementations differ (see README "Methods, and where our 
 - ε is compared as |τ| > ε in float32, τ computed in float32 from the stored dtype (paper, Eq. 1).
 - ρ_t is counted over the whole model by default (`rho_scope="global"`, the paper); `"tensor"` counts
   per tensor like mergekit's `ramplus_tl`.
-- λ_t edge cases (no change; unique_t = 0) follow `merging.regions.lambda_for`.
+- λ_t edge cases (no change; unique_t = 0) follow `merging.methods.regions.lambda_for`.
 """
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import regions
-from .base import ChunkContext, MergeMethod, TensorPass
-from .params import EPS, Param
-from .registry import register
+from merging.methods import regions
+from merging.methods.base import ChunkContext, MergeMethod, TensorPass
+from merging.methods.params import EPS, Param
+from merging.methods.registry import register
 
 SCOPES = ("global", "tensor")
 
@@ -46,7 +46,7 @@ def _count_pass(rule: str) -> TensorPass:
         ctx.state["counts"] = total
 
     def fused_reduce(base, agents, ctx: ChunkContext) -> torch.Tensor:
-        from ..kernels import cpu
+        from merging.kernels import cpu
 
         return torch.from_numpy(cpu.overlap_counts(base, agents, np.float32(ctx.params["eps"]), cpu.parts(base.size)))
 
@@ -66,7 +66,7 @@ def _merge(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
 
 def _fused(base, agents, ctx: ChunkContext, out, peak) -> None:
     """The same merge through the fused CPU kernel."""
-    from ..kernels import cpu
+    from merging.kernels import cpu
 
     lam = _scales(ctx)
     lam32 = lam.numpy().astype(np.float32) if lam is not None else np.ones(len(agents), np.float32)

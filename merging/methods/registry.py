@@ -1,9 +1,9 @@
 """The method registry: every merge method registers itself by name, like mergekit's registry."""
 from __future__ import annotations
 
-from ..errors import RamStudioError
-from .base import MergeMethod
-from .params import Param
+from merging.common.errors import RamStudioError
+from merging.methods.base import MergeMethod
+from merging.methods.params import Param
 
 METHODS: dict[str, MergeMethod] = {}
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..regions import f32
-from .base import ChunkContext, MergeMethod, TensorPass
-from .params import LAMBDA, Param
-from .registry import register
+from merging.methods.regions import f32
+from merging.methods.base import ChunkContext, MergeMethod, TensorPass
+from merging.methods.params import LAMBDA, Param
+from merging.methods.registry import register
 
 _HI = 1 << 15  # |τ| has its sign bit clear, so the high 16 bits of its float32 pattern are < 2^15
 _LO = 1 << 16
@@ -111,14 +111,14 @@ def ties(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:
 
 
 def _fused_coarse(base, agents, ctx: ChunkContext) -> torch.Tensor:
-    from ..kernels import cpu
+    from merging.kernels import cpu
 
     dummy = np.zeros(len(agents), np.int32)
     return torch.from_numpy(cpu.abs_bits_histogram(base, agents, False, dummy, cpu.hist_parts(base.size)).sum(0))
 
 
 def _fused_fine(base, agents, ctx: ChunkContext) -> torch.Tensor:
-    from ..kernels import cpu
+    from merging.kernels import cpu
 
     his = np.array([h if h is not None else -1 for h, _ in ctx.state["hi"]], np.int32)
     parts = cpu.abs_bits_histogram(base, agents, True, his, cpu.hist_parts(base.size))
@@ -130,7 +130,7 @@ def _fused_fine(base, agents, ctx: ChunkContext) -> torch.Tensor:
 
 def _fused(base, agents, ctx: ChunkContext, out, peak) -> None:
     """TIES through the kernel; 'keep all' / 'keep none' become thresholds no bit pattern can cross."""
-    from ..kernels import cpu
+    from merging.kernels import cpu
 
     n, k = len(agents), ctx.state["k"]
     parts = ctx.state.get("fine_parts", {}).pop(ctx.offset, None)

@@ -5,11 +5,11 @@ from typing import Any
 
 import torch
 
-from .. import regions
-from ..errors import RamStudioError
-from .base import ChunkContext, MergeMethod
-from .params import EPS, Param
-from .registry import register
+from merging.methods import regions
+from merging.common.errors import RamStudioError
+from merging.methods.base import ChunkContext, MergeMethod
+from merging.methods.params import EPS, Param
+from merging.methods.registry import register
 
 
 def unique_only(taus: torch.Tensor, ctx: ChunkContext) -> torch.Tensor:

@@ -1,11 +1,11 @@
 """Upload a finished merge to the Hugging Face Hub: exactly the files the merge wrote, each checked as it is sent.
 
 The app's Merge page calls it from its push form. The token is used for this one call and never stored or
-shown; the client's errors become one readable line (merging.hub.hub_error)."""
+shown; the client's errors become one readable line (merging.reading.hub.hub_error)."""
 from __future__ import annotations
 
-from merging.errors import RamStudioError
-from merging.written import WrittenFolder, open_file
+from merging.common.errors import RamStudioError
+from merging.writing.written import WrittenFolder, open_file
 
 COMMIT_MESSAGE = "Upload merge from RAM Studio"
 
@@ -31,7 +31,7 @@ def upload(written: WrittenFolder, repo: str, private: bool, token: str | None) 
         info = api.create_commit(repo, [hf.CommitOperationAdd(f.name, h) for f, h in zip(written.files, handles)],
                                  commit_message=COMMIT_MESSAGE)
     except Exception as exc:  # noqa: BLE001 — the client's errors never contain the token; one line
-        from merging.hub import hub_error
+        from merging.reading.hub import hub_error
 
         raise hub_error(repo, None, exc) from None
     finally:

@@ -4,7 +4,7 @@ Usage: python -m tests.benchmarks.bit_identity OUT.json [--set05b DIR] [--only d
 Run it on two checkouts (e.g. before and after a refactor) and compare the JSON files: a refactor that
 changes no behaviour leaves every hash equal. Each merge runs on the fused-kernel path and, for the demo,
 also on the torch path (RAM_STUDIO_KERNELS=torch); every file of the output folder is hashed (the card and recipe name the output folder by its name, the same
-in every run); the analysis JSON is hashed without its wall-time field.
+in every run; the checkout's own path in text documents is replaced by <ROOT>); the analysis JSON is hashed without its wall-time field.
 """
 from __future__ import annotations
 
@@ -33,8 +33,17 @@ CASES = {
 }
 
 
+ROOT = Path(__file__).resolve().parents[2]
+TEXT = (".md", ".yaml", ".json")  # side documents that name the demo's folders by their absolute path
+
+
 def sha(path: Path) -> str:
+    """SHA-256 of a file; in text documents the checkout's own path is replaced by <ROOT> first, so that two
+    checkouts in different folders can be compared."""
     h = hashlib.sha256()
+    if path.suffix in TEXT and path.stat().st_size < 1 << 24:
+        h.update(path.read_bytes().replace(str(ROOT).encode(), b"<ROOT>"))
+        return h.hexdigest()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
             h.update(block)
@@ -84,7 +93,8 @@ def main(argv: list[str] | None = None) -> None:
             stats = json.loads(js.read_text())
             stats.pop("seconds", None)  # wall time: the one field that differs between runs
             results[f"{set_name}/analysis"] = {
-                "analysis.json": hashlib.sha256(json.dumps(stats, sort_keys=True).encode()).hexdigest()}
+                "analysis.json": hashlib.sha256(json.dumps(stats, sort_keys=True).replace(str(ROOT), "<ROOT>")
+                                                .encode()).hexdigest()}
     Path(a.out).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
 
 

@@ -1,0 +1,1 @@
+"""What every stage shares: errors, escaping, bounded parsers, dtypes, units, the compute device."""

@@ -1,0 +1,77 @@
+"""The counting pass global ρ needs: one streaming read of base + agents → each agent's shared and unique
+counts over the whole model at one ε (Eq. 2). Only counts, so it costs about what reading the inputs costs.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from merging.methods import regions
+from merging.reading.checkpoint import Checkpoint
+from merging.passes import (GUARD_KERNELS, ProgressFn, check_finite, float_chunks, kernel_dtype, locate_nonfinite,
+    uses_kernels)
+from merging.kernels import one_thread_for, prepare
+from merging.reading.fingerprint import Fingerprinter
+from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
+from merging.reading.chunk_inputs import max_over_parts
+
+
+@dataclass
+class OverlapCounts:
+    """Whole-model shared/unique counts per agent at `eps`, and each agent's max |τ| (0: equals the base)."""
+
+    eps: float
+    shared: list[int]
+    unique: list[int]
+    max_abs_tau: list[float]
+
+    def as_lists(self) -> dict[str, list[int]]:
+        return {"shared": list(self.shared), "unique": list(self.unique)}
+
+
+def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, device: torch.device,
+                   chunk_elems: int = DEFAULT_CHUNK_ELEMS, progress: ProgressFn | None = None,
+                   cancel: threading.Event | None = None, fingerprinter: Fingerprinter | None = None,
+                   read_threads: int | None = None, reader=None) -> OverlapCounts:
+    """Stream every float tensor once and count, per agent, its shared and unique elements at ε.
+
+    On the CPU one fused kernel gives counts and max |τ| per chunk. On the torch path (a GPU) both are
+    summed on the device and read once at the end, so no chunk waits for the device; a NaN or Inf
+    found there is then located by a second look at the inputs (error path only). `reader`: inputs held in
+    memory (merging.reading.resident), read instead of the files."""
+    labels = [a.label for a in agents]
+    n = len(agents)
+    total = torch.zeros(n, 2, dtype=torch.int64, device=device)
+    peaks = torch.zeros(n, dtype=torch.float32, device=device)
+    host_total = torch.zeros(n, 2, dtype=torch.int64)
+    host_peaks = torch.zeros(n, dtype=torch.float32)
+    if uses_kernels(device):  # the merge's kernels: ready by the time the merge starts
+        prepare(("ram",) + GUARD_KERNELS, (kernel_dtype([base, *agents]),), wait=False)
+    for data, chunk, _last, fused in float_chunks(base, agents, phase="count", device=device,
+                                                  chunk_elems=chunk_elems, progress=progress, cancel=cancel,
+                                                  fingerprinter=fingerprinter, read_threads=read_threads,
+                                                  kernels=("count_and_peak",), reader=reader):
+        if not chunk.numel:
+            continue
+        if fused:  # counts and max |τ| in one pass over the chunk
+            from merging.kernels import cpu
+
+            base_raw, agents_raw = chunk.raw()
+            with one_thread_for(cpu.parts(base_raw.size)):
+                part, peak_parts = cpu.count_and_peak(base_raw, agents_raw, np.float32(eps),
+                                                      cpu.parts(base_raw.size))
+            host_total += torch.from_numpy(part)
+            peak = check_finite(data, max_over_parts(peak_parts), labels, base.label)
+            host_peaks = torch.maximum(host_peaks, peak)
+        else:
+            total += regions.counts(chunk.taus, eps)
+            peaks = torch.maximum(peaks, chunk.peak_abs_tau(False))  # NaN propagates
+    total = total.cpu() + host_total
+    peaks_host = torch.maximum(peaks.cpu(), host_peaks).double()
+    if not bool(torch.isfinite(peaks_host).all()):
+        locate_nonfinite(base, agents, device, chunk_elems, read_threads)
+    return OverlapCounts(eps, total[:, 0].tolist(), total[:, 1].tolist(), peaks_host.tolist())
+

@@ -1,0 +1,1 @@
+"""Reading models: references, the Hub, model folders, safetensors headers, checkpoints, chunked reads."""
