@@ -143,7 +143,7 @@ def run_experiment(base: str, agents: Sequence[str], *, tasks: dict[str, list[st
     own = tasks or own_tasks(labels)
     to_score = [] if references is not None else [("base", "base", base)] + [
         ("agent", label, ref) for label, ref in zip(labels, agents)]
-    steps = 2 * len(merges) + len(to_score)
+    steps = 2 * len(merges) + len(to_score) * len(splits)
     frames = [] if references is None else [references]
     done = 0
 
