@@ -10,11 +10,10 @@ import streamlit as st
 
 from analysis.fig3 import own_task
 from analysis import tables
-from analysis.toy import COLS, ROWS, TOY_EPS, toy_rho_lambda, toy_taus, unique_retention
+from analysis.toy import COLS, ROWS, TOY_EPS, toy_merges, toy_rho_lambda, toy_taus, unique_retention
 from app import charts, jobs, state
 from app.markup import md
 from merging.common.errors import RamStudioError
-from merging.engine.tensor_merge import merge_in_memory
 from merging.common.units import format_seconds
 
 FIG3_JOB = "fig3_task"
@@ -24,38 +23,6 @@ def demo_agent_labels() -> list[str]:
     """The demo agents' labels (their colours are fixed by name, the same as elsewhere in the app)."""
     demo = state.demo_selection()
     return [a.split(":", 1)[-1] for a in demo.agents] if demo else []
-
-
-def table1_caption(t: pd.DataFrame, model_col: str, agents: list[str]) -> str:
-    """What the mini Table 1 shows, read from its own numbers (test accuracy, %): the best merge, where RAM and
-    RAM+ stand against averaging and it, and the task where RAM+ keeps least of its agent's score."""
-    rows = t.set_index(t[model_col].astype(str))
-    if "avg" not in rows:
-        return "Test accuracy (%) of every model; each merge's settings were chosen on the validation split."
-    merges = [m for m in rows.index if m not in ("base", *agents)]
-    avg = rows["avg"]
-    out = "Test accuracy (%); each merge's settings were chosen on the validation split."
-    if not merges:
-        return out
-    best = max(merges, key=lambda m: avg[m])
-    out += f" Best average: {best} {avg[best]:.1f}."
-    ours = [m for m in ("ram_plus", "ram") if m in avg]
-    if ours and "average" in avg:
-        beat = "above" if all(avg[m] > avg["average"] for m in ours) else "not above"
-        out += (" " + " and ".join(f"{'RAM+' if m == 'ram_plus' else 'RAM'} {avg[m]:.1f}" for m in ours)
-                + f": {beat} averaging ({avg['average']:.1f})")
-        below = [m for m in dict.fromkeys([best, "task_arithmetic"]) if m in avg and m not in ours
-                 and avg[m] > max(avg[o] for o in ours)]
-        out += (", below " + " and ".join(f"{m} ({avg[m]:.1f})" for m in below) if below else "") + "."
-    ram = ours[0] if ours else None
-    tasks = [a for a in agents if a in rows.columns and a in rows.index]
-    if ram and tasks:
-        worst = min(tasks, key=lambda a: rows.at[ram, a] - rows.at[a, a])
-        out += (f" On {worst}, {'RAM+' if ram == 'ram_plus' else 'RAM'} keeps {rows.at[ram, worst]:.1f} of the "
-                f"{worst} agent's {rows.at[worst, worst]:.1f}"
-                + (f" (task arithmetic {rows.at['task_arithmetic', worst]:.1f})" if "task_arithmetic" in rows.index
-                   else "") + ".")
-    return out
 
 
 # ---------------------------------------------------------------- Fig. 3 on the selected models
@@ -225,10 +192,7 @@ for i, nm in enumerate(names):
 
 with state.guard("The toy example"):
     taus = toy_taus(densities, overlaps, int(seed))
-    ram_plus = {"eps": TOY_EPS, "r": p["r"], "alpha": p["alpha"], "rho_scope": "global"}
-    merged = {"average": merge_in_memory("average", taus),
-              "RAM": merge_in_memory("ram", taus, {"eps": TOY_EPS}),
-              "RAM+": merge_in_memory("ram_plus", taus, ram_plus)}
+    merged = toy_merges(taus, p["r"], p["alpha"])
     zmax = float(taus.abs().max()) or 1.0
     panels = [(f"τ of {nm}", taus[i].view(ROWS, COLS).numpy()) for i, nm in enumerate(names)]
     cols = max(n, len(merged))
@@ -269,6 +233,8 @@ if not table1.exists() and not log.exists():
             icon=":material/hourglass_empty:")
 if table1.exists():
     with state.guard("Reading table1.csv"):
+        from assets.demo.table1 import caption as table1_caption
+
         t = pd.read_csv(table1)
         first = t.columns[0]
         metrics = [col for col in ("code", "tool", "memory", "avg") if col in t.columns] or [
