@@ -68,6 +68,22 @@ def params_from_args(args: argparse.Namespace) -> dict:
     return {p.name: getattr(args, p.dest) for p in all_params().values() if getattr(args, p.dest, None) is not None}
 
 
+def param_flags(params: dict) -> list[str]:
+    """The command-line words for method parameters (the inverse of params_from_args): `--name value`, a bool
+    as the bare `--name` or `--no-name`; flags come from the declarations (Param.flag)."""
+    from merging.methods import all_params
+
+    declared = all_params()
+    words: list[str] = []
+    for name, value in params.items():
+        flag = declared[name].flag
+        if isinstance(value, bool):
+            words.append(flag if value else "--no-" + flag[2:])
+        else:
+            words += [flag, str(value)]
+    return words
+
+
 def _method_and_params(args: argparse.Namespace) -> tuple[str, dict]:
     """--method and the method flags, or a --preset (with --rescale-factor) and the flags it leaves open."""
     given = params_from_args(args)
