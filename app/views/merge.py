@@ -17,7 +17,7 @@ from app.tables import fitted_columns
 from merging.reading.compat import POLICIES, POLICY_HELP
 from merging.common.errors import RamStudioError
 from merging.methods import METHODS, get_method
-from merging.methods.presets import provenance as preset_provenance
+from merging.presets import provenance as preset_provenance
 from merging.recipe import MergeSpec
 from merging.common.units import format_bytes, format_seconds
 from merging.writing.written import read_bytes as read_written

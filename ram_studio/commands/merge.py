@@ -12,7 +12,7 @@ from ram_studio.inputs import add_model_arguments, prefetch
 
 def add_parser(sub, method_flags_for_merge: bool = True) -> None:
     """The `merge` subcommand; without `method_flags_for_merge` it lacks the method flags (saves importing torch)."""
-    from merging.methods.presets import PRESETS  # light: names and numbers only
+    from merging.presets import PRESETS  # light: names and numbers only
 
     sp = sub.add_parser("merge", help="merge and export a Hugging Face folder")
     add_model_arguments(sp)
@@ -88,7 +88,7 @@ def _method_and_params(args: argparse.Namespace) -> tuple[str, dict]:
     """--method and the method flags, or a --preset (with --rescale-factor) and the flags it leaves open."""
     given = params_from_args(args)
     if args.preset:
-        from merging.methods.presets import apply_preset
+        from merging.presets import apply_preset
 
         return apply_preset(args.preset, args.method, given, args.rescale_factor)
     if args.rescale_factor is not None:
@@ -154,7 +154,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     spec = _spec_from_args(args)
     provenance = None
     if args.preset:
-        from merging.methods.presets import provenance as preset_provenance
+        from merging.presets import provenance as preset_provenance
 
         provenance = preset_provenance(args.preset, spec.method, spec.params)
     return run_spec(spec, args, provenance=provenance)
