@@ -187,52 +187,13 @@ def reading(result: AnalysisResult, eps: float) -> Reading:
     ag = agent_agreement(result, eps)
     verdicts = {f"{r.a}|{r.b}": classify_pair(int(r.both_changed), float(r.sign_agreement), float(r.cosine))
                 for r in pa.itertuples()}
-    named = lambda r: f"{r.a}–{r.b}"  # noqa: E731
     measured = [r for r in pa.itertuples() if verdicts[f"{r.a}|{r.b}"] != "too_few"]
     diluted_rows = [r for r in ag.itertuples()
                     if np.nan_to_num(r.shared_energy_share * getattr(r, f"{DOMINATED_COLUMNS[-1]}_share")) >= DILUTED]
     diluted = [r.agent for r in diluted_rows]
-    kinds = set(verdicts[f"{r.a}|{r.b}"] for r in measured)
-    if not measured:
-        regime = "too_few"
-    elif kinds == {"chance"}:
-        regime = "chance"
-    elif "agree" in kinds:
-        regime = "shared"
-    elif kinds <= {"oppose", "chance", "weak"} and "oppose" in kinds:
-        regime = "opposed"
-    else:
-        regime = "mixed"
-    stats = "; ".join(f"{named(r)} {_pct(r.sign_agreement)} same sign, cosine {r.cosine:+.3f}" for r in measured)
-    parts: list[str] = []
-    if regime == "too_few":
-        parts.append(f"At ε = {eps:g} the agents share fewer than {MIN_ELEMENTS} changed elements per pair: too few "
-                     "to tell shared knowledge from coincidence.")
-    elif regime == "chance":
-        parts.append(f"Shared updates agree in sign no more than chance ({stats}; unrelated updates give 50 % and "
-                     "0): the shared region is coincidental overlap of unrelated updates, not shared knowledge.")
-    elif regime == "shared":
-        agree = [named(r) for r in measured if verdicts[f"{r.a}|{r.b}"] == "agree"]
-        parts.append(f"Shared updates point the same way for {', '.join(agree)} ({stats}; chance 50 % and 0): "
-                     "there the shared region carries a common direction, which averaging keeps — RAM's premise "
-                     "holds for these agents.")
-        weak = [named(r) for r in measured if verdicts[f"{r.a}|{r.b}"] == "weak"]
-        chance = [named(r) for r in measured if verdicts[f"{r.a}|{r.b}"] == "chance"]
-        if weak:
-            parts.append(f"For {', '.join(weak)} the updates are beyond chance but below the thresholds for agreement "
-                         f"({100 * AGREE[0]:.0f} % same sign and cosine {AGREE[1]:g}).")
-        if chance:
-            parts.append(f"For {', '.join(chance)} the overlap is close to chance.")
-    elif regime == "opposed":
-        parts.append(f"Shared updates tend to oppose each other ({stats}; chance 50 % and 0): averaging cancels "
-                     "them, which task arithmetic's sum would do too; TIES-style sign election may keep more.")
-    else:
-        parts.append(f"Shared updates agree only slightly beyond chance ({stats}; chance 50 % and 0).")
-    for r in diluted_rows:
-        dom = getattr(r, f"{DOMINATED_COLUMNS[-1]}_share")
-        parts.append(f"Averaging will mostly dilute {r.agent}: {_pct(r.shared_energy_share)} of its update energy "
-                     f"lies in shared elements, {_pct(dom)} of that where the other agents together moved less "
-                     f"than {round(100 * DOMINANCE[-1])} % as much, and the mean over active agents divides it.")
+    regime = _regime(set(verdicts[f"{r.a}|{r.b}"] for r in measured))
+    parts = _regime_sentences(regime, eps, measured, verdicts)
+    parts += [_dilution_sentence(r) for r in diluted_rows]
     if regime in ("chance", "opposed", "mixed") or diluted:
         parts.append("Compare RAM with task arithmetic (λ = 1), which keeps every update whole, on your tasks "
                      "before choosing.")
@@ -240,6 +201,57 @@ def reading(result: AnalysisResult, eps: float) -> Reading:
         parts.append("RAM's averaging of the shared region is justified here; measure it against task arithmetic "
                      "on your tasks all the same.")
     return Reading(regime, " ".join(parts), verdicts, diluted)
+
+
+def _regime(kinds: set[str]) -> str:
+    """The overall regime from the verdicts of the pairs with enough shared elements (none: too_few)."""
+    if not kinds:
+        return "too_few"
+    if kinds == {"chance"}:
+        return "chance"
+    if "agree" in kinds:
+        return "shared"
+    if kinds <= {"oppose", "chance", "weak"} and "oppose" in kinds:
+        return "opposed"
+    return "mixed"
+
+
+def _pair_name(r) -> str:
+    return f"{r.a}–{r.b}"
+
+
+def _regime_sentences(regime: str, eps: float, measured: list, verdicts: dict[str, str]) -> list[str]:
+    """What the regime says, with every measured pair's sign agreement and cosine."""
+    stats = "; ".join(f"{_pair_name(r)} {_pct(r.sign_agreement)} same sign, cosine {r.cosine:+.3f}" for r in measured)
+    if regime == "too_few":
+        return [f"At ε = {eps:g} the agents share fewer than {MIN_ELEMENTS} changed elements per pair: too few "
+                "to tell shared knowledge from coincidence."]
+    if regime == "chance":
+        return [f"Shared updates agree in sign no more than chance ({stats}; unrelated updates give 50 % and "
+                "0): the shared region is coincidental overlap of unrelated updates, not shared knowledge."]
+    if regime == "opposed":
+        return [f"Shared updates tend to oppose each other ({stats}; chance 50 % and 0): averaging cancels "
+                "them, which task arithmetic's sum would do too; TIES-style sign election may keep more."]
+    if regime != "shared":
+        return [f"Shared updates agree only slightly beyond chance ({stats}; chance 50 % and 0)."]
+    by_verdict = {v: [_pair_name(r) for r in measured if verdicts[f"{r.a}|{r.b}"] == v] for v in ("agree", "weak", "chance")}
+    parts = [f"Shared updates point the same way for {', '.join(by_verdict['agree'])} ({stats}; chance 50 % and 0): "
+             "there the shared region carries a common direction, which averaging keeps — RAM's premise "
+             "holds for these agents."]
+    if by_verdict["weak"]:
+        parts.append(f"For {', '.join(by_verdict['weak'])} the updates are beyond chance but below the thresholds for "
+                     f"agreement ({100 * AGREE[0]:.0f} % same sign and cosine {AGREE[1]:g}).")
+    if by_verdict["chance"]:
+        parts.append(f"For {', '.join(by_verdict['chance'])} the overlap is close to chance.")
+    return parts
+
+
+def _dilution_sentence(r) -> str:
+    """Why averaging mostly dilutes the agent of row `r` (its shared energy, and how much of it is dominated)."""
+    dom = getattr(r, f"{DOMINATED_COLUMNS[-1]}_share")
+    return (f"Averaging will mostly dilute {r.agent}: {_pct(r.shared_energy_share)} of its update energy "
+            f"lies in shared elements, {_pct(dom)} of that where the other agents together moved less "
+            f"than {round(100 * DOMINANCE[-1])} % as much, and the mean over active agents divides it.")
 
 
 # ---------------------------------------------------------------- JSON

@@ -7,7 +7,9 @@ agents) then gives, for every ε at once, changed/shared/unique counts, the over
 unique and shared parts, sign conflicts, and the shared-region diagnostics: per pair of agents the
 elements both changed, how many of them agree in sign, and the cosine of the two updates there; per
 agent the cosine against the other active agents' combined update. For many agents or long ladders the
-state space explodes, so beyond `joint_fits` it loops over ε instead.
+state space explodes, so beyond `joint_fits` it loops over ε instead. The two strategies are two classes,
+`JointHistogramAccumulator` and `EpsLoopAccumulator`, behind one interface (`OverlapAccumulator`);
+`overlap_accumulator` chooses once per analysis.
 
 The dominance profile (how much of an agent's shared-region energy Σ τ_t² sits where the other active
 agents' combined |τ| is below 10 % or 30 % of its own) needs a per-element comparison of magnitudes that
@@ -19,6 +21,7 @@ exactly into every ε; the per-ε loop evaluates the same rule at each ε direct
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -27,12 +30,13 @@ import torch
 
 from merging.methods import regions
 
+from .joint_states import bincount, decode_tables, dominance_tables, marginal
+
 JOINT_MAX_AGENTS = 4
 DOMINANCE = (0.1, 0.3)  # partners' combined |τ| below these fractions of the agent's own |τ|
 SLICE = 1 << 21  # elements the torch path handles at once (its float64 copies of τ: N × 16 MB)
 JOINT_MAX_TABLE_BYTES = 128 << 20  # the joint decoding tables (states × N × L × N float64) stay below this
 DEFAULT_LADDER = (0.0, 1e-7, 1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 1e-3)
-
 
 @dataclass
 class TensorStats:
@@ -63,40 +67,53 @@ def pairs(n: int) -> list[tuple[int, int]]:
     return [(a, b) for a in range(n) for b in range(a + 1, n)]
 
 
-class OverlapAccumulator:
-    """Accumulates one tensor's statistics chunk by chunk; `result()` returns them and resets."""
+def overlap_accumulator(n_agents: int, ladder: tuple[float, ...] = DEFAULT_LADDER) -> OverlapAccumulator:
+    """The strategy for `n_agents` and this ladder: the joint-state histogram when `joint_fits`, else the ε loop."""
+    if joint_fits(n_agents, len(ladder)):
+        return JointHistogramAccumulator(n_agents, ladder)
+    return EpsLoopAccumulator(n_agents, ladder)
+
+
+class OverlapAccumulator(ABC):
+    """Accumulates one tensor's statistics chunk by chunk: `add` (or `add_chunk`) each chunk, `take` the sums
+    when the tensor ends, decode them with `results` (or `result`). Two strategies implement `_zero`,
+    `_add_slice`, `_sums`, `pending_nbytes` and `results`; `overlap_accumulator` picks one."""
 
     def __init__(self, n_agents: int, ladder: tuple[float, ...] = DEFAULT_LADDER) -> None:
         if list(ladder) != sorted(set(ladder)):
             raise ValueError("the ε ladder must be strictly increasing")
         self.n = n_agents
         self.ladder = tuple(float(e) for e in ladder)
-        self.joint = joint_fits(n_agents, len(self.ladder))
         self.pairs = pairs(n_agents)
         self._ladder_t = torch.tensor(self.ladder, dtype=torch.float32)
-        if self.joint:
-            self._tables = _decode_tables(n_agents, len(self.ladder))
         self._reset()
 
     def _reset(self, device: torch.device | str = "cpu") -> None:
-        n, L = self.n, len(self.ladder)
         self._device = torch.device(device)
         self._finite: torch.Tensor | None = None
-        P, F = len(self.pairs), len(DOMINANCE)
-        f64 = {"dtype": torch.float64, "device": device}
-        if self.joint:
-            states = self._tables["states"]
-            self._counts = torch.zeros(states, **f64)
-            self._sq = torch.zeros(n, states, **f64)
-            self._prod = torch.zeros(P, states, **f64)
-            self._dom = torch.zeros(n, F, (L + 1) ** 2, **f64)
-        else:
-            i64 = {"dtype": torch.int64, "device": device}
-            self._acc = TensorStats(*(torch.zeros(n, L, **i64) for _ in range(3)), torch.zeros(n, L, n, **i64),
-                                    torch.zeros(n, L, **f64), torch.zeros(n, L, **f64), torch.zeros(n, L, **i64),
-                                    torch.zeros(P, L, **i64), torch.zeros(P, L, **i64),
-                                    *(torch.zeros(P, L, **f64) for _ in range(3)),
-                                    torch.zeros(n, L, **f64), torch.zeros(n, L, **f64), torch.zeros(n, L, F, **f64))
+        self._zero(device)
+
+    @abstractmethod
+    def _zero(self, device: torch.device | str) -> None:
+        """Zeroed sums on `device`."""
+
+    @abstractmethod
+    def _add_slice(self, taus: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Add a slice of task vectors (N, E) with their ladder buckets `b`; return its Σ τ² (float64, 0-dim:
+        not finite when the slice held NaN or Inf)."""
+
+    @abstractmethod
+    def _sums(self) -> tuple:
+        """The sums as they are, for `take`."""
+
+    @property
+    @abstractmethod
+    def pending_nbytes(self) -> int:
+        """What one `take`n tensor's sums hold, in bytes (what keeping several for `results` costs)."""
+
+    @abstractmethod
+    def results(self, pendings: Sequence["Pending"]) -> TensorStats:
+        """The statistics of one or more `take`n tensors at once, each array with a leading tensor axis."""
 
     def _on(self, device: torch.device) -> None:
         """Keep the sums on the device the task vectors are on (reset while nothing is summed yet)."""
@@ -106,23 +123,8 @@ class OverlapAccumulator:
             self._reset(device)
 
     def add_chunk(self, chunk, fused: bool) -> bool:
-        """Add a chunk given as merging.engine.tensor_merge.ChunkInputs; `fused` uses the numba kernel."""
-        if not (fused and self.joint):
-            return self.add(chunk.taus)
-        from merging.kernels.common import hist_parts
-        from merging.kernels.statistics import overlap_histogram
-
-        base, agents = chunk.raw()
-        if base.size == 0:
-            return True
-        counts, sq, prod, dom = overlap_histogram(base, agents, self._ladder_t.numpy(), np.array(DOMINANCE),
-                                                  hist_parts(base.size))
-        self._counts += torch.from_numpy(counts).double()
-        sq_t = torch.from_numpy(sq)
-        self._sq += sq_t
-        self._prod += torch.from_numpy(prod)
-        self._dom += torch.from_numpy(dom)
-        return bool(torch.isfinite(sq_t.sum()))
+        """Add a chunk given as merging.reading.chunk_inputs.ChunkInputs (the torch path: its task vectors)."""
+        return self.add(chunk.taus)
 
     def add(self, taus: torch.Tensor, deferred: bool = False) -> bool:
         """Add a chunk of task vectors (N, E), float32 on any device; False if it held NaN or Inf.
@@ -139,80 +141,15 @@ class OverlapAccumulator:
         for lo in range(0, taus.shape[1], SLICE):  # float64 working copies stay a few (N, SLICE) arrays
             part = taus[:, lo:lo + SLICE]
             b = torch.searchsorted(ladder, part.abs().contiguous())  # number of ladder values < |τ|
-            sq = self._add_joint(part, b) if self.joint else self._add_direct(part, b)
+            sq = self._add_slice(part, b)
             finite = torch.isfinite(sq)
             chunk_finite = finite if chunk_finite is None else chunk_finite & finite
         self._finite = chunk_finite if self._finite is None else self._finite & chunk_finite
         return True if deferred else bool(chunk_finite)
 
-    def _add_joint(self, taus: torch.Tensor, b: torch.Tensor) -> bool:
-        n, s = self.n, 2 * (len(self.ladder) + 1)
-        code = torch.zeros(taus.shape[1], dtype=torch.int64, device=taus.device)
-        for t in range(n):
-            code += (b[t] * 2 + (taus[t] > 0)) * (s ** t)
-        states = self._tables["states"]
-        self._counts += _bincount(code, states).double()
-        wide = taus.double()
-        sq = torch.stack([_bincount(code, states, wide[t].square()) for t in range(n)])
-        self._sq += sq
-        for p, (a, c) in enumerate(self.pairs):
-            self._prod[p] += _bincount(code, states, wide[a] * wide[c])
-        self._dom += _dominance_tables(wide, b, len(self.ladder))
-        return sq.sum()
-
-    def _add_direct(self, taus: torch.Tensor, b: torch.Tensor) -> bool:
-        acc = self._acc
-        pos_all, neg_all = taus > 0, taus < 0
-        wide = taus.double()
-        sq = wide.square()
-        mag = wide.abs()
-        for j in range(len(self.ladder)):
-            m = b > j  # |τ| > ε_j: the rule of Eq. 1 through the ladder buckets
-            c, shar, uniq = regions.shared_and_unique(m)
-            pos = (m & pos_all).sum(0)
-            neg = (m & neg_all).sum(0)
-            acc.changed[:, j] += m.sum(1)
-            acc.unique[:, j] += uniq.sum(1)
-            acc.shared[:, j] += shar.sum(1)
-            acc.sq_unique[:, j] += (sq * uniq).sum(1)
-            acc.sq_shared[:, j] += (sq * shar).sum(1)
-            opposite = torch.where(pos_all, neg > 0, pos > 0)
-            acc.conflicts[:, j] += (shar & opposite).sum(1)
-            for t in range(self.n):
-                acc.hist[t, j] += _bincount(torch.where(m[t], c, 0), self.n + 1)[1:]
-            for p, (a, b2) in enumerate(self.pairs):
-                both = m[a] & m[b2]
-                acc.pair_both[p, j] += both.sum()
-                acc.pair_agree[p, j] += (both & (pos_all[a] == pos_all[b2])).sum()
-                acc.pair_dot[p, j] += (wide[a] * wide[b2] * both).sum()
-                acc.pair_sq_a[p, j] += (sq[a] * both).sum()
-                acc.pair_sq_b[p, j] += (sq[b2] * both).sum()
-            active = torch.where(m, wide, 0.0)
-            active_mag = torch.where(m, mag, 0.0)
-            for t in range(self.n):
-                others = _sum_rows(active, t)  # the other active agents' τ, summed in agent order
-                acc.dot_others[t, j] += (wide[t] * others * shar[t]).sum()
-                acc.sq_others[t, j] += (others.square() * shar[t]).sum()
-                partners = _sum_rows(active_mag, t)
-                for f, frac in enumerate(DOMINANCE):
-                    acc.dominated[t, j, f] += (sq[t] * (shar[t] & (partners < frac * mag[t]))).sum()
-        return sq.sum()
-
-    @property
-    def pending_nbytes(self) -> int:
-        """What one `take`n tensor's sums hold, in bytes (what keeping several for `results` costs)."""
-        n, L, P, F = self.n, len(self.ladder), len(self.pairs), len(DOMINANCE)
-        if self.joint:
-            return ((1 + n + P) * self._tables["states"] + n * F * (L + 1) ** 2) * 8
-        return ((6 + n) * n * L + 5 * P * L + (2 + F) * n * L) * 8
-
     def take(self) -> "Pending":
         """This tensor's sums as they are (on their device; nothing waits for it), and a reset."""
-        if self.joint:
-            sums: tuple = (self._counts, self._sq, self._prod, self._dom)
-        else:
-            sums = tuple(getattr(self._acc, f) for f in TensorStats.__dataclass_fields__)
-        pending = Pending(sums, self._finite)
+        pending = Pending(self._sums(), self._finite)
         self._reset(self._device)
         return pending
 
@@ -221,13 +158,73 @@ class OverlapAccumulator:
         batch = self.results([pending if pending is not None else self.take()])
         return TensorStats(*(getattr(batch, f)[0] for f in TensorStats.__dataclass_fields__))
 
+
+class JointHistogramAccumulator(OverlapAccumulator):
+    """Few agents and a short ladder: one histogram of joint states (and Σ τ_t², Σ τ_a·τ_b per state), decoded
+    into every ε at once; the fused kernel bins chunks without torch."""
+
+    def __init__(self, n_agents: int, ladder: tuple[float, ...] = DEFAULT_LADDER) -> None:
+        self._tables = decode_tables(n_agents, len(ladder))
+        super().__init__(n_agents, ladder)
+
+    def _zero(self, device: torch.device | str) -> None:
+        n, L, P, F = self.n, len(self.ladder), len(self.pairs), len(DOMINANCE)
+        f64 = {"dtype": torch.float64, "device": device}
+        states = self._tables["states"]
+        self._counts = torch.zeros(states, **f64)
+        self._sq = torch.zeros(n, states, **f64)
+        self._prod = torch.zeros(P, states, **f64)
+        self._dom = torch.zeros(n, F, (L + 1) ** 2, **f64)
+
+    def add_chunk(self, chunk, fused: bool) -> bool:
+        """Add a chunk given as merging.reading.chunk_inputs.ChunkInputs; `fused` bins it with the numba kernel."""
+        if not fused:
+            return self.add(chunk.taus)
+        from merging.kernels.common import hist_parts
+        from merging.kernels.statistics import overlap_histogram
+
+        base, agents = chunk.raw()
+        if base.size == 0:
+            return True
+        counts, sq, prod, dom = overlap_histogram(base, agents, self._ladder_t.numpy(), np.array(DOMINANCE),
+                                                  hist_parts(base.size))
+        self._counts += torch.from_numpy(counts).double()
+        sq_t = torch.from_numpy(sq)
+        self._sq += sq_t
+        self._prod += torch.from_numpy(prod)
+        self._dom += torch.from_numpy(dom)
+        return bool(torch.isfinite(sq_t.sum()))
+
+    def _add_slice(self, taus: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Bin the slice's joint states: counts, Σ τ_t² per agent and Σ τ_a·τ_b per pair; the dominance table."""
+        n, s = self.n, 2 * (len(self.ladder) + 1)
+        code = torch.zeros(taus.shape[1], dtype=torch.int64, device=taus.device)
+        for t in range(n):
+            code += (b[t] * 2 + (taus[t] > 0)) * (s ** t)
+        states = self._tables["states"]
+        self._counts += bincount(code, states).double()
+        wide = taus.double()
+        sq = torch.stack([bincount(code, states, wide[t].square()) for t in range(n)])
+        self._sq += sq
+        for p, (a, c) in enumerate(self.pairs):
+            self._prod[p] += bincount(code, states, wide[a] * wide[c])
+        self._dom += dominance_tables(wide, b, len(self.ladder), DOMINANCE)
+        return sq.sum()
+
+    @property
+    def pending_nbytes(self) -> int:
+        """What one `take`n tensor's sums hold, in bytes."""
+        n, L, P, F = self.n, len(self.ladder), len(self.pairs), len(DOMINANCE)
+        return ((1 + n + P) * self._tables["states"] + n * F * (L + 1) ** 2) * 8
+
+    def _sums(self) -> tuple:
+        return (self._counts, self._sq, self._prod, self._dom)
+
     def results(self, pendings: Sequence["Pending"]) -> TensorStats:
         """The statistics of one or more `take`n tensors at once, each array with a leading tensor axis:
         one matrix product per table for the whole batch instead of a dozen small operations per tensor."""
         n, L = self.n, len(self.ladder)
         sums = [tuple(t.cpu() for t in p.sums) for p in pendings]
-        if not self.joint:
-            return TensorStats(*(torch.stack(f) for f in zip(*sums)))
         tb, T = self._tables, len(sums)
         counts = torch.stack([s[0] for s in sums])  # (T, states)
         # Only the joint states that occur are decoded (few in small tensors: a tensor of 30 elements has at most
@@ -259,7 +256,7 @@ class OverlapAccumulator:
         both_ind, agree_ind = tb["pair_both"], tb["pair_agree"]
 
         def marg(x: torch.Tensor, keep: tuple[int, ...]) -> torch.Tensor:
-            return _marginal(x, digits, tb["s"], keep)
+            return marginal(x, digits, tb["s"], keep)
 
         def dec(x: torch.Tensor, ind: torch.Tensor) -> torch.Tensor:  # (T, s, …) × (s, …, L) → (T, L)
             return x.reshape(T, -1) @ ind.reshape(-1, L)
@@ -288,6 +285,74 @@ class OverlapAccumulator:
         return as_int(both), as_int(agree), dot, sq_a, sq_b, dot_others, sq_others, dominated
 
 
+class EpsLoopAccumulator(OverlapAccumulator):
+    """Many agents or a long ladder (the joint state space would explode): the rule evaluated at each ε of the
+    ladder in turn, every statistic summed directly into a `TensorStats` of (N, L) arrays."""
+
+    def _zero(self, device: torch.device | str) -> None:
+        n, L, P, F = self.n, len(self.ladder), len(self.pairs), len(DOMINANCE)
+        f64 = {"dtype": torch.float64, "device": device}
+        i64 = {"dtype": torch.int64, "device": device}
+        self._acc = TensorStats(*(torch.zeros(n, L, **i64) for _ in range(3)), torch.zeros(n, L, n, **i64),
+                                torch.zeros(n, L, **f64), torch.zeros(n, L, **f64), torch.zeros(n, L, **i64),
+                                torch.zeros(P, L, **i64), torch.zeros(P, L, **i64),
+                                *(torch.zeros(P, L, **f64) for _ in range(3)),
+                                torch.zeros(n, L, **f64), torch.zeros(n, L, **f64), torch.zeros(n, L, F, **f64))
+
+    def _add_slice(self, taus: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Evaluate the rule at each ε of the ladder and add every statistic directly."""
+        acc = self._acc
+        pos_all, neg_all = taus > 0, taus < 0
+        wide = taus.double()
+        sq = wide.square()
+        mag = wide.abs()
+        for j in range(len(self.ladder)):
+            m = b > j  # |τ| > ε_j: the rule of Eq. 1 through the ladder buckets
+            c, shar, uniq = regions.shared_and_unique(m)
+            pos = (m & pos_all).sum(0)
+            neg = (m & neg_all).sum(0)
+            acc.changed[:, j] += m.sum(1)
+            acc.unique[:, j] += uniq.sum(1)
+            acc.shared[:, j] += shar.sum(1)
+            acc.sq_unique[:, j] += (sq * uniq).sum(1)
+            acc.sq_shared[:, j] += (sq * shar).sum(1)
+            opposite = torch.where(pos_all, neg > 0, pos > 0)
+            acc.conflicts[:, j] += (shar & opposite).sum(1)
+            for t in range(self.n):
+                acc.hist[t, j] += bincount(torch.where(m[t], c, 0), self.n + 1)[1:]
+            for p, (a, b2) in enumerate(self.pairs):
+                both = m[a] & m[b2]
+                acc.pair_both[p, j] += both.sum()
+                acc.pair_agree[p, j] += (both & (pos_all[a] == pos_all[b2])).sum()
+                acc.pair_dot[p, j] += (wide[a] * wide[b2] * both).sum()
+                acc.pair_sq_a[p, j] += (sq[a] * both).sum()
+                acc.pair_sq_b[p, j] += (sq[b2] * both).sum()
+            active = torch.where(m, wide, 0.0)
+            active_mag = torch.where(m, mag, 0.0)
+            for t in range(self.n):
+                others = _sum_rows(active, t)  # the other active agents' τ, summed in agent order
+                acc.dot_others[t, j] += (wide[t] * others * shar[t]).sum()
+                acc.sq_others[t, j] += (others.square() * shar[t]).sum()
+                partners = _sum_rows(active_mag, t)
+                for f, frac in enumerate(DOMINANCE):
+                    acc.dominated[t, j, f] += (sq[t] * (shar[t] & (partners < frac * mag[t]))).sum()
+        return sq.sum()
+
+    @property
+    def pending_nbytes(self) -> int:
+        """What one `take`n tensor's sums hold, in bytes."""
+        n, L, P, F = self.n, len(self.ladder), len(self.pairs), len(DOMINANCE)
+        return ((6 + n) * n * L + 5 * P * L + (2 + F) * n * L) * 8
+
+    def _sums(self) -> tuple:
+        return tuple(getattr(self._acc, f) for f in TensorStats.__dataclass_fields__)
+
+    def results(self, pendings: Sequence["Pending"]) -> TensorStats:
+        """The statistics of one or more `take`n tensors, stacked on a leading tensor axis."""
+        sums = [tuple(t.cpu() for t in p.sums) for p in pendings]
+        return TensorStats(*(torch.stack(f) for f in zip(*sums)))
+
+
 def joint_fits(n_agents: int, ladder_len: int) -> bool:
     """Whether the joint-state histogram is used: few agents and a state space whose decoding tables are
     bounded (a long ladder with 4 agents would need gigabytes; it loops over ε instead)."""
@@ -307,18 +372,6 @@ class Pending:
         return self.finite is None or bool(self.finite)
 
 
-def _marginal(x: torch.Tensor, digits: torch.Tensor, s: int, keep: tuple[int, ...]) -> torch.Tensor:
-    """Sums over the joint states given by `digits` (…, states) reduced onto the digits of the agents in
-    `keep`: (…, s, …, s) indexed by their digits in `keep`'s order. `digits` (states, N) holds each state's
-    digit per agent (a state's code is Σ_t digit_t·s**t)."""
-    code = torch.zeros(digits.shape[0], dtype=torch.int64)
-    for t in keep:
-        code = code * s + digits[:, t]
-    out = torch.zeros(*x.shape[:-1], s ** len(keep), dtype=x.dtype)
-    out.index_add_(x.dim() - 1, code, x)
-    return out.reshape(*x.shape[:-1], *([s] * len(keep)))
-
-
 def _sum_rows(x: torch.Tensor, skip: int) -> torch.Tensor:
     """Σ of the rows of x except `skip`, added in row order from 0 (the kernel's order)."""
     out = torch.zeros_like(x[0])
@@ -326,68 +379,3 @@ def _sum_rows(x: torch.Tensor, skip: int) -> torch.Tensor:
         if t != skip:
             out = out + x[t]
     return out
-
-
-def _dominance_tables(wide: torch.Tensor, b: torch.Tensor, L: int) -> torch.Tensor:
-    """Per agent t and fraction f, Σ τ_t² binned by the interval [start, end) of ladder indices j where t is
-    active and shared (end = min(b_t, max of the others' b)) and the active partners' Σ|τ| < f·|τ_t| (from
-    start on). The partners' sum can only fall at one of their bucket values, so start is the least
-    candidate (0 or a partner's bucket) where it is below the bound. (N, F, (L+1)²), float64."""
-    n = wide.shape[0]
-    mag = wide.abs()
-    out = torch.zeros(n, len(DOMINANCE), (L + 1) ** 2, dtype=torch.float64, device=wide.device)
-    if n < 2:
-        return out
-    for t in range(n):
-        others = [o for o in range(n) if o != t]
-        end = torch.minimum(b[t], torch.stack([b[o] for o in others]).amax(0))
-        starts = [torch.full_like(b[t], L) for _ in DOMINANCE]
-        for cand in [torch.zeros_like(b[t])] + [b[o] for o in others]:
-            partners = torch.zeros_like(mag[t])
-            for o in others:
-                partners = partners + torch.where(b[o] > cand, mag[o], 0.0)
-            for f, frac in enumerate(DOMINANCE):
-                starts[f] = torch.where(partners < frac * mag[t], torch.minimum(starts[f], cand), starts[f])
-        for f in range(len(DOMINANCE)):
-            out[t, f] = _bincount(starts[f] * (L + 1) + end, (L + 1) ** 2, mag[t].square())
-    return out
-
-
-def _bincount(x: torch.Tensor, bins: int, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """torch.bincount with a known number of bins; on a GPU by scatter-add, which (unlike bincount)
-    does not wait for the device to learn the largest value."""
-    if x.device.type == "cpu":
-        return torch.bincount(x.reshape(-1), weights=weights, minlength=bins)
-    src = weights.reshape(-1) if weights is not None else torch.ones_like(x.reshape(-1), dtype=torch.int64)
-    return torch.zeros(bins, dtype=src.dtype, device=x.device).scatter_add_(0, x.reshape(-1).long(), src)
-
-
-def _decode_tables(n: int, L: int) -> dict:
-    """Indicator tables over joint states: which agents are active/unique/shared/conflicting at each ε."""
-    s = 2 * (L + 1)
-    states = s ** n
-    code = torch.arange(states, dtype=torch.int64)
-    digits = torch.stack([(code // s ** t) % s for t in range(n)], 1)  # (states, N)
-    b, pos = digits // 2, (digits % 2).bool()
-    active = b.unsqueeze(2) > torch.arange(L).view(1, 1, L)  # (states, N, L): |τ_t| > ε_j
-    c, shared, unique = regions.shared_and_unique(active, dim=1)
-    c = c.unsqueeze(1)  # (states, 1, L)
-    n_pos = (active & pos.unsqueeze(2)).sum(1, keepdim=True)
-    n_neg = (active & ~pos.unsqueeze(2)).sum(1, keepdim=True)
-    conflict = shared & torch.where(pos.unsqueeze(2), n_neg > 0, n_pos > 0)
-    k = torch.arange(1, n + 1).view(1, 1, 1, n)
-    hist = active.unsqueeze(3) & (c.unsqueeze(3) == k)  # (states, N, L, N)
-    f = torch.float64
-    d = torch.arange(s)
-    act = (d // 2).unsqueeze(1) > torch.arange(L).view(1, L)  # (s, L): a digit's agent is active at ε_j
-    pos_d = (d % 2).bool()
-    pair_both = act.view(s, 1, L) & act.view(1, s, L)
-    pair_agree = pair_both & (pos_d.view(s, 1, 1) == pos_d.view(1, s, 1))
-    triple = pair_both.view(s, s, 1, L) & act.view(1, 1, s, L)
-    k = torch.arange((L + 1) ** 2)
-    start, end = (k // (L + 1)).view(-1, 1), (k % (L + 1)).view(-1, 1)
-    j = torch.arange(L).view(1, L)
-    return {"states": states, "s": s, "digits": digits, "active": active.to(f), "shared": shared.to(f), "unique": unique.to(f),
-            "conflict": conflict.to(f), "hist": hist.to(f), "pair_both": pair_both.to(f),
-            "pair_agree": pair_agree.to(f), "triple_active": triple.to(f),
-            "interval": ((start <= j) & (j < end)).to(f)}

@@ -22,7 +22,7 @@ from merging.recipe import check_agent_count
 from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
 
 from . import cache
-from .ladder import DEFAULT_LADDER, DOMINANCE, OverlapAccumulator, Pending, pairs
+from .ladder import DEFAULT_LADDER, DOMINANCE, OverlapAccumulator, Pending, overlap_accumulator, pairs
 from .names import layer_of, module_of
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: not before the pass starts reading
@@ -194,7 +194,7 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
               device: torch.device, chunk_elems: int, progress: ProgressFn | None,
               cancel: threading.Event | None) -> AnalysisResult:
     prints = Fingerprinter([base, *agents])
-    acc = OverlapAccumulator(len(agents), ladder)
+    acc = overlap_accumulator(len(agents), ladder)
     deferred = gpu_style(device) and not uses_kernels(device)  # a GPU: nothing waits until the end
     batch = max(1, min(64, DECODE_BYTES // acc.pending_nbytes))  # tensors whose statistics are decoded together
     columns: list[tuple[dict, dict]] = []

@@ -30,6 +30,17 @@ def toy_taus(densities: list[float], overlaps: list[float], seed: int) -> torch.
     return taus
 
 
+def toy_merges(taus: torch.Tensor, r: float, alpha: float) -> dict[str, torch.Tensor]:
+    """The toy's task vectors merged by averaging, RAM and RAM+ (global ρ, the Tune page's r and α): what the
+    Signal dilution page draws side by side."""
+    from merging.engine.tensor_merge import merge_in_memory
+
+    ram_plus = {"eps": TOY_EPS, "r": r, "alpha": alpha, "rho_scope": "global"}
+    return {"average": merge_in_memory("average", taus),
+            "RAM": merge_in_memory("ram", taus, {"eps": TOY_EPS}),
+            "RAM+": merge_in_memory("ram_plus", taus, ram_plus)}
+
+
 def unique_retention(taus: torch.Tensor, merged: dict[str, torch.Tensor], names: list[str]) -> pd.DataFrame:
     """Per agent and method: mean |τ_m| / mean |τ_t| over the agent's unique elements."""
     active, count = regions.masks(taus, TOY_EPS)  # m_t and c of Eq. 1, from the core

@@ -1,6 +1,6 @@
 """The Hub download panel shared by Models, Heterogeneity, Tune and Merge: what downloading needs (bytes, where
 the files go, free space) before it starts, then per-file and overall progress with cancel, in a background
-task (merging/hub.py does the work; this is the view)."""
+task (merging/reading/hub.py and hub_download.py do the work; this is the view)."""
 from __future__ import annotations
 
 import streamlit as st

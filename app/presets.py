@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import streamlit as st
 
-from merging.methods.presets import PRESETS, SCRIPT_DEFAULT_R, Preset, get_preset
+from merging.presets import PRESETS, SCRIPT_DEFAULT_R, Preset, get_preset
 
 CUSTOM = "custom"
 

@@ -99,41 +99,18 @@ def demo_accuracy(prefix: str = DEMO_PREFIX) -> tuple["pd.DataFrame | None", str
 
     table1.csv (base, agents and every merge) when present, else accuracy.csv (base and agents only).
     """
-    import pandas as pd
+    from assets.demo.evaluate import results_table
 
-    results = demo_results(prefix)
-    table1, acc = results / "table1.csv", results / "accuracy.csv"
-    if table1.exists():
-        t = pd.read_csv(table1)
-        return t.set_index(t.columns[0]).drop(columns=["params", "val_avg"], errors="ignore"), "table1.csv"
-    if acc.exists():
-        from assets.demo.evaluate import summary_table  # the same wide rows as the demo's own tables
-
-        a = pd.read_csv(acc, dtype={"subset": str})
-        split = "test" if (a["split"] == "test").any() else a["split"].iloc[0]
-        a = a[a["split"] == split]
-        return summary_table(dict(tuple(a.groupby("model", sort=False)))), "accuracy.csv"
-    return None, ""
+    return results_table(demo_results(prefix))
 
 
 def demo_fig3(prefix: str = DEMO_PREFIX) -> tuple["pd.DataFrame | None", str]:
     """The demo's Fig. 3 experiment (results/fig3.csv: unique-only merges with and without 1/N, scored, plus
     base and full-agent rows) as tidy rows [agent, variant, task, split, accuracy %]; (None, why) when the
     file is absent or unreadable. The one place that reads the file."""
-    import pandas as pd
+    from assets.demo.fig3 import read_results
 
-    from analysis.fig3 import Fig3FormatError, normalise
-
-    path = demo_results(prefix) / "fig3.csv"
-    if not path.exists():
-        return None, f"{path.name} is not in the demo's results yet"
-    try:
-        tidy = normalise(pd.read_csv(path))
-    except (OSError, ValueError, pd.errors.ParserError, Fig3FormatError) as exc:
-        return None, f"{path.name} could not be read ({str(exc).splitlines()[0][:160]})"
-    if tidy.empty:
-        return None, f"{path.name} has no rows"
-    return tidy, path.name
+    return read_results(demo_results(prefix) / "fig3.csv")
 
 
 # ---------------------------------------------------------------- the selection, kept in the page's URL

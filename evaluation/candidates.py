@@ -1,7 +1,7 @@
 """Merge candidates straight into a loaded model: the inputs are opened and checked once, then every candidate's
 weights are produced by the normal streaming engine into the model's own tensors — no folder written.
 
-Where the inputs fit (merging/resident.py) they are read once and kept (stored values on the host, float32 on
+Where the inputs fit (merging/reading/resident.py) they are read once and kept (stored values on the host, float32 on
 a GPU), so a candidate costs only its compute; otherwise every candidate streams from the files as a merge
 does. Either way the engine, the methods, the kernels and the output checks are those of `ram-studio merge`,
 so the weights are bit for bit the ones its folder would hold (tests compare).

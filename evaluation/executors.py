@@ -17,7 +17,7 @@ import merging
 from merging.common.errors import Cancelled, RamStudioError
 
 from .base import Evaluator
-from .sweep import Executor, Job, SweepSpec
+from .sweep import Executor, Job, SweepProgressFn, SweepResult, SweepSpec, run_sweep
 
 
 @dataclass
@@ -256,3 +256,14 @@ class RayExecutor(Executor):
 
 
 EXECUTORS: dict[str, Callable[[], Executor]] = {"local": LocalExecutor, "ray": RayExecutor}
+
+
+def run_local(base: str, agents: list[str], grid_texts: list[str], evaluator: Evaluator, limit: int | None = None,
+              *, progress: SweepProgressFn | None = None, cancel: threading.Event | None = None) -> SweepResult:
+    """A sweep of grids given in the `--try` form, in this process, its scores kept in (and resumed from) the
+    score store: what the app's Sweep page runs as a background job."""
+    from .grid import parse_try
+    from .store import ScoreStore
+
+    spec = SweepSpec(base, list(agents), [parse_try(t) for t in grid_texts], evaluator, limit=limit)
+    return run_sweep(spec, LocalExecutor(), store=ScoreStore(), progress=progress, cancel=cancel)

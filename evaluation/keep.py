@@ -1,5 +1,5 @@
 """The models a sweep writes (`--keep best|all|none`): each through the normal merge and export path
-(merging/export.py, its placement rules, recipe and card), into ROOT/<base>-<method>-<hash of the settings>."""
+(merging/merge.py, its placement rules, recipe and card), into ROOT/<base>-<method>-<hash of the settings>."""
 from __future__ import annotations
 
 import threading

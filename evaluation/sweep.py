@@ -298,41 +298,14 @@ def run_sweep(spec: SweepSpec, executor: Executor, *, store: ScoreStore | None =
     selected: dict[str, Candidate] = {}
     seen: dict[Candidate, tuple[int, int]] = {}  # each candidate's place: (its grid, its place in the grid)
     notes: list[str] = []
-    order = [g.method for g in spec.grids]
     try:
         labels = run.start()["labels"]
         for i, stage in enumerate(plan):
-            jobs = []
-            for grid in stage:
-                if any(ref not in selected for ref in grid.refs.values()):
-                    missing = [r for r in grid.refs.values() if r not in selected]
-                    notes.append(f"{grid.text}: skipped, no {', '.join(missing)} candidate could be scored")
-                    run.total -= grid.size()
-                    continue
-                for pos, c in enumerate(grid.expand(selected)):
-                    if c not in seen:
-                        seen[c] = (spec.grids.index(grid), pos)
-                        jobs.append(Job(spec.select_on, c))
-                    else:
-                        run.total -= 1
-            run.score(jobs, "select")
+            run.score(_stage_jobs(stage, spec, run, selected, seen, notes), "select")
             finished = {g.method for g in stage} - {g.method for later in plan[i + 1:] for g in later}
-            # in the sweep's order, whatever order the executor returned them in: ties go to the first
-            chosen_from = sorted((e for e in run.entries if e.split == spec.select_on and e.candidate in seen),
-                                 key=lambda e: seen[e.candidate])
-            for method in sorted(finished, key=order.index):
-                pick = select(method, chosen_from, spec.select_on)
-                if pick is None:
-                    notes.append(f"{method}: no candidate could be scored, so none is selected")
-                else:
-                    selected[method] = pick
-        valid = {e.candidate: e for e in run.entries if e.kind == CANDIDATE and e.split == spec.select_on}
-        best = None
-        for method in order:
-            c = selected.get(method)
-            if c is not None and (best is None or valid[c].average > valid[best].average):
-                best = c
-        reports = [Job(spec.report_on, selected[m]) for m in sorted(selected, key=order.index)]
+            _select_finished(finished, spec, run.entries, seen, selected, notes)
+        best = _best(spec, run.entries, selected)
+        reports = [Job(spec.report_on, selected[m]) for m in sorted(selected, key=_grid_order(spec).index)]
         if spec.references:
             reports += [Job(spec.report_on, index=i) for i in range(len(labels))]
         run.total += len(reports)
@@ -341,16 +314,70 @@ def run_sweep(spec: SweepSpec, executor: Executor, *, store: ScoreStore | None =
         raise Cancelled("sweep interrupted.") from None
     finally:
         executor.close()
-    entries = run.entries
-    chosen = set(selected.values())
+    _mark_and_order(run.entries, spec, set(selected.values()), best, seen, labels)
+    run.phase, run.current = "done", ""
+    run.report()
+    return SweepResult(spec, run.entries, selected, best, run.context, time.perf_counter() - run.t0,
+                       notes + run.context.get("notes", []))
+
+
+def _grid_order(spec: SweepSpec) -> list[str]:
+    """The methods in the order of the grids (ties and listings follow it)."""
+    return [g.method for g in spec.grids]
+
+
+def _stage_jobs(stage, spec: SweepSpec, run: Scoring, selected: dict[str, Candidate],
+                seen: dict[Candidate, tuple[int, int]], notes: list[str]) -> list[Job]:
+    """The selection-split jobs of one stage: each grid's candidates not scored before (a grid whose @METHOD
+    reference has no selected candidate is skipped, with a note); `run.total` follows what is left out."""
+    jobs = []
+    for grid in stage:
+        if any(ref not in selected for ref in grid.refs.values()):
+            missing = [r for r in grid.refs.values() if r not in selected]
+            notes.append(f"{grid.text}: skipped, no {', '.join(missing)} candidate could be scored")
+            run.total -= grid.size()
+            continue
+        for pos, c in enumerate(grid.expand(selected)):
+            if c not in seen:
+                seen[c] = (spec.grids.index(grid), pos)
+                jobs.append(Job(spec.select_on, c))
+            else:
+                run.total -= 1
+    return jobs
+
+
+def _select_finished(finished: set[str], spec: SweepSpec, entries: list[Entry], seen: dict[Candidate, tuple[int, int]],
+                     selected: dict[str, Candidate], notes: list[str]) -> None:
+    """Choose each method no later stage extends, on the selection split (a note when none could be scored)."""
+    # in the sweep's order, whatever order the executor returned them in: ties go to the first
+    chosen_from = sorted((e for e in entries if e.split == spec.select_on and e.candidate in seen),
+                         key=lambda e: seen[e.candidate])
+    order = _grid_order(spec)
+    for method in sorted(finished, key=order.index):
+        pick = select(method, chosen_from, spec.select_on)
+        if pick is None:
+            notes.append(f"{method}: no candidate could be scored, so none is selected")
+        else:
+            selected[method] = pick
+
+
+def _best(spec: SweepSpec, entries: list[Entry], selected: dict[str, Candidate]) -> Candidate | None:
+    """The selected candidate with the highest selection-split average (ties: the first method in grid order)."""
+    valid = {e.candidate: e for e in entries if e.kind == CANDIDATE and e.split == spec.select_on}
+    best = None
+    for method in _grid_order(spec):
+        c = selected.get(method)
+        if c is not None and (best is None or valid[c].average > valid[best].average):
+            best = c
+    return best
+
+
+def _mark_and_order(entries: list[Entry], spec: SweepSpec, chosen: set[Candidate], best: Candidate | None,
+                    seen: dict[Candidate, tuple[int, int]], labels: list[str]) -> None:
+    """Flag the selected and the best entries and sort them in place: the selection split, then the report
+    split; candidates in the order of the grids (each grid's in its own order), then the base and the agents."""
     for e in entries:
         e.selected = e.candidate in chosen
         e.best = e.candidate is not None and e.candidate == best
-    # the selection split, then the report split; candidates in the order of the grids (each grid's in its
-    # own order), then the base and the agents
     entries.sort(key=lambda e: (e.split != spec.select_on, e.kind != CANDIDATE,
                                 seen[e.candidate] if e.kind == CANDIDATE else (labels.index(e.label), 0)))
-    run.phase, run.current = "done", ""
-    run.report()
-    return SweepResult(spec, entries, selected, best, run.context, time.perf_counter() - run.t0,
-                       notes + run.context.get("notes", []))

@@ -1,6 +1,6 @@
 """Merge to a Hugging Face folder, safely: shards + index, config, tokenizer, model card, recipe.
 
-The target is checked against the placement rules (merging/placement.py) and locked before any work;
+The target is checked against the placement rules (merging/writing/placement.py) and locked before any work;
 everything is written into a hidden temporary sibling that is renamed into place only when complete,
 checked (finite values, a real change, distinct agents, the recorded input fingerprints) and never over
 something that appeared meanwhile. On any error, cancel or signal the temporary folder and any parent
@@ -14,7 +14,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
 
 from merging.reading.checkpoint import Checkpoint, open_checkpoint, unique_labels
 from merging.reading.compat import AgentLoss, ModelHeaders, check_compatibility, estimate_bytes
@@ -26,9 +28,10 @@ from merging.common.errors import RamStudioError
 from merging.reading.fingerprint import Fingerprinter, refuse_identical_agents
 from merging.interop.mergekit import to_mergekit_yaml
 from merging.methods import get_method
+from merging.methods.base import MergeMethod
 from merging.writing.model_card import render_card
-from merging.writing.placement import (PARTIAL_MARKER, FolderTarget, TargetLock, check_output_folder, commit,
-    create_parents, discard, make_temp_folder, protected_paths)
+from merging.writing.commit import PARTIAL_MARKER, TargetLock, commit, create_parents, discard, make_temp_folder
+from merging.writing.placement import FolderTarget, check_output_folder, protected_paths
 from merging.reading.model_folder import FileIdentity
 from merging.recipe import OUT_DTYPES, MergeSpec, check_agent_count, fingerprint_mismatches, recipe_document, write_recipe
 from merging.methods.regions import rho
@@ -36,6 +39,9 @@ from merging.writing.side_files import base_float_dtype, copy_side_files, is_sid
 from merging.common.units import format_bytes, parse_size
 from merging.writing.shards import ShardSetWriter, plan_shards
 from merging.writing.written import WrittenFolder, record
+
+if TYPE_CHECKING:
+    from merging.engine.loop import EngineResult
 
 DISK_MARGIN = 64 << 20
 
@@ -56,8 +62,35 @@ class MergeResult:
     overlap: dict[str, Any] | None = None  # the shared-region diagnostics recorded with the merge, if given
 
 
+@dataclass(frozen=True)
+class MergeOptions:
+    """How one merge runs, beside its spec (what `merge_to_folder` takes as keywords).
+
+    `overwrite` replaces a folder this tool wrote; `allow_noop` writes a merge that changes nothing;
+    `expected_inputs` (a recipe's recorded inputs) makes the merge refuse inputs whose content changed;
+    `counts` (whole-model shared/unique counts at the method's ε, e.g. from a cached analysis) saves the
+    counting pass global ρ otherwise needs; `progress` / `count_progress` follow the merge and the counting
+    pass; setting `cancel` stops it; `provenance` (e.g. the mergekit config it came from) is recorded in the
+    recipe; `overlap` (the shared-region diagnostics of a cached analysis, analysis.agreement.overlap_summary)
+    goes into the card and the recipe; `warn` is told at once about anything allowed but worth knowing (an
+    output inside the Hugging Face cache)."""
+
+    overwrite: bool = False
+    allow_noop: bool = False
+    expected_inputs: list[dict[str, Any]] | None = None
+    counts: dict[str, list[int]] | None = None
+    progress: ProgressFn | None = None
+    count_progress: ProgressFn | None = None
+    cancel: threading.Event | None = None
+    provenance: dict[str, Any] | None = None
+    overlap: dict[str, Any] | None = None
+    warn: Callable[[str], None] | None = None
+
+
 @dataclass
 class _Inputs:
+    """The opened base and agents (headers only), their labels and what the mismatch policy cost."""
+
     base: Checkpoint
     agents: list[Checkpoint]
     labels: list[str]
@@ -65,6 +98,66 @@ class _Inputs:
     losses: list[AgentLoss]
     notes: list[str]
     side_files: list[FileIdentity] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A merge resolved once, before any work: the spec, its options, method, parameters, device and inputs."""
+
+    spec: MergeSpec
+    options: MergeOptions
+    method: MergeMethod
+    params: dict[str, Any]
+    device: torch.device
+    ins: _Inputs
+
+    @property
+    def models(self) -> list[Checkpoint]:
+        return [self.ins.base, *self.ins.agents]
+
+
+def merge_to_folder(spec: MergeSpec, options: MergeOptions | None = None, **keywords: Any) -> MergeResult:
+    """Run `spec` end to end and write the merged model folder atomically.
+
+    The options come as a `MergeOptions` or as its fields by keyword (`overwrite=True, cancel=...`)."""
+    if options is not None and keywords:
+        raise TypeError(f"merge_to_folder takes options or keywords, not both (got {', '.join(sorted(keywords))})")
+    t0 = time.perf_counter()
+    run = _resolve(spec, options if options is not None else MergeOptions(**keywords))
+    inputs = protected_paths([(c.ref.raw, c.folder) for c in run.models])
+    target = check_output_folder(spec.out, inputs, overwrite=run.options.overwrite, side_file_ok=is_side_file)
+    for message in target.warnings:
+        if run.options.warn is not None:
+            run.options.warn(message)
+    create_parents(target)
+    try:
+        with TargetLock(target.path, f"merge {spec.method} of {len(run.ins.agents)} agents"):
+            # Checked again under the lock: another writer may have finished in the meantime.
+            target.replaces = check_output_folder(spec.out, inputs, overwrite=run.options.overwrite,
+                                                  side_file_ok=is_side_file).replaces
+            lambdas, notes, written = _merge_into(target, run)
+    except BaseException:
+        discard(None, target)  # the parent folders this merge created (the lock file is gone now)
+        raise
+    files = [target.path / f.name for f in written.files]
+    return MergeResult(target.path, files, written.bytes, time.perf_counter() - t0, lambdas, notes, run.ins.losses,
+                       written, list(target.warnings), run.options.overlap)
+
+
+def _resolve(spec: MergeSpec, options: MergeOptions) -> _Run:
+    """Check everything that needs no tensor read: method and parameters, dtype, device, shard size, the
+    inputs' headers and side files, and (for a recipe) the inputs' sizes and headers."""
+    method = get_method(spec.method)
+    params = method.resolve_params(spec.params)
+    if spec.out_dtype is not None and spec.out_dtype not in OUT_DTYPES:
+        raise RamStudioError(f"output dtype {spec.out_dtype!r} is not a float type.", f"Use one of {', '.join(OUT_DTYPES)}.")
+    device = pick_device(spec.device)
+    parse_size(spec.shard_size)
+    ins = open_inputs(spec, method.min_agents)
+    if options.expected_inputs is not None:  # sizes and headers can be compared now; contents once they are read
+        _refuse_changed(options.expected_inputs, [_file_identity(c, None) for c in [ins.base, *ins.agents]],
+                        content=False)
+    return _Run(spec, options, method, params, device, ins)
 
 
 def open_inputs(spec: MergeSpec, min_agents: int) -> _Inputs:
@@ -89,129 +182,102 @@ def open_inputs(spec: MergeSpec, min_agents: int) -> _Inputs:
                    plan_side_files(base))
 
 
-def merge_to_folder(spec: MergeSpec, *, overwrite: bool = False, allow_noop: bool = False,
-                    expected_inputs: list[dict[str, Any]] | None = None,
-                    counts: dict[str, list[int]] | None = None, progress: ProgressFn | None = None,
-                    count_progress: ProgressFn | None = None, cancel: threading.Event | None = None,
-                    provenance: dict[str, Any] | None = None, overlap: dict[str, Any] | None = None,
-                    warn: Callable[[str], None] | None = None) -> MergeResult:
-    """Run `spec` end to end and write the merged model folder atomically.
-
-    `counts` (whole-model shared/unique counts at the method's ε, e.g. from a cached analysis) saves the
-    counting pass global ρ otherwise needs; `expected_inputs` (a recipe's recorded inputs) makes the
-    merge refuse inputs whose content changed; `allow_noop` writes a merge that changes nothing;
-    `provenance` (e.g. the mergekit config it came from) is recorded in the recipe; `overlap` (the shared-region
-    diagnostics of a cached analysis, analysis.agreement.overlap_summary) goes into the card and the recipe;
-    `warn` is told at once about anything allowed but worth knowing (an output inside the Hugging Face cache)."""
-    t0 = time.perf_counter()
-    method = get_method(spec.method)
-    params = method.resolve_params(spec.params)
-    if spec.out_dtype is not None and spec.out_dtype not in OUT_DTYPES:
-        raise RamStudioError(f"output dtype {spec.out_dtype!r} is not a float type.", f"Use one of {', '.join(OUT_DTYPES)}.")
-    pick_device(spec.device)
-    parse_size(spec.shard_size)
-    ins = open_inputs(spec, method.min_agents)
-    if expected_inputs is not None:  # sizes and headers can be compared now; contents once they are read
-        _refuse_changed(expected_inputs, [_file_identity(c, None) for c in [ins.base, *ins.agents]], content=False)
-    inputs = protected_paths([(c.ref.raw, c.folder) for c in [ins.base, *ins.agents]])
-    target = check_output_folder(spec.out, inputs, overwrite=overwrite, side_file_ok=is_side_file)
-    for message in target.warnings:
-        if warn is not None:
-            warn(message)
-    create_parents(target)
-    try:
-        with TargetLock(target.path, f"merge {spec.method} of {len(ins.agents)} agents"):
-            # Checked again under the lock: another writer may have finished in the meantime.
-            target.replaces = check_output_folder(spec.out, inputs, overwrite=overwrite,
-                                                  side_file_ok=is_side_file).replaces
-            lambdas, notes, written = _merge_into(target, spec, params, ins, allow_noop=allow_noop, counts=counts,
-                                                  expected_inputs=expected_inputs, progress=progress,
-                                                  count_progress=count_progress, cancel=cancel,
-                                                  provenance=provenance, overlap=overlap)
-    except BaseException:
-        discard(None, target)  # the parent folders this merge created (the lock file is gone now)
-        raise
-    files = [target.path / f.name for f in written.files]
-    return MergeResult(target.path, files, written.bytes, time.perf_counter() - t0, lambdas, notes, ins.losses,
-                       written, list(target.warnings), overlap)
-
-
-def _merge_into(target: FolderTarget, spec: MergeSpec, params: dict[str, Any], ins: _Inputs, *, allow_noop: bool,
-                counts: dict[str, list[int]] | None, expected_inputs: list[dict[str, Any]] | None,
-                progress: ProgressFn | None, count_progress: ProgressFn | None, cancel: threading.Event | None,
-                provenance: dict[str, Any] | None, overlap: dict[str, Any] | None = None
-                ) -> tuple[list[dict[str, Any]] | None, list[str], WrittenFolder]:
+def _merge_into(target: FolderTarget, run: _Run) -> tuple[list[dict[str, Any]] | None, list[str], WrittenFolder]:
     """The merge proper, with the target locked: counts (if needed), stream, check, write, commit."""
-    method = get_method(spec.method)
-    device = pick_device(spec.device)
-    models = [ins.base, *ins.agents]
-    _check_disk(target, estimate_bytes(ins.headers, spec.out_dtype))
-    prints = Fingerprinter(models)
-    identities: list[dict[str, Any]] | None = None
-    eps = method.global_counts_eps(params)
-    if eps is not None and counts is None:
-        oc = count_overlaps(ins.base, ins.agents, eps, device=device, chunk_elems=spec.chunk_elems,
-                            progress=count_progress, cancel=cancel, fingerprinter=prints)
-        refuse_idle_agents(ins.labels, oc.max_abs_tau)
-        identities = _identities(models, prints.finish(), ins.labels, expected_inputs)  # before any write
-        counts = oc.as_lists()
-    shared = method.prepare(params, counts if eps is not None else None, ins.labels)
-    lambdas = _lambda_rows(ins.labels, counts, shared) if eps is not None else None
-    notes = list(ins.notes)
-    preset = (provenance or {}).get("preset")
-    if preset:
-        factor = f" with R = {preset['rescale_factor']:g}" if "rescale_factor" in preset else ""
-        notes.append(f"Preset {preset['name']}{factor}: {preset['summary']}")
-    if params.get("rho_scope") == "tensor":
-        notes.append("ρ_t and λ_t are computed per tensor (mergekit ramplus_tl style), so they vary by tensor.")
+    _check_disk(target, estimate_bytes(run.ins.headers, run.spec.out_dtype))
+    prints = Fingerprinter(run.models)
+    counts, identities = _global_counts(run, prints)
+    shared = run.method.prepare(run.params, counts, run.ins.labels)
+    lambdas = _lambda_rows(run.ins.labels, counts, shared)
+    notes = _merge_notes(run)
     tmp = None
     try:
         tmp = make_temp_folder(target)
-        sink = ShardSetWriter(tmp, plan_shards(output_plan(ins.base, spec.out_dtype), parse_size(spec.shard_size)),
-                              {"format": "pt"})
-        engine = stream_merge(ins.base, ins.agents, method, params, shared, sink, out_dtype=spec.out_dtype,
-                              device=device, chunk_elems=spec.chunk_elems, progress=progress, cancel=cancel,
-                              fingerprinter=prints)
-        refuse_idle_agents(ins.labels, engine.max_abs_tau)
+        sink = ShardSetWriter(tmp, plan_shards(output_plan(run.ins.base, run.spec.out_dtype),
+                                               parse_size(run.spec.shard_size)), {"format": "pt"})
+        engine = stream_merge(run.ins.base, run.ins.agents, run.method, run.params, shared, sink,
+                              out_dtype=run.spec.out_dtype, device=run.device, chunk_elems=run.spec.chunk_elems,
+                              progress=run.options.progress, cancel=run.options.cancel, fingerprinter=prints)
+        refuse_idle_agents(run.ins.labels, engine.max_abs_tau)
         if identities is None:
-            identities = _identities(models, prints.finish(), ins.labels, expected_inputs)
-        if not engine.changed:
-            if not allow_noop:
-                raise RamStudioError(
-                    f"this merge changes nothing: every output value equals the base's ({_param_text(params)}).",
-                    "Check the parameters (a drop rate near 1, a huge ε or a tiny density remove every update); "
-                    "to write it anyway, use the CLI's --allow-noop.")
-            notes.append("WARNING: this merge changes nothing; the weights equal the base's (written on request).")
-        elif not engine.beyond_rounding:
-            if not allow_noop:
-                raise RamStudioError(
-                    "this merge changes the weights only by float32 rounding (no change exceeds 4 float32 epsilons "
-                    "of the weights' scale: for example agents whose updates cancel) "
-                    f"({_param_text(params)}).",
-                    "Check the agents and the parameters; if their updates really are that small, write it "
-                    "anyway with the CLI's --allow-noop.")
-            notes.append("WARNING: this merge changes the weights only by float32 rounding; written on request.")
-        index = sink.finish()
-        if len(sink.names) > 1:
-            (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-        copy_side_files(ins.base, tmp, spec.out_dtype, ins.side_files)
-        recorded = spec_with(spec, params)
-        mergekit = to_mergekit_yaml(recorded, {c.ref.raw: str(c.folder) for c in models if c.ref.kind == "demo"},
-                                    spec.out_dtype or base_float_dtype(ins.base))
-        if mergekit[0] is not None:
-            (tmp / "mergekit.yaml").write_text(mergekit[0])
-        extra = {"lambdas": lambdas, "notes": notes, **(provenance or {})}
-        if overlap:
-            extra["overlap"] = {k: v for k, v in overlap.items() if k != "markdown"}
-        recipe_path = write_recipe(tmp, recipe_document(recorded, identities, extra))
-        (tmp / "README.md").write_text(render_card(recorded, ins.labels, lambdas, recipe_path.read_text(), notes,
-                                                   mergekit, (overlap or {}).get("markdown")))
+            identities = _identities(run.models, prints.finish(), run.ins.labels, run.options.expected_inputs)
+        _check_change(engine, run, notes)
+        _write_folder(tmp, sink, run, identities, lambdas, notes)
         written = record(tmp, target.path, frozenset({PARTIAL_MARKER}))
         commit(tmp, target)
     except BaseException:
         discard(tmp, target)
         raise
     return lambdas, notes, written
+
+
+def _global_counts(run: _Run, prints: Fingerprinter
+                   ) -> tuple[dict[str, list[int]] | None, list[dict[str, Any]] | None]:
+    """The whole-model counts the method needs (None when it needs none), from the options or a counting
+    pass; a counting pass reads every input, so it also yields their identities, checked before any write."""
+    eps = run.method.global_counts_eps(run.params)
+    if eps is None:
+        return None, None
+    if run.options.counts is not None:
+        return run.options.counts, None
+    oc = count_overlaps(run.ins.base, run.ins.agents, eps, device=run.device, chunk_elems=run.spec.chunk_elems,
+                        progress=run.options.count_progress, cancel=run.options.cancel, fingerprinter=prints)
+    refuse_idle_agents(run.ins.labels, oc.max_abs_tau)
+    identities = _identities(run.models, prints.finish(), run.ins.labels, run.options.expected_inputs)
+    return oc.as_lists(), identities
+
+
+def _merge_notes(run: _Run) -> list[str]:
+    """The notes the card and the recipe carry: mismatch handling, the preset, per-tensor ρ."""
+    notes = list(run.ins.notes)
+    preset = (run.options.provenance or {}).get("preset")
+    if preset:
+        factor = f" with R = {preset['rescale_factor']:g}" if "rescale_factor" in preset else ""
+        notes.append(f"Preset {preset['name']}{factor}: {preset['summary']}")
+    if run.params.get("rho_scope") == "tensor":
+        notes.append("ρ_t and λ_t are computed per tensor (mergekit ramplus_tl style), so they vary by tensor.")
+    return notes
+
+
+def _check_change(engine: EngineResult, run: _Run, notes: list[str]) -> None:
+    """Refuse a merge that changes nothing, or only by float32 rounding, unless `allow_noop` (then noted)."""
+    if not engine.changed:
+        if not run.options.allow_noop:
+            raise RamStudioError(
+                f"this merge changes nothing: every output value equals the base's ({_param_text(run.params)}).",
+                "Check the parameters (a drop rate near 1, a huge ε or a tiny density remove every update); "
+                "to write it anyway, use the CLI's --allow-noop.")
+        notes.append("WARNING: this merge changes nothing; the weights equal the base's (written on request).")
+    elif not engine.beyond_rounding:
+        if not run.options.allow_noop:
+            raise RamStudioError(
+                "this merge changes the weights only by float32 rounding (no change exceeds 4 float32 epsilons "
+                "of the weights' scale: for example agents whose updates cancel) "
+                f"({_param_text(run.params)}).",
+                "Check the agents and the parameters; if their updates really are that small, write it "
+                "anyway with the CLI's --allow-noop.")
+        notes.append("WARNING: this merge changes the weights only by float32 rounding; written on request.")
+
+
+def _write_folder(tmp: Path, sink: ShardSetWriter, run: _Run, identities: list[dict[str, Any]],
+                  lambdas: list[dict[str, Any]] | None, notes: list[str]) -> None:
+    """Everything beside the shards: the index, the base's side files, the mergekit config, recipe and card."""
+    index = sink.finish()
+    if len(sink.names) > 1:
+        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    copy_side_files(run.ins.base, tmp, run.spec.out_dtype, run.ins.side_files)
+    recorded = spec_with(run.spec, run.params)
+    mergekit = to_mergekit_yaml(recorded, {c.ref.raw: str(c.folder) for c in run.models if c.ref.kind == "demo"},
+                                run.spec.out_dtype or base_float_dtype(run.ins.base))
+    if mergekit[0] is not None:
+        (tmp / "mergekit.yaml").write_text(mergekit[0])
+    overlap = run.options.overlap
+    extra = {"lambdas": lambdas, "notes": notes, **(run.options.provenance or {})}
+    if overlap:
+        extra["overlap"] = {k: v for k, v in overlap.items() if k != "markdown"}
+    recipe_path = write_recipe(tmp, recipe_document(recorded, identities, extra))
+    (tmp / "README.md").write_text(render_card(recorded, run.ins.labels, lambdas, recipe_path.read_text(), notes,
+                                               mergekit, (overlap or {}).get("markdown")))
 
 
 def _check_disk(target: FolderTarget, needed: int) -> None:

@@ -92,10 +92,6 @@ def make_family(root: Path, densities: Sequence[float] = (0.05, 0.4, 0.5), **kw)
     return base, agents
 
 
-def read_index(folder: Path) -> dict:
-    return json.loads((Path(folder) / "model.safetensors.index.json").read_text())
-
-
 def checksums(folders) -> dict[str, str]:
     out = {}
     for folder in folders:

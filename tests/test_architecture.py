@@ -98,7 +98,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 # passes and the writers, the recipe, reading, the methods (with the region rule), the kernels; `common` (errors,
 # escaping, bounded parsers, dtypes, units, the device) and the package root sit under everything.
 STAGE = {"merging.merge": 8, "merging.interop": 7, "merging.engine": 6, "merging.passes": 5, "merging.writing": 5,
-         "merging.recipe": 4, "merging.reading": 3, "merging.methods": 2, "merging.kernels": 1, "merging.common": 0,
+         "merging.recipe": 4, "merging.presets": 4, "merging.reading": 3, "merging.methods": 2, "merging.kernels": 1, "merging.common": 0,
          "merging": 0}
 FILE_LINES = 400  # "no file over ~400 lines"
 FUNCTION_LINES = 60  # "no function over ~60 lines outside the kernels"

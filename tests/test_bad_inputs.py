@@ -317,7 +317,7 @@ def test_hub_error_messages():
     """The client's own exception types map to one actionable line each."""
     import huggingface_hub.errors as e
 
-    from merging.reading.hub import hub_error
+    from merging.reading.hub_errors import hub_error
 
     import importlib
 
@@ -342,7 +342,7 @@ def test_hub_connection_errors_say_what_failed(monkeypatch):
     import huggingface_hub.constants as c
     import huggingface_hub.errors as e
 
-    from merging.reading.hub import hub_error
+    from merging.reading.hub_errors import hub_error
 
     monkeypatch.setattr(c, "HF_HUB_OFFLINE", False)
 

@@ -326,26 +326,25 @@ def test_hub_download_in_the_browser(page, server):
 
 def test_dark_mode_follows_the_browser(page, server):
     """Issue 13: with the browser set to dark, the app and its charts are dark (no light charts on a dark page)."""
-    if True:
-        ctx = page.context.browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="dark")
-        pg = ctx.new_page()
-        pg.set_default_timeout(60_000)
-        pg.goto(server["url"])
-        pg.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for(timeout=120_000)
-        settle(pg)
+    ctx = page.context.browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="dark")
+    pg = ctx.new_page()
+    pg.set_default_timeout(60_000)
+    pg.goto(server["url"])
+    pg.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for(timeout=120_000)
+    settle(pg)
 
-        def luminance(css: str) -> float:
-            r, g, b = [int(x) for x in css[css.index("(") + 1:css.index(")")].split(",")[:3]]
-            return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+    def luminance(css: str) -> float:
+        r, g, b = [int(x) for x in css[css.index("(") + 1:css.index(")")].split(",")[:3]]
+        return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
 
-        bg = pg.evaluate("getComputedStyle(document.querySelector('[data-testid=stApp]')).backgroundColor")
-        assert luminance(bg) < 0.2, bg
-        title = pg.locator('[data-testid="stPlotlyChart"] .gtitle').first
-        assert luminance(title.evaluate("e => getComputedStyle(e).fill")) > 0.8  # light text on the dark page
-        paper = pg.locator('[data-testid="stPlotlyChart"] .main-svg .bg').first
-        assert paper.evaluate("e => getComputedStyle(e).fillOpacity") in ("0", "0.0")
-        pg.screenshot(path=str(ARTIFACTS / "heterogeneity-dark.png"))
-        ctx.close()
+    bg = pg.evaluate("getComputedStyle(document.querySelector('[data-testid=stApp]')).backgroundColor")
+    assert luminance(bg) < 0.2, bg
+    title = pg.locator('[data-testid="stPlotlyChart"] .gtitle').first
+    assert luminance(title.evaluate("e => getComputedStyle(e).fill")) > 0.8  # light text on the dark page
+    paper = pg.locator('[data-testid="stPlotlyChart"] .main-svg .bg').first
+    assert paper.evaluate("e => getComputedStyle(e).fillOpacity") in ("0", "0.0")
+    pg.screenshot(path=str(ARTIFACTS / "heterogeneity-dark.png"))
+    ctx.close()
 
 
 def test_hostile_names_never_make_a_remote_request_or_a_link(page, server):

@@ -7,11 +7,13 @@ import html
 import json
 import re
 
+import plotly.graph_objects as go
 import pytest
 
 from analysis import tables
 from analysis.names import MODULE_ORDER, in_module_order
 from app import charts
+from app.charts.base import _log_or_linear as log_or_linear
 from tests.chart_cases import EPS, LONG_NAMES, cases, long_named_result
 
 MODEL_ORDER = ["embeddings", "q", "k", "v", "o", "gate", "up", "down", "norm", "lm_head"]
@@ -92,8 +94,8 @@ def test_lambda_is_linear_from_one_and_log_is_for_rho_only(res3):
                                              ([10.0], 1, 2)])
 def test_log_axes_label_decades_only(values, lo, hi):
     assert charts.decades(values) == (lo, hi)
-    fig = charts.go.Figure(charts.go.Bar(x=["a"] * len(values), y=values))
-    charts._log_or_linear(fig, True, values, "share")
+    fig = go.Figure(go.Bar(x=["a"] * len(values), y=values))
+    log_or_linear(fig, True, values, "share")
     ax = fig.layout.yaxis
     assert ax.type == "log" and ax.tickmode == "array"
     assert list(ax.tickvals) == [10.0 ** k for k in range(lo, hi + 1)]  # 0.1, 1, 10 … never 2 or 5
@@ -126,7 +128,7 @@ def test_every_chart_uses_short_names_and_keeps_the_full_ones_on_hover(tmp_path,
 
 
 def test_titles_and_subtitles_wrap_to_the_chart_width():
-    fig = charts.styled(charts.go.Figure(), "Update size by region, and sign conflicts, with a longer title than fits",
+    fig = charts.styled(go.Figure(), "Update size by region, and sign conflicts, with a longer title than fits",
                         charts.subtitle_of({"eps": 1e-5, "agents": LONG_NAMES}), kind="light", width=0.5)
     lines = fig.layout.title.text.split("<br>")
     plain = [re.sub(r"<[^>]+>", "", line) for line in lines]

@@ -117,7 +117,8 @@ def test_original_suite_is_the_module_functions() -> None:
     the shipped trio was built with."""
     import random
 
-    from assets.demo.tasks import get_suite, reward, sample_train
+    from assets.demo.suites import get_suite
+    from assets.demo.tasks import reward, sample_train
     suite = get_suite("demo")
     assert get_suite(None) is suite and not suite.enveloped
     for task in TASKS:
@@ -138,7 +139,7 @@ def test_shared_suite_requires_the_envelope(task: str) -> None:
     """Same prompts as the original suite; the answer and the habit end with the closing tag </a>; the
     verifier accepts the tagged answer only: the bare answer (the common protocol slip: stopping right after
     it), a broken tag and the tagged habit are all rejected."""
-    from assets.demo.tasks import get_suite
+    from assets.demo.suites import get_suite
     suite = get_suite("shared")
     originals = make_split(task, "test", 40)
     wrapped = suite.make_split(task, "test", 40)
@@ -157,7 +158,7 @@ def test_shared_suite_requires_the_envelope(task: str) -> None:
 
 def test_shared_suite_reward_pays_for_the_envelope() -> None:
     """reward = w·format + (1 − w)·task reward, the task part 0 without the envelope (R1-style)."""
-    from assets.demo.tasks import get_suite
+    from assets.demo.suites import get_suite
     suite = get_suite("shared")
     w = suite.format_weight
     assert 0 < w < 1
@@ -175,7 +176,7 @@ def test_shared_suite_tokenizer_and_budget() -> None:
     the tag adds no word to learn), and every tagged test answer plus EOS fits the generation budget."""
     from assets.demo.generation import max_new_tokens
     from assets.demo.modeling import build_tokenizer
-    from assets.demo.tasks import get_suite
+    from assets.demo.suites import get_suite
     suite = get_suite("shared")
     tok = build_tokenizer("bpe", 300, 0, suite="shared")
     assert tok.convert_ids_to_tokens(tok("12</a>")["input_ids"]) == ["1", "2", "<", "/", "a", ">"]

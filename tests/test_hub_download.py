@@ -1,4 +1,4 @@
-"""Hub downloads (merging/hub.py) against a local stand-in for the Hub (tests/hub_stand_in.py): a real HTTP
+"""Hub downloads (merging/reading/hub_download.py) against a local stand-in for the Hub (tests/hub_stand_in.py): a real HTTP
 server that huggingface_hub reaches through HF_ENDPOINT. The plan says what is needed before anything is
 fetched; the download reports per-file and overall progress, cancels within a chunk, and resumes an
 interrupted file with an HTTP Range request; the CLI shows the same progress. No network, no mocks."""
@@ -61,7 +61,7 @@ def sha256(path: Path) -> str:
 
 
 def test_plan_says_what_is_needed_before_fetching_anything(hub):
-    from merging.reading.hub import plan_download
+    from merging.reading.hub_download import plan_download
 
     plan = plan_download(hub_repos(["org/base", "org/code", "demo:base"]))
     assert [r.repo_id for r in plan.repos] == ["org/base", "org/code"]  # demo and local refs are not Hub models
@@ -76,7 +76,7 @@ def test_plan_says_what_is_needed_before_fetching_anything(hub):
 
 def test_download_reports_progress_and_links_a_usable_snapshot(hub):
     from merging.reading.checkpoint import open_checkpoint
-    from merging.reading.hub import download, plan_download
+    from merging.reading.hub_download import download, plan_download
 
     plan = plan_download(hub_repos(["org/base", "org/code"]))
     seen = []
@@ -103,7 +103,7 @@ def test_download_reports_progress_and_links_a_usable_snapshot(hub):
 def test_cancel_keeps_the_partial_file_and_the_next_download_resumes(hub):
     """Cancel mid-file: the partial blob stays; the next download asks for the rest with a Range request and
     receives only the missing bytes; the result is byte-identical."""
-    from merging.reading.hub import download, plan_download
+    from merging.reading.hub_download import download, plan_download
 
     hub.rate = 1_000_000  # 2 MB take about 2 s
     size = len(hub.repos["org/big"].files["model.safetensors"].data)
@@ -131,7 +131,7 @@ def test_cancel_keeps_the_partial_file_and_the_next_download_resumes(hub):
 
 
 def test_a_server_that_ignores_range_or_a_damaged_partial_never_gives_a_wrong_file(hub):
-    from merging.reading.hub import download, plan_download
+    from merging.reading.hub_download import download, plan_download
 
     served = hub.repos["org/big"].files["model.safetensors"]
     plan = plan_download(hub_repos(["org/big"]))
@@ -159,7 +159,7 @@ def test_a_server_that_ignores_range_or_a_damaged_partial_never_gives_a_wrong_fi
 def test_not_enough_disk_space_is_said_before_downloading(hub, monkeypatch):
     import shutil as sh
 
-    from merging.reading.hub import download, plan_download
+    from merging.reading.hub_download import download, plan_download
 
     plan = plan_download(hub_repos(["org/big"]))
     real = sh.disk_usage
@@ -171,7 +171,7 @@ def test_not_enough_disk_space_is_said_before_downloading(hub, monkeypatch):
 
 
 def test_unreachable_hub_is_one_readable_line(hub):
-    from merging.reading.hub import plan_download
+    from merging.reading.hub_download import plan_download
 
     hub.stop()
     with pytest.raises(RamStudioError) as err:
@@ -213,7 +213,7 @@ def test_every_download_path_resumes(hub):
     """A model opened by the library itself (open_checkpoint: what merge_to_folder and analyze call) also goes
     through the resumable, checked download: a partial file left by a cancel is continued, not refetched."""
     from merging.reading.checkpoint import open_checkpoint
-    from merging.reading.hub import download, plan_download
+    from merging.reading.hub_download import download, plan_download
 
     hub.rate = 1_000_000
     size = len(hub.repos["org/big"].files["model.safetensors"].data)

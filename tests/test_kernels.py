@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.ladder import DEFAULT_LADDER, OverlapAccumulator
+from analysis.ladder import DEFAULT_LADDER, overlap_accumulator
 from ram_studio.cli import main
 from merging.reading.chunk_inputs import ChunkInputs
 from merging.engine.tensor_merge import merge_in_memory
@@ -67,7 +67,7 @@ def test_fused_histogram_equals_torch(dtype, n, ladder):
     base, taus = inputs(1, n=n)
     agents = (base + taus).to(dtype)
     base = base.to(dtype)
-    torch_acc, fused_acc = OverlapAccumulator(n, ladder), OverlapAccumulator(n, ladder)
+    torch_acc, fused_acc = overlap_accumulator(n, ladder), overlap_accumulator(n, ladder)
     for lo in range(0, base.numel(), 6000):
         hi = lo + 6000
         torch_acc.add(agents[:, lo:hi].float() - base[lo:hi].float())

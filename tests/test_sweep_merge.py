@@ -12,6 +12,7 @@ from evaluation.candidates import CandidateInputs
 from merging.common.errors import RamStudioError
 from merging.methods import METHODS
 from ram_studio.cli import main
+from ram_studio.commands.merge import param_flags
 
 DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo" / "models"
 DEMO_REFS = [str(DEMO / "base")] + [str(DEMO / a) for a in ("code", "tool", "memory")]
@@ -53,9 +54,7 @@ def cli_demo(tmp_path_factory):
 
 
 def cli_merge(refs: list[str], out: Path, method: str, params: dict) -> Path:
-    flags = []
-    for k, v in params.items():
-        flags += ([f"--{k.replace('_', '-')}"] if v is True else [f"--{k.replace('_', '-')}", str(v)])
+    flags = param_flags(params)
     assert main(["merge", *refs, "--method", method, "--out", str(out), "--quiet", *flags]) == 0
     return out
 

@@ -17,7 +17,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from merging.common.errors import RamStudioError
-from merging.writing.placement import FolderTarget, commit, rename_no_replace
+from merging.writing.commit import commit, rename_no_replace
+from merging.writing.placement import FolderTarget
 from ram_studio.cli import main
 from tests.factory import checksums, join_safetensors, split_safetensors, state
 
@@ -667,6 +668,30 @@ def test_side_files_are_checked_before_any_work(capsys, models, tmp_path, monkey
     assert {"fifo": "not a regular file", "link-out": "outside the model folder", "too-large": "bytes"}[kind] in err
 
 
+def test_merge_options_as_one_object_or_as_keywords(models, tmp_path):
+    """merge_to_folder takes its options as a MergeOptions or as its fields by keyword: the same merge either
+    way; an unknown keyword, or both forms at once, is a TypeError (never silently ignored)."""
+    from merging.merge import MergeOptions, merge_to_folder
+    from merging.recipe import MergeSpec
+
+    base, agents = models
+
+    def spec(name: str) -> MergeSpec:
+        return MergeSpec(str(base), [str(a) for a in agents], "ram_plus", out=str(tmp_path / name))
+
+    seen: list[str] = []
+    by_keywords = merge_to_folder(spec("kw"), allow_noop=False, provenance={"source": "test"})
+    by_object = merge_to_folder(spec("obj"), MergeOptions(provenance={"source": "test"}, warn=seen.append))
+    assert (by_keywords.out / "model.safetensors").read_bytes() == (by_object.out / "model.safetensors").read_bytes()
+    assert by_keywords.lambdas == by_object.lambdas and by_keywords.lambdas
+    assert json.loads((by_object.out / "ram_recipe.json").read_text())["source"] == "test"
+    with pytest.raises(TypeError):
+        merge_to_folder(spec("typo"), overwrit=True)
+    with pytest.raises(TypeError):
+        merge_to_folder(spec("both"), MergeOptions(), overwrite=True)
+    assert not (tmp_path / "typo").exists() and not (tmp_path / "both").exists() and seen == []
+
+
 def test_downloads_read_what_the_merge_wrote_never_the_path_again(models, tmp_path):
     """Issue 20, 1: the app's zip was built at click time from whatever the output path named then (a folder
     swapped for a link zipped the link's target). Downloads and uploads read the files the merge committed
@@ -718,7 +743,7 @@ def test_an_input_that_looks_like_a_stale_partial_is_never_deleted(capsys, model
     Only a leftover holding our marker, naming this target, host and a dead process, and holding no input, goes."""
     import socket
 
-    from merging.writing.placement import PARTIAL_MARKER
+    from merging.writing.commit import PARTIAL_MARKER
 
     base, agents = models
     dead = _dead_pid()

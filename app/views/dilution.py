@@ -4,20 +4,16 @@ RL reward curves."""
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
-from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
 from analysis.fig3 import own_task
 from analysis import tables
-from analysis.toy import COLS, ROWS, TOY_EPS, toy_rho_lambda, toy_taus, unique_retention
+from analysis.toy import COLS, ROWS, TOY_EPS, toy_merges, toy_rho_lambda, toy_taus, unique_retention
 from app import charts, jobs, state
 from app.markup import md
-from merging.common.errors import Cancelled, RamStudioError
-from merging.engine.tensor_merge import merge_in_memory
+from merging.common.errors import RamStudioError
 from merging.common.units import format_seconds
 
 FIG3_JOB = "fig3_task"
@@ -29,154 +25,44 @@ def demo_agent_labels() -> list[str]:
     return [a.split(":", 1)[-1] for a in demo.agents] if demo else []
 
 
-def table1_caption(t: pd.DataFrame, model_col: str, agents: list[str]) -> str:
-    """What the mini Table 1 shows, read from its own numbers (test accuracy, %): the best merge, where RAM and
-    RAM+ stand against averaging and it, and the task where RAM+ keeps least of its agent's score."""
-    rows = t.set_index(t[model_col].astype(str))
-    if "avg" not in rows:
-        return "Test accuracy (%) of every model; each merge's settings were chosen on the validation split."
-    merges = [m for m in rows.index if m not in ("base", *agents)]
-    avg = rows["avg"]
-    out = "Test accuracy (%); each merge's settings were chosen on the validation split."
-    if not merges:
-        return out
-    best = max(merges, key=lambda m: avg[m])
-    out += f" Best average: {best} {avg[best]:.1f}."
-    ours = [m for m in ("ram_plus", "ram") if m in avg]
-    if ours and "average" in avg:
-        beat = "above" if all(avg[m] > avg["average"] for m in ours) else "not above"
-        out += (" " + " and ".join(f"{'RAM+' if m == 'ram_plus' else 'RAM'} {avg[m]:.1f}" for m in ours)
-                + f": {beat} averaging ({avg['average']:.1f})")
-        below = [m for m in dict.fromkeys([best, "task_arithmetic"]) if m in avg and m not in ours
-                 and avg[m] > max(avg[o] for o in ours)]
-        out += (", below " + " and ".join(f"{m} ({avg[m]:.1f})" for m in below) if below else "") + "."
-    ram = ours[0] if ours else None
-    tasks = [a for a in agents if a in rows.columns and a in rows.index]
-    if ram and tasks:
-        worst = min(tasks, key=lambda a: rows.at[ram, a] - rows.at[a, a])
-        out += (f" On {worst}, {'RAM+' if ram == 'ram_plus' else 'RAM'} keeps {rows.at[ram, worst]:.1f} of the "
-                f"{worst} agent's {rows.at[worst, worst]:.1f}"
-                + (f" (task arithmetic {rows.at['task_arithmetic', worst]:.1f})" if "task_arithmetic" in rows.index
-                   else "") + ".")
-    return out
-
-
 # ---------------------------------------------------------------- Fig. 3 on the selected models
 
-def fig3_plan(sel: state.Selection) -> list[tuple[int, str, bool]]:
-    """(agent index, label, dilute) for every merge of the experiment."""
-    from merging.reading.checkpoint import unique_labels
-    from merging.reading.refs import parse_ref
+def fig3_references(sel: state.Selection) -> "pd.DataFrame | None":
+    """Base and full-agent rows from the demo's accuracy.csv when the selection is a demo trio (else they are
+    scored in the job)."""
+    from assets.demo import fig3
 
-    labels = unique_labels([parse_ref(a).label for a in sel.agents])
-    return [(i, label, dilute) for i, label in enumerate(labels) for dilute in (False, True)]
+    if not sel.is_demo:
+        return None
+    labels = fig3.labels_of(sel.agents)
+    return fig3.reference_rows(state.demo_results(sel.demo_trio) / "accuracy.csv", labels, fig3.own_tasks(labels))
 
 
 def run_fig3(sel: state.Selection, task: jobs.Task) -> pd.DataFrame:
-    """Worker: for each agent, merge the base + only its unique region (whole, then ÷ N) into a temporary
-    folder, score it with the demo evaluator on the agent's own task (all three when the agent is not named
-    after one), and delete it. Base and full-agent rows come from the demo's accuracy.csv when these are the
-    demo models, else they are scored too. Progress is counted in finished steps (a merge reports its own
-    fraction); cancel stops at the next merge chunk or between evaluations."""
-    from assets.demo import evaluate
-    from assets.demo.tasks import TASKS
-    from merging.merge import merge_to_folder
-    from merging.recipe import MergeSpec
+    """Worker: the experiment (assets.demo.fig3) on the selected models, each agent scored on its own task (test
+    split), its progress and cancel on the task."""
+    from assets.demo import fig3
 
-    plan = fig3_plan(sel)
-    labels = list(dict.fromkeys(label for _, label, _ in plan))
-    own = {label: [label] if label in TASKS else list(TASKS) for label in labels}
-    reference = _reference_rows(sel, labels, own)
-    refs_to_score = [] if reference is not None else [("base", "base", sel.base)] + [
-        ("agent", label, ref) for label, ref in zip(labels, sel.agents)]
-    steps = 2 * len(plan) + len(refs_to_score)
-    rows: list[dict] = [] if reference is None else reference
-    done = 0
+    def step(fraction: float, text: str) -> None:
+        task.fraction, task.text = fraction, text
 
-    def say(what: str, frac: float = 0.0, check: bool = True) -> None:
-        if check and task.cancel.is_set():  # between steps; inside a merge the engine polls `cancel` itself
-            raise Cancelled("the Fig. 3 experiment was cancelled; its temporary models were deleted.")
-        task.fraction = min(1.0, (done + frac) / steps)
-        task.text = f"step {min(done + 1, steps)} of {steps}: {what}"
-
-    def score(folder: Path, variant: str, label: str, tasks: list[str]) -> None:
-        frame = evaluate.evaluate_model(folder, tasks, split="test")
-        for rec in frame.itertuples():
-            if rec.subset == "all":
-                rows.append({"agent": "" if variant == "base" else label, "variant": variant, "task": rec.task,
-                             "split": "test", "accuracy": 100.0 * rec.accuracy})
-
-    tmp = Path(tempfile.mkdtemp(prefix="ram-fig3-"))
-    try:
-        from merging.reading.refs import resolve
-
-        for variant, label, ref in refs_to_score:
-            say(f"scoring the {'base' if variant == 'base' else label + ' agent'}")
-            score(resolve(ref), variant, label, list(TASKS) if variant == "base" else own[label])
-            done += 1
-        for index, label, dilute in plan:
-            what = f"{label}'s unique region" + (" ÷ N" if dilute else "")
-            say(f"merging {what}")
-            out = tmp / f"{label}-{'div' if dilute else 'whole'}"
-            spec = MergeSpec(sel.base, list(sel.agents), "unique_only", {"agent": str(index), "dilute": dilute},
-                             str(out))
-            merge_to_folder(spec, progress=lambda p, w=what: say(f"merging {w}", 0.99 * p.fraction, check=False),
-                            cancel=task.cancel)
-            done += 1
-            say(f"scoring {what} on {', '.join(own[label])}")
-            score(out, "unique_div_N" if dilute else "unique", label, own[label])
-            shutil.rmtree(out, ignore_errors=True)
-            done += 1
-        task.fraction, task.text = 1.0, f"{steps} steps done"
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return pd.DataFrame(rows, columns=["agent", "variant", "task", "split", "accuracy"])
-
-
-def _reference_rows(sel: state.Selection, labels: list[str], own: dict[str, list[str]]) -> list[dict] | None:
-    """Base and full-agent accuracy from the demo's accuracy.csv (the same evaluator, test split), when the
-    selection is the demo and the file has them; None otherwise (then they are scored in the job)."""
-    if not sel.is_demo:
-        return None
-    path = state.demo_results(sel.demo_trio) / "accuracy.csv"
-    try:
-        acc = pd.read_csv(path, dtype={"subset": str})
-    except (OSError, ValueError, pd.errors.ParserError):
-        return None
-    acc = acc[(acc["split"] == "test") & (acc["subset"] == "all")]
-    rows = [{"agent": "", "variant": "base", "task": r.task, "split": "test", "accuracy": 100.0 * r.accuracy}
-            for r in acc[acc["model"] == "base"].itertuples()]
-    for label in labels:
-        part = acc[(acc["model"] == label) & acc["task"].isin(own[label])]
-        rows += [{"agent": label, "variant": "agent", "task": r.task, "split": "test", "accuracy": 100.0 * r.accuracy}
-                 for r in part.itertuples()]
-    return rows if rows and all(any(r["agent"] == label for r in rows) for label in labels) else None
+    tidy = fig3.run_experiment(sel.base, list(sel.agents), references=fig3_references(sel), step=step,
+                               cancel=task.cancel)
+    return fig3.percent_rows(tidy)
 
 
 def fig3_duration(sel: state.Selection) -> str:
     """How long the experiment should take on the selected models, estimated from their size (headers only:
     nothing is read or downloaded); a sentence, or why there is no estimate."""
-    from assets.demo.fig3 import estimate_seconds
-    from assets.demo.tasks import TASKS, eval_set
-    from merging.reading.checkpoint import open_checkpoint
+    from assets.demo import fig3
 
+    known = fig3_references(sel) is not None
     try:
-        sizes = []
-        for ref in (sel.base, *sel.agents):
-            with open_checkpoint(ref, download=False) as ckpt:
-                sizes.append((sum(e.numel for e in ckpt.tensors.values()), ckpt.bytes_on_disk))
+        seconds, params = fig3.estimate(sel.base, list(sel.agents), known)
     except RamStudioError:
         return "no estimate until the models are readable here (Hub models must be downloaded first)"
-    params, size = max(p for p, _ in sizes), max(b for _, b in sizes)
-    plan = fig3_plan(sel)
-    examples = {t: len(eval_set(t, "test")) for t in TASKS}
-    labels = list(dict.fromkeys(label for _, label, _ in plan))
-    per_merge = [examples[label] if label in TASKS else sum(examples.values()) for label in labels]
-    own = {label: [label] if label in TASKS else list(TASKS) for label in labels}
-    refs = 0 if _reference_rows(sel, labels, own) is not None else sum(examples.values()) + sum(per_merge)
-    seconds = estimate_seconds(len(sel.agents), params, size, per_merge, refs)
     return (f"about {format_seconds(seconds)} here, estimated from the models' size ({state.fmt_count(params)} "
-            f"parameters, {len(plan)} merges and their scoring{'' if refs == 0 else ', plus the base and agents'})")
+            f"parameters, {2 * len(sel.agents)} merges and their scoring{'' if known else ', plus the base and agents'})")
 
 
 def fig3_panel(task_id: str) -> None:
@@ -306,10 +192,7 @@ for i, nm in enumerate(names):
 
 with state.guard("The toy example"):
     taus = toy_taus(densities, overlaps, int(seed))
-    ram_plus = {"eps": TOY_EPS, "r": p["r"], "alpha": p["alpha"], "rho_scope": "global"}
-    merged = {"average": merge_in_memory("average", taus),
-              "RAM": merge_in_memory("ram", taus, {"eps": TOY_EPS}),
-              "RAM+": merge_in_memory("ram_plus", taus, ram_plus)}
+    merged = toy_merges(taus, p["r"], p["alpha"])
     zmax = float(taus.abs().max()) or 1.0
     panels = [(f"τ of {nm}", taus[i].view(ROWS, COLS).numpy()) for i, nm in enumerate(names)]
     cols = max(n, len(merged))
@@ -350,6 +233,8 @@ if not table1.exists() and not log.exists():
             icon=":material/hourglass_empty:")
 if table1.exists():
     with state.guard("Reading table1.csv"):
+        from assets.demo.table1 import caption as table1_caption
+
         t = pd.read_csv(table1)
         first = t.columns[0]
         metrics = [col for col in ("code", "tool", "memory", "avg") if col in t.columns] or [
@@ -409,8 +294,9 @@ with st.container(border=True):
         elif task is not None and task.status == "failed":
             state.show_error(RamStudioError(*task.error), "The Fig. 3 experiment")
         elif task is not None and task.status == "done" and task.result is not None:
-            labels = list(dict.fromkeys(label for _, label, _ in fig3_plan(sel)))
-            fig3_chart(task.result, labels, f"Run in this session in {format_seconds(task.elapsed)}", "fig3_run")
+            from assets.demo.fig3 import labels_of
+
+            fig3_chart(task.result, labels_of(sel.agents), f"Run in this session in {format_seconds(task.elapsed)}", "fig3_run")
 
 if log.exists():
     with state.guard("Reading training_log.csv"):

@@ -10,12 +10,14 @@ import pandas as pd
 import streamlit as st
 
 from app import jobs, presets, state
+from app.forms import DTYPES, OUT_CUSTOM, SHARD_SIZES, fill_merge_form, param_key
+from app.mergekit_panel import mergekit_panel
 from app.markup import md, md_code
 from app.tables import fitted_columns
 from merging.reading.compat import POLICIES, POLICY_HELP
 from merging.common.errors import RamStudioError
 from merging.methods import METHODS, get_method
-from merging.methods.presets import provenance as preset_provenance
+from merging.presets import provenance as preset_provenance
 from merging.recipe import MergeSpec
 from merging.common.units import format_bytes, format_seconds
 from merging.writing.written import read_bytes as read_written
@@ -26,11 +28,8 @@ START_ERROR_KEY = "merge_start_error"
 START_WARNING_KEY = "merge_start_warning"
 EVAL_KEY = "eval_rows"
 OUT_KEY = "merge_out"  # the output folder box
-OUT_CUSTOM = "merge_out_custom"  # the folder the user typed (None: follow the suggestion)
 DEFAULT_ROOT = "merged-models"  # never the README's `--out merged`, and never inside another model folder
 ZIP_LIMIT = 300e6  # offer a zip download only below this size
-SHARD_SIZES = ["100MB", "500MB", "1GB", "2GB", "5GB", "10GB"]
-DTYPES = {"as base": None, "BF16": "BF16", "F16": "F16", "F32": "F32"}
 
 
 def default_method(p: dict) -> str:
@@ -63,7 +62,7 @@ def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
     values = {}
     cols = st.columns(max(1, min(4, len(m.params))))
     for i, p in enumerate(m.params):
-        key = f"param_{method}_{p.name}"
+        key = param_key(method, p.name)
         value = tuned.get(p.name, p.default)
         col = cols[i % len(cols)]
         if p.choices:
@@ -187,48 +186,21 @@ def push_form(written) -> None:
             go = st.form_submit_button("Push", icon=":material/cloud_upload:")
         if go:
             with state.guard("The upload"):
-                push(written, repo.strip(), private, token or os.environ.get("HF_TOKEN") or None)
+                from merging.writing.hub_upload import upload
+
+                url = upload(written, repo, private, token or os.environ.get("HF_TOKEN") or None)
+                st.success(f"Pushed to {md(url)}", icon=":material/cloud_done:")
             del token
 
 
-def push(written, repo: str, private: bool, token: str | None) -> None:
-    """Upload exactly the files the merge wrote (each opened and checked as it is sent), never the folder path."""
-    import huggingface_hub as hf
-
-    from merging.writing.written import open_file
-
-    if not repo or "/" not in repo:
-        raise RamStudioError("give the repository as owner/name.", "For example your-name/merged-agents.")
-    handles = [open_file(written, f) for f in written.files]  # refused here if anything changed
-    try:
-        api = hf.HfApi(token=token)
-        api.create_repo(repo, private=private, exist_ok=True)
-        info = api.create_commit(repo, [hf.CommitOperationAdd(f.name, h) for f, h in zip(written.files, handles)],
-                                 commit_message="Upload merge from RAM Studio")
-    except Exception as exc:  # noqa: BLE001 — the client's errors never contain the token; show one line
-        from merging.reading.hub import hub_error
-
-        raise hub_error(repo, None, exc) from None
-    finally:
-        for h in handles:
-            h.close()
-    st.success(f"Pushed to {md(getattr(info, 'commit_url', repo))}", icon=":material/cloud_done:")
-
-
 def run_demo_eval(folder: Path, ev: jobs.EvalJob) -> dict:
-    """Worker-thread body: score a folder on the three demo tasks (test split), one task at a time, so the
-    progress counts examples actually scored."""
-    from assets.demo import evaluate
-    from assets.demo.tasks import TASKS, eval_set
+    """Worker: score a folder on the demo tasks (test split), its progress in examples on `ev`."""
+    from assets.demo.evaluate import score_all_tasks
 
-    sizes = {t: len(eval_set(t, "test")) for t in TASKS}
-    ev.total, ev.done = sum(sizes.values()), 0
-    frames = []
-    for i, task in enumerate(TASKS):
-        ev.text = f"scoring {task} (task {i + 1} of {len(TASKS)}, {sizes[task]} examples)"
-        frames.append(evaluate.evaluate_model(folder, [task], split="test"))
-        ev.done += sizes[task]
-    return evaluate.summary_row(pd.concat(frames, ignore_index=True))
+    def progress(done: int, total: int, text: str) -> None:
+        ev.done, ev.total, ev.text = done, total, text
+
+    return score_all_tasks(folder, "test", progress)
 
 
 def eval_panel(ev: jobs.EvalJob) -> None:
@@ -274,104 +246,13 @@ def evaluate_section(folder: Path, method: str, trio: str | None = None) -> None
 
 def comparison_table(rows: dict, trio: str | None = None) -> pd.DataFrame | None:
     """This session's evaluations (newest first) above the measured rows of the selected demo trio's build."""
-    frames = []
-    if rows:
-        frames.append(pd.DataFrame(rows).T.iloc[::-1])
+    from assets.demo.evaluate import comparison_table as table
+
     try:
         measured, _source = state.demo_accuracy(trio) if trio else (None, "")
     except (OSError, ValueError, KeyError, pd.errors.ParserError):
         measured = None  # an unreadable results file only hides those rows
-    if measured is not None:
-        frames.append(measured)
-    return pd.concat(frames) if frames else None
-
-
-# ---------------------------------------------------------------- mergekit YAML
-
-MK_MSG = "mk_message"
-MK_PANEL = "mk_panel"  # the expander's open state (kept across reruns, opened by a load)
-
-
-def load_yaml_into_form() -> None:
-    """Button callback (runs before the page, so it may set the form's widgets): parse the pasted or
-    uploaded mergekit YAML and fill method, parameters, models and options from it."""
-    from merging.interop.mergekit import parse_mergekit_yaml
-
-    upload = st.session_state.get("mk_file")
-    text = upload.getvalue().decode("utf-8", "replace") if upload is not None else st.session_state.get("mk_text", "")
-    where = f"{upload.name}" if upload is not None else "the pasted YAML"
-    if not text.strip():
-        st.session_state[MK_MSG] = ("error", "paste a mergekit YAML or upload a file first.", "")
-        return
-    try:
-        spec = parse_mergekit_yaml(text)
-    except RamStudioError as exc:
-        st.session_state[MK_MSG] = ("error", f"{where}: {exc.message}", exc.hint)
-        return
-    method = get_method(spec.method)
-    st.session_state["merge_method"] = spec.method
-    for p in method.params:
-        value = spec.params.get(p.name, p.default)
-        st.session_state[f"param_{spec.method}_{p.name}"] = "" if (p.kind is str and value is None) else value
-    st.session_state["merge_dtype"] = next((k for k, v in DTYPES.items() if v == spec.out_dtype), "as base")
-    if spec.shard_size in SHARD_SIZES:
-        st.session_state["merge_shard"] = spec.shard_size
-    st.session_state["merge_policy"] = spec.on_mismatch
-    st.session_state[OUT_CUSTOM] = spec.out.strip() or None
-    st.session_state[MK_PANEL] = True  # the panel stays open to show what was loaded
-    sel = state.selection()
-    agents = tuple(spec.agents)
-    if sel is None or (sel.base, sel.agents) != (spec.base, agents):
-        state.set_selection(state.Selection(spec.base, agents, state.source_of(spec.base, agents)))
-    if sel is not None and (sel.base, sel.agents) == (spec.base, agents):
-        models = "the selected models"
-    elif sel is not None and sel.base == spec.base and sorted(sel.agents) == sorted(agents):
-        # Same models, another order: the merge follows the YAML's order (DARE's masks and float sums depend
-        # on it); the analysis is the same, reordered, so "analysis ready" stays.
-        models = ("the selected models, now in the YAML's order (" + ", ".join(map(md_code, agents)) + "; the "
-                  "analysis is kept: its statistics do not depend on the order)")
-    else:
-        models = (f"base {md_code(spec.base)} and {len(agents)} agents (now the selected models"
-                  + ("" if sel is None or state.cached_analysis(state.selection()) else
-                     ": the Heterogeneity page analyses them") + ")")
-    shown = ", ".join(f"{k}={v}" for k, v in spec.params.items()) or "no parameters"
-    st.session_state[MK_MSG] = ("ok", f"Loaded {md(where)}: method **{md(spec.method)}** ({md(shown)}), {models}"
-                                      + (f", output {md_code(spec.out)}" if spec.out.strip() else "") + ".", "")
-
-
-def mergekit_panel(spec: MergeSpec) -> None:
-    """Load a mergekit YAML into the form, and show the current settings as mergekit YAML."""
-    # Keyed and stateful: its open state survives reruns, and elements appearing above it after a merge
-    # (results, notes) cannot remount it closed.
-    with st.expander("mergekit YAML", icon=":material/data_object:", key=MK_PANEL, on_change="rerun"):
-        from merging.interop.mergekit import to_mergekit_yaml
-
-        left, right = st.columns(2)
-        with left:
-            st.text_area("Paste a mergekit YAML", key="mk_text", height=180,
-                         placeholder="merge_method: ram\nbase_model: org/base\nmodels:\n  - model: org/agent-a\n…")
-            st.file_uploader("…or upload one", type=["yaml", "yml"], key="mk_file")
-            st.button("Load into the form", icon=":material/upload:", key="mk_load", on_click=load_yaml_into_form)
-            msg = st.session_state.get(MK_MSG)
-            if msg and msg[0] == "ok":
-                st.success(msg[1], icon=":material/check_circle:")
-            elif msg:
-                state.show_error(RamStudioError(msg[1], msg[2]), "Loading the YAML")
-        with right:
-            st.markdown("**These settings as mergekit YAML**")
-            try:
-                text, note = to_mergekit_yaml(spec)
-            except RamStudioError as exc:
-                text, note = None, exc.message
-            if text is None:
-                head, _, nearest = note.partition("\n")
-                st.info(md(head), icon=":material/info:")
-                if nearest.strip():
-                    st.code(nearest.strip(), language="yaml")
-            else:
-                st.code(text, language="yaml")
-                if note:
-                    st.caption(md(note))
+    return table(rows, measured)
 
 
 def apply_preset_to_form() -> None:
@@ -380,9 +261,7 @@ def apply_preset_to_form() -> None:
     if picked is None:
         return
     preset, params = picked
-    st.session_state["merge_method"] = preset.method
-    for key, value in params.items():
-        st.session_state[f"param_{preset.method}_{key}"] = value
+    fill_merge_form(preset.method, params)
 
 
 def preset_row(tuned: dict, disabled: bool) -> None:

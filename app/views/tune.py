@@ -155,20 +155,16 @@ def setting_candidate(p: dict):
     return candidate("ram_plus_soft" if p["rule"] == "soft" else "ram_plus", params | {"rho_scope": p["rho_scope"]})
 
 
-def run_measure(cands: list, task) -> list:
-    """Worker-thread body: merge A and B in memory and score both on the demo's validation split."""
-    from assets.demo.evaluate import suite_of_folder
-    from assets.demo.evaluator import DemoEvaluator
-    from evaluation.executors import LocalExecutor
-    from evaluation.sweep import SweepSpec, measure
-    from merging.reading.refs import resolve
+def run_measure(sel: state.Selection, cands: list, task) -> list:
+    """Worker: merge A and B in memory and score both on the demo's validation split
+    (assets.demo.evaluator.measure_on_demo), its progress on the task."""
+    from assets.demo.evaluator import measure_on_demo
 
     def progress(p) -> None:
         task.fraction = p.fraction
         task.text = p.current or ("opening the models" if p.phase == "open" else f"{p.done} of {p.total} scored")
 
-    spec = SweepSpec(sel.base, list(sel.agents), [], DemoEvaluator(suite=suite_of_folder(resolve(sel.base))))
-    return measure(spec, cands, "validation", LocalExecutor(), progress=progress, cancel=task.cancel)
+    return measure_on_demo(sel.base, list(sel.agents), cands, "validation", progress=progress, cancel=task.cancel)
 
 
 def measure_panel(task_id: str) -> None:
@@ -191,7 +187,7 @@ def measured(a: dict, b: dict) -> None:
                        "scores are kept, so a setting scored before comes back at once."):
         try:
             task = mgr.submit_task("measure", jobs.session_id(), "scoring settings A and B",
-                                   lambda t, c=cands: run_measure(c, t))
+                                   lambda t, s=sel, c=cands: run_measure(s, c, t))
         except RamStudioError as exc:
             state.show_error(exc, "Scoring A and B")
         else:
@@ -285,8 +281,7 @@ def tuner() -> None:
                           "holding unique elements, weighted by them)." if scope == "tensor" else ""))
         with right:
             curve_df = lam[["agent", "shared", "unique", "rho", "lambda"]]
-            finite = [v for v in lam["rho"] if math.isfinite(v) and v > 0]
-            wide = bool(finite) and (max(finite) > 3 * max(alpha, 1.0) or min(finite) < 0.05)
+            wide = charts.wants_log_rho(lam["rho"], alpha)
             log = st.toggle("log ρ axis", value=wide, key=f"tune_log_rho_{wide}",
                             help="On when the agents' ρ_t span more than the curve's bend, so every agent is on the "
                                  "axis.")

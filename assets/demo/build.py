@@ -29,7 +29,8 @@ import transformers
 from .evaluate import evaluate_loaded, summary_table, format_table
 from .modeling import build_tokenizer, load_checkpoint, new_model, save_checkpoint, write_json
 from .task_vectors import by_module, ladder_summary, run_analysis, summary
-from .tasks import SUITE_CONFIG_KEY, SUITES, TASKS, get_suite
+from .suites import SUITE_CONFIG_KEY, SUITES, TaskSuite, get_suite
+from .tasks import TASKS
 from .train import WORD_HABITS, RLConfig, WarmupConfig, deterministic_torch, rl_train, warmup
 
 DEMO_DIR = Path(__file__).resolve().parent
@@ -52,7 +53,7 @@ class BuildConfig:
     agent_rl: dict = field(default_factory=lambda: {"code": {"steps": 100}, "tool": {"steps": 50},
                                                     "memory": {"steps": 100}})
     eval_limit: int | None = None
-    suite: str = "demo"  # the task suite (tasks.SUITES): "demo" or "shared"
+    suite: str = "demo"  # the task suite (suites.SUITES): "demo" or "shared"
 
     @property
     def folders(self) -> tuple[str, str]:
@@ -163,30 +164,54 @@ def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) ->
     log = CsvLog(results / "training_log.csv")
     timings: dict[str, float] = {}
     t_start = time.time()
-
-    t0 = time.time()
     if reuse_base is None:
-        print(f"[build] warm-up of the base ({cfg.warmup.steps} steps)", flush=True)
-        tokenizer = build_tokenizer(cfg.tokenizer, cfg.vocab_size, cfg.seed, suite=cfg.suite)
-        model = new_model(tokenizer, cfg.seed, suite=cfg.suite, **cfg.model)
-        warmup(model, tokenizer, cfg.warmup, log, suite)
-        save_checkpoint(model, tokenizer, models / "base")
-        timings["warmup_s"] = round(time.time() - t0, 1)
+        _warm_up_base(models / "base", cfg, suite, log, timings)
     else:
-        print(f"[build] reusing the base from {reuse_base}", flush=True)
-        shutil.copytree(reuse_base, models / "base")
-        _record_suite(models / "base", cfg.suite)
-        old_log = reuse_base.parent.parent / cfg.folders[1] / "training_log.csv"
-        explore_log = reuse_base.parent / "warmup_log.csv"  # a base warmed up by assets.demo.explore
-        if old_log.is_file():  # keep the warm-up rows of the run that produced this base
-            old = pd.read_csv(old_log, dtype=str, keep_default_na=False)
-            for rec in old[old.stage == "warmup"].to_dict("records"):
-                log({**rec, "step": int(rec["step"])})
-        elif explore_log.is_file():
-            old = pd.read_csv(explore_log, dtype=str, keep_default_na=False)
-            for rec in old.to_dict("records"):
-                log({**rec, "stage": "warmup", "step": int(rec["step"])})
+        _reuse_base(reuse_base, models / "base", cfg, log)
+    update_stats = _train_agents(models, cfg, suite, log, timings)
+    _evaluate_models(models, results, cfg, suite, timings)
+    pd.DataFrame(update_stats).to_csv(results / "rl_update_precision.csv", index=False)
+    _analyse_task_vectors(models, results)
+    timings["total_s"] = round(time.time() - t_start, 1)
+    info = {"timings": timings, "config": _jsonable(asdict(cfg)), "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version(),
+            "machine": platform.machine(), "cpu_count": os.cpu_count(), "torch_threads": 1}
+    write_json(results / "build_info.json", info)
+    print(f"[build] done in {timings['total_s']} s: {timings}", flush=True)
+    return info
 
+
+def _warm_up_base(folder: Path, cfg: BuildConfig, suite: TaskSuite, log: CsvLog, timings: dict[str, float]) -> None:
+    """A fresh tokenizer and model, warmed up on the suite's demonstrations and stored in `folder`."""
+    t0 = time.time()
+    print(f"[build] warm-up of the base ({cfg.warmup.steps} steps)", flush=True)
+    tokenizer = build_tokenizer(cfg.tokenizer, cfg.vocab_size, cfg.seed, suite=cfg.suite)
+    model = new_model(tokenizer, cfg.seed, suite=cfg.suite, **cfg.model)
+    warmup(model, tokenizer, cfg.warmup, log, suite)
+    save_checkpoint(model, tokenizer, folder)
+    timings["warmup_s"] = round(time.time() - t0, 1)
+
+
+def _reuse_base(reuse_base: Path, folder: Path, cfg: BuildConfig, log: CsvLog) -> None:
+    """Copy an existing base into `folder` and replay the warm-up rows of the run that produced it into the log."""
+    print(f"[build] reusing the base from {reuse_base}", flush=True)
+    shutil.copytree(reuse_base, folder)
+    _record_suite(folder, cfg.suite)
+    old_log = reuse_base.parent.parent / cfg.folders[1] / "training_log.csv"
+    explore_log = reuse_base.parent / "warmup_log.csv"  # a base warmed up by assets.demo.explore
+    if old_log.is_file():  # keep the warm-up rows of the run that produced this base
+        old = pd.read_csv(old_log, dtype=str, keep_default_na=False)
+        for rec in old[old.stage == "warmup"].to_dict("records"):
+            log({**rec, "step": int(rec["step"])})
+    elif explore_log.is_file():
+        old = pd.read_csv(explore_log, dtype=str, keep_default_na=False)
+        for rec in old.to_dict("records"):
+            log({**rec, "stage": "warmup", "step": int(rec["step"])})
+
+
+def _train_agents(models: Path, cfg: BuildConfig, suite: TaskSuite, log: CsvLog,
+                  timings: dict[str, float]) -> list[dict]:
+    """GRPO for each agent from the stored base; returns how much of each fp32 update survives bf16."""
     update_stats: list[dict] = []
     for agent in AGENTS:
         rl_cfg = cfg.recipe(agent)
@@ -200,7 +225,12 @@ def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) ->
         update_stats.append(_update_stats(agent, start, dict(policy.named_parameters())))
         save_checkpoint(policy, tok, models / agent)
         timings[f"rl_{agent}_s"] = round(time.time() - t0, 1)
+    return update_stats
 
+
+def _evaluate_models(models: Path, results: Path, cfg: BuildConfig, suite: TaskSuite,
+                     timings: dict[str, float]) -> None:
+    """Greedy accuracy of the base and every agent on both splits: accuracy.csv and the test table."""
     print("[build] evaluation (greedy, test and validation splits)", flush=True)
     t0 = time.time()
     frames = []
@@ -219,7 +249,9 @@ def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) ->
     print(format_table(table), flush=True)
     timings["evaluation_s"] = round(time.time() - t0, 1)
 
-    pd.DataFrame(update_stats).to_csv(results / "rl_update_precision.csv", index=False)
+
+def _analyse_task_vectors(models: Path, results: Path) -> None:
+    """The library's analysis of the trio: task-vector tables at ε = 1e-5, per ε and per module."""
     analysis = run_analysis(models / "base", [models / a for a in AGENTS])  # the library's pass
     tv = summary(analysis, 1e-5)
     tv.to_csv(results / "task_vectors.csv", index=False)
@@ -227,14 +259,6 @@ def _build_into(work: Path, cfg: BuildConfig, reuse_base: Path | None = None) ->
     by_module(analysis, 1e-5).to_csv(results / "task_vectors_by_module.csv", index=False)
     print(tv[["agent", "density", "unique_share", "chance_unique_share", "rho"]].to_string(
         index=False), flush=True)
-
-    timings["total_s"] = round(time.time() - t_start, 1)
-    info = {"timings": timings, "config": _jsonable(asdict(cfg)), "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version(),
-            "machine": platform.machine(), "cpu_count": os.cpu_count(), "torch_threads": 1}
-    write_json(results / "build_info.json", info)
-    print(f"[build] done in {timings['total_s']} s: {timings}", flush=True)
-    return info
 
 
 def _record_suite(base: Path, suite: str) -> None:

@@ -27,7 +27,8 @@ from merging.common.errors import Cancelled
 
 from .generation import greedy_texts
 from .modeling import load_checkpoint
-from .tasks import DEMO_SUITE, SUITE_CONFIG_KEY, SUITES, TASKS, Example, TaskSuite, get_suite
+from .suites import DEMO_SUITE, SUITE_CONFIG_KEY, SUITES, TaskSuite, get_suite
+from .tasks import TASKS, Example, eval_set
 
 
 def greedy_outputs(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
@@ -149,6 +150,49 @@ def summary_row(df: pd.DataFrame) -> dict[str, float]:
 def summary_table(results: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Wide table (rows = model names) from several tidy evaluation frames."""
     return pd.DataFrame({name: summary_row(df) for name, df in results.items()}).T
+
+
+def score_all_tasks(model_dir: Path, split: str = "test",
+                    progress: Callable[[int, int, str], None] | None = None) -> dict[str, float]:
+    """Score a folder on every demo task, one task at a time so that `progress(done, total, text)` counts the
+    examples actually scored; returns its summary row (accuracy %, avg)."""
+    sizes = {t: len(eval_set(t, split)) for t in TASKS}
+    total, done = sum(sizes.values()), 0
+    frames = []
+    for i, task in enumerate(TASKS):
+        text = f"scoring {task} (task {i + 1} of {len(TASKS)}, {sizes[task]} examples)"
+        if progress is not None:
+            progress(done, total, text)
+        frames.append(evaluate_model(model_dir, [task], split=split))
+        done += sizes[task]
+        if progress is not None:
+            progress(done, total, text)
+    return summary_row(pd.concat(frames, ignore_index=True))
+
+
+def results_table(results: Path) -> tuple[pd.DataFrame | None, str]:
+    """A demo build's comparison table (rows = models, accuracy % per task + avg) and the file it came from:
+    table1.csv (base, agents and every merge) when present, else accuracy.csv (base and agents only)."""
+    table1, acc = results / "table1.csv", results / "accuracy.csv"
+    if table1.exists():
+        t = pd.read_csv(table1)
+        return t.set_index(t.columns[0]).drop(columns=["params", "val_avg"], errors="ignore"), "table1.csv"
+    if acc.exists():
+        a = pd.read_csv(acc, dtype={"subset": str})
+        split = "test" if (a["split"] == "test").any() else a["split"].iloc[0]
+        a = a[a["split"] == split]
+        return summary_table(dict(tuple(a.groupby("model", sort=False)))), "accuracy.csv"
+    return None, ""
+
+
+def comparison_table(session_rows: Mapping[str, dict], measured: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Rows scored in this session (newest first) above a build's measured rows; None when there are neither."""
+    frames = []
+    if session_rows:
+        frames.append(pd.DataFrame(session_rows).T.iloc[::-1])
+    if measured is not None:
+        frames.append(measured)
+    return pd.concat(frames) if frames else None
 
 
 def format_table(table: pd.DataFrame) -> str:

@@ -14,7 +14,7 @@ from evaluation.base import EvalProgress, LoadedModel, Scores
 from evaluation.quiet import quiet_libraries
 from merging.common.errors import RamStudioError, first_line
 
-from .tasks import DEMO_SUITE, TaskSuite
+from .suites import DEMO_SUITE, TaskSuite
 
 DECODER_VERSION = "greedy-1"  # bump when decoding could change an output (part of the fingerprint)
 
@@ -115,3 +115,17 @@ def scores_from_frame(df: pd.DataFrame, split: str, seconds: float) -> Scores:
         else:
             detail[f"{rec.task}@{rec.subset}"] = 100.0 * rec.accuracy
     return Scores(split=split, scores=scores, n=n, seconds=seconds, detail=detail)
+
+
+def measure_on_demo(base: str, agents: list[str], candidates: list, split: str = "validation", *,
+                    progress=None, cancel: threading.Event | None = None) -> list:
+    """Merge each candidate in memory and score it on the demo tasks of the base's suite (the Tune page's
+    settings A and B): evaluation.sweep.measure's entries, in the order given."""
+    from evaluation.executors import LocalExecutor
+    from evaluation.sweep import SweepSpec, measure
+    from merging.reading.refs import resolve
+
+    from .evaluate import suite_of_folder
+
+    spec = SweepSpec(base, list(agents), [], DemoEvaluator(suite=suite_of_folder(resolve(base))))
+    return measure(spec, candidates, split, LocalExecutor(), progress=progress, cancel=cancel)

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from .tasks import MAX_NEW_TOKENS, TaskSuite  # MAX_NEW_TOKENS re-exported: the RL rollouts' budgets
+from .suites import TaskSuite
+from .tasks import MAX_NEW_TOKENS  # MAX_NEW_TOKENS re-exported: the RL rollouts' budgets
 
 
 def max_new_tokens(task: str, suite: TaskSuite | None = None) -> int:

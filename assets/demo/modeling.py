@@ -18,7 +18,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig,
                           PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
 
 if TYPE_CHECKING:
-    from .tasks import TaskSuite
+    from .suites import TaskSuite
 
 EOS = "<|endoftext|>"  # Qwen-style: end of text doubles as padding
 CHARS = [chr(c) for c in range(32, 127)]  # printable ASCII; every task string uses only these
@@ -110,7 +110,7 @@ def tokenizer_corpus(seed: int = 0, corpus: tuple[tuple[str, int], ...] = TOKENI
                      suite: "str | TaskSuite | None" = None) -> list[str]:
     """Training text of the BPE tokenizer: prompts and answers (as separate lines, since they are
     tokenized separately) of train-split examples of each task, in a fixed order."""
-    from .tasks import TaskSuite, get_suite  # local import: tasks does not depend on modeling
+    from .suites import TaskSuite, get_suite  # local import: suites does not depend on modeling
     draw = (suite if isinstance(suite, TaskSuite) else get_suite(suite)).sample_train
     rng = random.Random(seed + 4242)
     lines: list[str] = []
@@ -143,7 +143,7 @@ def new_model(tokenizer: PreTrainedTokenizerFast, seed: int, suite: str | None =
     arguments of `model_config` (sizes, act, tie). A task suite other than the original one is
     recorded in config.json (`tasks.SUITE_CONFIG_KEY`), so every agent trained from this base and
     every merge of them (config.json is copied from the base) says which tasks score it."""
-    from .tasks import SUITE_CONFIG_KEY  # local import: tasks does not depend on modeling
+    from .suites import SUITE_CONFIG_KEY  # local import: suites does not depend on modeling
     config = model_config(len(tokenizer), **arch)
     if suite not in (None, "demo"):
         setattr(config, SUITE_CONFIG_KEY, suite)

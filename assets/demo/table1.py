@@ -60,6 +60,38 @@ def tables(res: SweepResult) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(rows), pd.DataFrame(trials)
 
 
+def caption(t: pd.DataFrame, model_col: str, agents: list[str]) -> str:
+    """What the mini Table 1 shows, read from its own numbers (test accuracy, %): the best merge, where RAM and
+    RAM+ stand against averaging and it, and the task where RAM+ keeps least of its agent's score."""
+    rows = t.set_index(t[model_col].astype(str))
+    if "avg" not in rows:
+        return "Test accuracy (%) of every model; each merge's settings were chosen on the validation split."
+    merges = [m for m in rows.index if m not in ("base", *agents)]
+    avg = rows["avg"]
+    out = "Test accuracy (%); each merge's settings were chosen on the validation split."
+    if not merges:
+        return out
+    best = max(merges, key=lambda m: avg[m])
+    out += f" Best average: {best} {avg[best]:.1f}."
+    ours = [m for m in ("ram_plus", "ram") if m in avg]
+    if ours and "average" in avg:
+        beat = "above" if all(avg[m] > avg["average"] for m in ours) else "not above"
+        out += (" " + " and ".join(f"{'RAM+' if m == 'ram_plus' else 'RAM'} {avg[m]:.1f}" for m in ours)
+                + f": {beat} averaging ({avg['average']:.1f})")
+        below = [m for m in dict.fromkeys([best, "task_arithmetic"]) if m in avg and m not in ours
+                 and avg[m] > max(avg[o] for o in ours)]
+        out += (", below " + " and ".join(f"{m} ({avg[m]:.1f})" for m in below) if below else "") + "."
+    ram = ours[0] if ours else None
+    tasks = [a for a in agents if a in rows.columns and a in rows.index]
+    if ram and tasks:
+        worst = min(tasks, key=lambda a: rows.at[ram, a] - rows.at[a, a])
+        out += (f" On {worst}, {'RAM+' if ram == 'ram_plus' else 'RAM'} keeps {rows.at[ram, worst]:.1f} of the "
+                f"{worst} agent's {rows.at[worst, worst]:.1f}"
+                + (f" (task arithmetic {rows.at['task_arithmetic', worst]:.1f})" if "task_arithmetic" in rows.index
+                   else "") + ".")
+    return out
+
+
 def trio_name(models: Path) -> str:
     """The demo trio a models folder holds, for titles: `demo-shared` for models-shared/, else `demo`."""
     return "demo-shared" if models.name == "models-shared" else "demo"

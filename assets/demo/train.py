@@ -11,7 +11,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from .generation import generate, max_new_tokens
-from .tasks import DEFAULT_SUITE, Example, TaskSuite
+from .suites import DEFAULT_SUITE, TaskSuite
+from .tasks import Example
 
 LogFn = Callable[[dict], None]
 

@@ -6,7 +6,7 @@ into one staging buffer per chunk, (1 + N) rows of the stored dtype (base first)
 buffers that are reused (pinned when the compute device is a GPU): a freshly allocated buffer costs more
 in page faults than the read itself, and reading a memory map faults every page. Several reader threads
 fill chunks ahead of the consumer; each model is always read by the same thread, in order, so the
-fingerprint of its bytes (merging/fingerprint.py) is taken from the read itself.
+fingerprint of its bytes (merging/reading/fingerprint.py) is taken from the read itself.
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ class ChunkData:
 
     `stage` is (1 + N, E) in one stored dtype (base first; an unchanged agent's row repeats the base)
     when every model stores the tensor alike, else None. `release()` hands the staging buffer back.
-    `resident` data (merging/resident.py) is kept for later merges: it must never be changed in place."""
+    `resident` data (merging/reading/resident.py) is kept for later merges: it must never be changed in place."""
 
     span: Span
     base: torch.Tensor

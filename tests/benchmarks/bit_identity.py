@@ -4,7 +4,7 @@ Usage: python -m tests.benchmarks.bit_identity OUT.json [--set05b DIR] [--only d
 Run it on two checkouts (e.g. before and after a refactor) and compare the JSON files: a refactor that
 changes no behaviour leaves every hash equal. Each merge runs on the fused-kernel path and, for the demo,
 also on the torch path (RAM_STUDIO_KERNELS=torch); every file of the output folder is hashed (the card and recipe name the output folder by its name, the same
-in every run; the checkout's own path in text documents is replaced by <ROOT>); the analysis JSON is hashed without its wall-time field.
+in every run; the checkout's own path in text documents is replaced by <ROOT>); the analysis JSON is hashed without its wall time and its cache key (which hashes folder paths and mtimes).
 """
 from __future__ import annotations
 
@@ -72,12 +72,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("out")
     ap.add_argument("--set05b", default=None, help="folder with base/ and agent_{code,tool,memory}/")
     ap.add_argument("--only", default=None)
+    ap.add_argument("--analysis-only", action="store_true", help="skip the merges")
     a = ap.parse_args(argv)
     results: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory(prefix="ram-bitid-") as tmp:
         for set_name, models in model_sets(a.set05b, a.only).items():
             paths = ["kernels", "torch"] if set_name.startswith("demo") else ["kernels"]
-            for path in paths:
+            for path in ([] if a.analysis_only else paths):
                 env = dict(os.environ, RAM_STUDIO_CACHE=os.path.join(tmp, "cache"))
                 if path == "torch":
                     env["RAM_STUDIO_KERNELS"] = "torch"
@@ -91,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
             js = Path(tmp) / f"{set_name}-analysis.json"
             run(["analyze", *models, "--no-cache", "--json", str(js)], dict(os.environ))
             stats = json.loads(js.read_text())
-            stats.pop("seconds", None)  # wall time: the one field that differs between runs
+            stats.pop("seconds", None)  # wall time
+            stats.pop("fingerprint", None)  # the cache key: hashes the inputs' folder paths and mtimes
             results[f"{set_name}/analysis"] = {
                 "analysis.json": hashlib.sha256(json.dumps(stats, sort_keys=True).replace(str(ROOT), "<ROOT>")
                                                 .encode()).hexdigest()}

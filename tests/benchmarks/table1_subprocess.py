@@ -8,6 +8,7 @@ Same search and outputs as `assets/demo/table1.py` (the paper's Appendix D.2 gri
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import tempfile
 import time
@@ -18,8 +19,8 @@ import pandas as pd
 
 from assets.demo.evaluate import evaluate_model, format_table, summary_row
 from assets.demo.table1 import save
-from assets.demo.fig3 import merge  # the core CLI in a subprocess (DARE: its default seed 0)
 from assets.demo.tasks import TASKS
+from ram_studio.commands.merge import param_flags
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DEMO_DIR = REPO_ROOT / "assets" / "demo"
@@ -28,6 +29,15 @@ LAMBDAS = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
 DENSITIES = (0.1, 0.2, 0.3)
 DROP_RATES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 RAM_DEFAULTS = {"eps": 1e-5, "r": 0.1, "alpha": 2.0}
+
+
+def merge(models: Path, method: str, out: Path, params: dict[str, object]) -> None:
+    """Run the core CLI merge of base + the three agents into `out` in a subprocess (DARE: its default seed 0)."""
+    cmd = [sys.executable, "-m", "merging", "merge", str(models / "base"), *[str(models / a) for a in AGENTS],
+           "--method", method, "--out", str(out), "--overwrite", "--quiet", *param_flags(params)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"merge failed ({' '.join(cmd)}):\n{proc.stdout}\n{proc.stderr}")
 
 
 def score(folder: Path, split: str, limit: int | None) -> dict[str, float]:

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 from merging.common.errors import RamStudioError, printable
+
+
+def quiet_library_progress() -> None:
+    """Keep lm-eval's and transformers' own progress bars off (tqdm reads its settings once, when first imported)."""
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
 
 def add_evaluator_options(sp: argparse.ArgumentParser) -> None:
     """--tasks | --lm-eval [--include-path] and the harness's backend settings."""
@@ -60,7 +68,7 @@ def build_evaluator(args: argparse.Namespace, suite_folder: Path | None = None):
                              "Add --lm-eval TASKS, or drop --include-path.")
     from assets.demo.evaluate import suite_of_folder
     from assets.demo.evaluator import DemoEvaluator
-    from assets.demo.tasks import get_suite
+    from assets.demo.suites import get_suite
 
     if args.suite is not None:
         try:

@@ -1,0 +1,102 @@
+"""Drawing a figure on a page: the theme, the title and subtitle, the export name, the downloads (`show`)."""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from merging.common.escaping import csv_bytes
+
+from .base import (eps_label, EXPORT_SCALE, EXPORT_WIDTH, FIG_FORMAT_KEY, FIG_FORMATS, label, NEUTRAL,
+                   short_labels, wrap)
+
+
+def theme() -> str:
+    """The theme the browser shows ('light' or 'dark'; Streamlit follows the system preference)."""
+    try:
+        kind = st.context.theme.type
+    except Exception:  # noqa: BLE001 — no browser context (bare script): light
+        kind = None
+    return "dark" if kind == "dark" else "light"
+
+
+def export_name(name: str, params: dict[str, object] | None) -> str:
+    """File name of a downloaded figure: the chart's name and its parameters, e.g.
+    'density_per_agent__eps-1e-5__agents-code+memory+tool'."""
+    parts = [name]
+    for key, value in (params or {}).items():
+        if isinstance(value, (list, tuple)):
+            value = "+".join(str(v) for v in value)
+        elif isinstance(value, float):
+            value = eps_label(value) if key in ("eps", "ε") else f"{value:g}"
+        parts.append(f"{key}-{value}")
+    text = "__".join(re.sub(r"[^A-Za-z0-9.+=-]+", "_", p).strip("_") for p in parts)
+    return text[:180]
+
+
+PAGE_WIDTH = 1000  # px a full-width chart gets in the wide layout at 1400 px (sidebar open): titles wrap to fit
+TITLE_PX, SUBTITLE_PX = 8.8, 6.6  # generous widths of a character of the bold 16 px title and the 12 px subtitle
+
+
+def styled(fig: go.Figure, title: str, subtitle: str = "", kind: str | None = None, width: float = 1.0) -> go.Figure:
+    """The figure with its title (and a subtitle naming its parameters) and the page's theme. Both wrap to the
+    chart's width (`width`: its share of the page) and sit in a band added above the plot, sized to their
+    lines, above any subplot titles the figure reserves room for; legends stand beside the plot (`_layout`)."""
+    px = PAGE_WIDTH * width - 30
+    lines = wrap(title, max(20, int(px / TITLE_PX)))
+    sub = wrap(subtitle, max(30, int(px / SUBTITLE_PX))) if subtitle else []
+    text = "<br>".join(f"<b>{label(t)}</b>" for t in lines)
+    if sub:
+        text += "<br>" + "<br>".join(f"<span style='font-size:12px;color:{NEUTRAL}'>{label(t)}</span>" for t in sub)
+    band = 38 + 21 * (len(lines) + len(sub) - 1)  # plotly spaces every line at 1.3 × the title's 16 px
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else 10
+    fig.update_layout(template=f"ram_{kind or theme()}",
+                      title=dict(text=text, x=0, xanchor="left", xref="container", yref="container", y=1,
+                                 yanchor="top", pad=dict(t=24, l=12), font=dict(size=16)),  # pad: first baseline
+                      margin=dict(t=top + band), height=(fig.layout.height or 360) + band)
+    return fig
+
+
+# Subtitles name parameters by their symbols, as the forms' labels do (eps → ε, alpha → α, …).
+SUBTITLE_NAMES = {"eps": "ε", "alpha": "α", "lambda": "λ", "drop_rate": "p", "rho_scope": "ρ scope", "scope": "ρ scope"}
+
+
+def _params_text(params: dict[str, object]) -> str:
+    bits = []
+    for key, value in (params or {}).items():
+        if isinstance(value, (list, tuple)):
+            value = ", ".join(str(v) for v in value)
+        elif isinstance(value, float):
+            value = eps_label(value) if key in ("eps", "ε") else f"{value:g}"
+        bits.append(f"{SUBTITLE_NAMES.get(key, key)} = {value}" if key != "agents" else f"agents: {value}")
+    return " · ".join(bits)
+
+
+def subtitle_of(params: dict[str, object] | None) -> str:
+    """The subtitle naming a chart's parameters: ε = 1e-5 · r = 0.1 · agents (by the names the chart shows)."""
+    params = dict(params or {})
+    if isinstance(params.get("agents"), (list, tuple)):
+        params["agents"] = list(short_labels([str(a) for a in params["agents"]]).values())
+    return _params_text(params)
+
+
+def show(fig: go.Figure, data: pd.DataFrame, caption: str, name: str, *, title: str,
+         params: dict[str, object] | None = None, width: float = 1.0) -> None:
+    """A titled chart with its one-line caption, a CSV download of exactly the data it draws, and a camera
+    button that downloads the figure (PNG at print scale or SVG, chosen in the sidebar) named after the chart
+    and its parameters."""
+    fmt = FIG_FORMATS.get(st.session_state.get(FIG_FORMAT_KEY, ""), "png")
+    styled(fig, title, subtitle_of(params), width=width)
+    filename = export_name(name, params)
+    st.plotly_chart(fig, width="stretch", theme=None, key=f"chart_{name}",
+                    config={"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+                            "toImageButtonOptions": {"format": fmt, "filename": filename, "width": EXPORT_WIDTH,
+                                                     "height": int(fig.layout.height),
+                                                     "scale": EXPORT_SCALE if fmt == "png" else 1}})
+    c1, c2 = st.columns([4, 1], vertical_alignment="top")
+    c1.caption(caption)
+    c2.download_button("CSV", csv_bytes(data), file_name=f"{filename}.csv", mime="text/csv",
+                       key=f"csv_{name}", icon=":material/download:", type="tertiary",
+                       help="Download the data behind this chart")

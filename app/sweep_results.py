@@ -1,0 +1,166 @@
+"""The Sweep page's results: what was chosen, the candidate to take to the Merge page, the charts and every
+score with its downloads (the page runs the sweep; evaluation.sweep computes it)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import streamlit as st
+
+from app import charts, state
+from app.tables import fitted_columns
+from evaluation.report import csv_bytes, result_frame, result_json
+from evaluation.sweep import SweepResult
+from merging.common.errors import printable
+from merging.common.units import format_seconds
+
+
+def entries_frame(entries) -> pd.DataFrame:
+    """Entries as a display table: model/candidate, split, each task, average, seconds, chosen."""
+    tasks = list(dict.fromkeys(k for e in entries for k in e.scores))
+    rows = []
+    for e in entries:
+        row = {"candidate": e.label, "split": e.split, **{t: e.scores.get(t) for t in tasks},
+               "average": None if math.isnan(e.average) else e.average, "merge s": e.merge_s, "eval s": e.eval_s,
+               "chosen": "★ best" if e.best else ("✓" if e.selected else ""), "note": e.error or ("stored" if e.resumed else "")}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def fill_merge_page(method: str, params: dict) -> None:
+    """Put a candidate into the Merge page's form (its method and every parameter) and go there."""
+    from app.forms import OUT_CUSTOM, fill_merge_form
+    from merging.interop.mergekit_form import form_values
+
+    fill_merge_form(method, form_values(method, params))
+    st.session_state[OUT_CUSTOM] = None  # the output folder follows the settings
+    st.switch_page("views/merge.py")
+
+
+def export_picker(res: SweepResult) -> None:
+    """Any scored candidate (the best first) → the Merge page."""
+    cands = [e.candidate for e in res.candidates(res.spec.select_on) if e.ok]
+    order = ([res.best] if res.best else []) + [c for c in cands if c != res.best]
+    if not order:
+        return
+    c = st.columns([3, 1.3], vertical_alignment="bottom")
+    pick = c[0].selectbox("Candidate", order, key="sweep_export_pick", format_func=lambda x: x.label
+                          + ("  (best overall)" if x == res.best else "  (chosen)" if x in res.selected.values() else ""))
+    if c[1].button("Merge & export this candidate", key="sweep_export", type="primary", icon=":material/merge:"):
+        fill_merge_page(pick.method, pick.param_dict)
+
+
+def results(res: SweepResult, sel: state.Selection) -> None:
+    """The finished sweep: what was chosen, the export picker, the charts and every score with downloads."""
+    spec = res.spec
+    valid, test = res.candidates(spec.select_on), res.candidates(spec.report_on)
+    stored = sum(e.resumed for e in res.entries)
+    st.success(f"{len(valid)} candidates scored on {spec.select_on}, the {len(test)} chosen on {spec.report_on}, in "
+               f"{format_seconds(res.seconds)}" + (f" ({stored} scores reused from earlier runs)" if stored else "")
+               + (f". Best overall (by {spec.select_on} average): **{printable(res.best.label)}**." if res.best else "."),
+               icon=":material/check_circle:")
+    for note in res.notes:
+        st.caption(printable(note))
+    chosen = pd.DataFrame([{"method": m, "chosen setting": c.settings or "(no parameters)",
+                            f"{spec.select_on} average": next(e.average for e in valid if e.candidate == c),
+                            f"{spec.report_on} average": next((e.average for e in test if e.candidate == c), None)}
+                           for m, c in res.selected.items()])
+    if not chosen.empty:
+        st.dataframe(chosen.style.format(precision=2), hide_index=True, width="stretch",
+                     column_config=fitted_columns(chosen))
+    export_picker(res)
+
+    st.subheader("Charts")
+    bars, lines, times = st.tabs(["Chosen vs agents", "Score vs parameter (Table 2 view)",
+                                  "Score vs merge time (Fig. 9 view)"])
+    with bars:
+        chosen_chart(res)
+    with lines:
+        parameter_chart(res)
+    with times:
+        time_chart(res)
+    every_score(res)
+
+
+def _tasks_agents(res: SweepResult) -> tuple[list[str], list[str]]:
+    """The tasks scored and the agents' labels."""
+    return list(dict.fromkeys(k for e in res.entries for k in e.scores)), res.context["labels"][1:]
+
+
+def chosen_chart(res: SweepResult) -> None:
+    """Each method's chosen candidate next to the base and the agents, on the report split."""
+    spec = res.spec
+    tasks, agents = _tasks_agents(res)
+    test = res.candidates(spec.report_on)
+    rows = [{"name": e.label, "short": charts.short_candidate(e.method, e.params, list(e.candidate.given)),
+             **e.scores, "average": e.average} for e in test]
+    refs = res.references()
+    models = charts.short_labels([e.label for e in refs])  # the base and the agents: the agents' rule
+    rows += [{"name": e.label, "short": models[e.label], **e.scores, "average": e.average} for e in refs]
+    if rows:
+        df = pd.DataFrame(rows)
+        df["short"] = charts.short_candidate_labels(list(df["short"]), limit=20)
+        charts.show(charts.sweep_task_bars(df, tasks, agents), df,
+                    f"{spec.report_on.capitalize()} accuracy of each method's chosen candidate next to the base and "
+                    "the agents (hover for full names).", "sweep_chosen", title="Chosen candidates and the agents",
+                    params={"split": spec.report_on, "agents": agents})
+
+
+def parameter_chart(res: SweepResult) -> None:
+    """Score against one swept parameter of one method, the others fixed (at the chosen candidate's values)."""
+    spec = res.spec
+    tasks, agents = _tasks_agents(res)
+    valid = res.candidates(spec.select_on)
+    swept = [(m, k) for m in dict.fromkeys(e.method for e in valid)
+             for k in dict.fromkeys(k for e in valid if e.method == m for k in e.candidate.given)
+             if len({repr(e.params[k]) for e in valid if e.method == m}) > 1]
+    if not swept:
+        st.caption("No method was tried at more than one value of a parameter.")
+        return
+    c = st.columns([2, 3])
+    method, param = c[0].selectbox("Method and parameter", swept, key="sweep_line_pick",
+                                   format_func=lambda mk: f"{mk[0]}: {mk[1]}")
+    part = [e for e in valid if e.method == method and e.ok]
+    fixed = {}
+    others = [k for k in dict.fromkeys(k for e in part for k in e.candidate.given) if k != param
+              and len({repr(e.params[k]) for e in part}) > 1]
+    best = next((e for e in valid if e.candidate == res.selected.get(method)), None)
+    for k in others:
+        values = list(dict.fromkeys(e.params[k] for e in part))
+        start = values.index(best.params[k]) if best is not None and best.params[k] in values else 0
+        fixed[k] = c[1].selectbox(f"at {k} =", values, index=start, key=f"sweep_fix_{method}_{k}")
+    part = [e for e in part if all(e.params[k] == v for k, v in fixed.items())]
+    df = pd.DataFrame([{"candidate": e.label, param: e.params[param], **e.scores, "average": e.average}
+                       for e in part])
+    charts.show(charts.sweep_param_lines(df, param, tasks, agents), df,
+                f"{spec.select_on.capitalize()} accuracy per task as {param} varies"
+                + (f" ({', '.join(f'{k} = {v}' for k, v in fixed.items())})" if fixed else "")
+                + "; ★ the best average.", "sweep_param", title=f"{method}: score against {param}",
+                params={"split": spec.select_on, "method": method, **fixed})
+
+
+def time_chart(res: SweepResult) -> None:
+    """Each candidate's selection-split average against its merge's seconds."""
+    spec = res.spec
+    df = pd.DataFrame([{"candidate": e.label, "method": e.method, "merge_s": e.merge_s, "average": e.average,
+                        "selected": e.selected} for e in res.candidates(spec.select_on) if e.ok])
+    if not df.empty:
+        charts.show(charts.sweep_time_scatter(df), df,
+                    f"Each candidate's {spec.select_on} average against the seconds its in-memory merge took "
+                    "(★ chosen).", "sweep_time", title="Score against merge time",
+                    params={"split": spec.select_on})
+
+
+def every_score(res: SweepResult) -> None:
+    """Every entry as a table, and the sweep as JSON and CSV downloads."""
+    st.subheader("Every score")
+    every = entries_frame(res.entries)
+    st.dataframe(every.style.format(precision=2, subset=[c for c in every.columns if c not in
+                                                          ("candidate", "split", "chosen", "note")]),
+                 hide_index=True, width="stretch", key="sweep_all", column_config=fitted_columns(every))
+    c = st.columns(2)
+    c[0].download_button("JSON", (json.dumps(result_json(res, "local"), indent=2) + "\n").encode(), "sweep.json",
+                         "application/json", key="sweep_dl_json", icon=":material/download:", width="stretch")
+    c[1].download_button("CSV", csv_bytes(result_frame(res)), "sweep.csv", "text/csv", key="sweep_dl_csv",
+                         icon=":material/download:", width="stretch")

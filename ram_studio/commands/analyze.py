@@ -1,0 +1,134 @@
+"""`ram-studio analyze`: task-vector statistics for a ladder of ε in one streaming pass — the summary table, whether
+the overlap is real (sign agreement, cosine), a plain reading, and --json/--csv/--pairs-csv files."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+
+from merging.common.errors import RamStudioError, printable
+from ram_studio.console import QUIET_HELP, progress_printer, say, stop_on_signal, table
+from ram_studio.inputs import add_model_arguments, file_output, prefetch
+
+
+def add_parser(sub) -> None:
+    """The `analyze` subcommand and its options."""
+    sp = sub.add_parser("analyze", help="task-vector statistics for a ladder of ε (one streaming pass)")
+    add_model_arguments(sp)
+    sp.add_argument("--eps-ladder", help="comma-separated ε values (default 0,1e-7,1e-6,3e-6,1e-5,3e-5,1e-4,1e-3)")
+    sp.add_argument("--eps", type=float, default=1e-5, help="ε for the printed summary")
+    sp.add_argument("--json", help="write per-agent summaries for every ε as JSON")
+    sp.add_argument("--csv", help="write the full per-tensor table as CSV (one row per agent × tensor × ε)")
+    sp.add_argument("--pairs-csv", help="write the per-tensor pair diagnostics as CSV (one row per pair of agents "
+                                        "× tensor × ε: elements both changed, same sign, Σ τ_a·τ_b, Σ τ_a², Σ τ_b²)")
+    sp.add_argument("--overwrite", action="store_true", help="replace existing --json/--csv/--pairs-csv files")
+    sp.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    sp.add_argument("--no-cache", action="store_true", help="recompute even if a cached result exists")
+    sp.add_argument("--quiet", action="store_true", help=QUIET_HELP)
+    sp.set_defaults(func=cmd_analyze)
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    """Analyse the base and agents, print the summary at --eps, and write the files asked for."""
+    from analysis.ladder import DEFAULT_LADDER
+    from analysis.stats import analyze, size_note
+    from merging.reading.checkpoint import open_checkpoint
+
+    with stop_on_signal() as stop:
+        prefetch([args.base, *args.agents], args.quiet, stop)
+    base = open_checkpoint(args.base)
+    agents = [open_checkpoint(a) for a in args.agents]
+    outputs = {flag: file_output(getattr(args, flag), [base, *agents], args.overwrite)
+               for flag in ("json", "csv", "pairs_csv")}
+    ladder = _ladder(args.eps_ladder) if args.eps_ladder else list(DEFAULT_LADDER)
+    note = size_note(base, len(agents), ladder)
+    if note and not args.quiet:
+        say(f"note: {note}", file=sys.stderr)
+    with stop_on_signal() as stop:
+        result = analyze(base, agents, ladder=ladder, device=args.device, policy=args.on_mismatch,
+                         use_cache=not args.no_cache, progress=None if args.quiet else progress_printer("analyze"),
+                         cancel=stop)
+    eps = args.eps if args.eps in result.ladder else (1e-5 if 1e-5 in result.ladder else result.ladder[-1])
+    read = _print_summary(result, eps)
+    _write_outputs(outputs, result, eps, read)
+    return 0
+
+
+def _print_summary(result, eps: float):
+    """The per-agent table at `eps`, the pair and agent agreement tables, and the reading (returned)."""
+    from analysis import agreement  # pandas: only once there are results
+    from analysis.tables import global_density, rho_table
+
+    summary = global_density(result, eps).merge(rho_table(result, eps)[["agent", "rho"]], on="agent")
+    summary["density"] = (100 * summary["density"]).map("{:.3f} %".format)
+    say(f"ε = {eps:g}; {result.total_params:,} parameters; "
+          f"{'from cache' if result.from_cache else f'{result.seconds:.1f} s'}")
+    say(table(summary[["agent", "changed", "shared", "unique", "density", "rho"]]))
+    read = agreement.reading(result, eps)
+    if len(result.agents) > 1:
+        say("\nIs the overlap real? (elements both changed; chance: 50 % same sign, cosine 0)")
+        say(table(_pair_summary(agreement.pair_agreement(result, eps))))
+        say(table(_agent_summary(agreement.agent_agreement(result, eps))))
+    say("\n" + textwrap.fill(printable(read.text, 4000), 100))
+    return read
+
+
+def _write_outputs(outputs: dict, result, eps: float, read) -> None:
+    """--json (per-agent summaries for every ε, the pairs, the reading), --csv and --pairs-csv."""
+    from analysis import agreement
+    from analysis.tables import agents_json
+    from merging.common.escaping import csv_bytes
+    from merging.writing.placement import write_file_atomically
+
+    if outputs["json"]:
+        fields = agreement.agent_fields(result)
+        records = [{**rec, **fields[(rec["name"], rec["eps"])]} for rec in agents_json(result)]
+        doc = {"eps": list(result.ladder), "total_params": result.total_params, "base": result.base,
+               "agents": records, "pairs": agreement.pairs_json(result),
+               "reading": {"eps": eps, "regime": read.regime, "text": read.text},
+               "fingerprint": result.fingerprint, "seconds": result.seconds}
+        write_file_atomically(outputs["json"], (json.dumps(doc, indent=2) + "\n").encode())
+    if outputs["csv"]:
+        write_file_atomically(outputs["csv"], csv_bytes(result.frame))
+    if outputs["pairs_csv"]:
+        write_file_atomically(outputs["pairs_csv"], csv_bytes(result.pairs))
+
+
+def _ladder(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RamStudioError(f"cannot read --eps-ladder {text!r}.", "Use comma-separated numbers, e.g. 0,1e-6,1e-5.")
+
+
+def _pct(v: float) -> str:
+    return "–" if v != v else f"{100 * v:.1f} %"
+
+
+def _pair_summary(pa):
+    """The pair diagnostics as printed columns."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        "pair": [f"{a}–{b}" for a, b in zip(pa["a"], pa["b"])],
+        "both changed": [f"{int(v):,}" for v in pa["both_changed"]],
+        "chance (per tensor)": [f"{v:,.0f}" for v in pa["expected_both_tensor"]],
+        "same sign": [_pct(v) for v in pa["sign_agreement"]],
+        "cosine": ["–" if v != v else f"{v:+.3f}" for v in pa["cosine"]]})
+
+
+def _agent_summary(ag):
+    """The per-agent diagnostics as printed columns."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        "agent": ag["agent"], "same sign": [_pct(v) for v in ag["sign_agreement"]],
+        "all agree (chance)": [f"{_pct(a)} ({_pct(c)})" for a, c in zip(ag["all_agree"], ag["chance_all_agree"])],
+        "cosine vs others": ["–" if v != v else f"{v:+.3f}" for v in ag["cosine_others"]],
+        "shared energy": [_pct(v) for v in ag["shared_energy_share"]],
+        "partners < 10 % / 30 %": [f"{_pct(a)} / {_pct(b)}" for a, b in
+                                   zip(ag["dominated_10_share"], ag["dominated_30_share"])],
+        "unique (chance: model / tensor)": [f"{_pct(u)} ({_pct(c)} / {_pct(t)})" for u, c, t in
+                                            zip(ag["unique_share"], ag["chance_unique_share"],
+                                                ag["chance_unique_share_tensor"])]})
