@@ -11,9 +11,10 @@ Literals are float32 on purpose: a float64 constant would silently change the ar
 
 The kernels live in one module per method (ram, linear, dare, ties), the statistics scans in
 `statistics`, the output checks in `guards`, their warm-up calls in `warm`. numba's cache keys each
-kernel on its own file only: the helpers here are inlined into the kernels, so after editing this file
-clear numba's cache (the `*.nbi`/`*.nbc` files in `merging/kernels/__pycache__` or NUMBA_CACHE_DIR).
-The warm-up markers (`marker.py`) are stamped over every kernel source file, this one included.
+kernel on its own file only, but the helpers here are inlined into the kernels: the warm-up markers
+(`marker.py`) are stamped over every kernel source file, this one included, and the first warm-up after any
+of them changed empties numba's index of each kernel before loading it (`warm._forget_stale_cache`), so a
+kernel is never loaded compiled from old helpers.
 """
 from __future__ import annotations
 

@@ -52,10 +52,31 @@ def _warm_calls(name: str, dtype: str):
     raise KeyError(name)
 
 
+_FORGOTTEN: set[int] = set()
+
+
+def _forget_stale_cache(fn) -> None:
+    """Empty numba's on-disk index for `fn`, once per process: numba keys a kernel's cache on its own file only,
+    but the kernels inline helpers from other files of merging/kernels (common.py, ties.py), so a change there
+    would otherwise load a kernel compiled from the old helpers. Called only when no marker for the current
+    stamp over every kernel source exists (`marker.py`), i.e. the first warm-up after any kernel file changed."""
+    cache = getattr(fn, "_cache", None)
+    if id(fn) in _FORGOTTEN or not hasattr(cache, "flush"):
+        return
+    _FORGOTTEN.add(id(fn))
+    try:
+        cache.flush()
+    except OSError:  # a read-only cache (an installed package): its files never change
+        pass
+
+
 def warm(name: str, dtype: str) -> bool:
     """Make kernel `name` ready for `dtype`; True if it had to be compiled (not found in the cache)."""
     fresh = False
+    stale = not (os.path.exists(marker.marker_path(dtype, name)) or os.path.exists(marker.marker_path(dtype)))
     for fn, args in _warm_calls(name, dtype):
+        if stale:
+            _forget_stale_cache(fn)
         before = sum(fn.stats.cache_misses.values())
         fn(*args)
         fresh |= sum(fn.stats.cache_misses.values()) > before
