@@ -4,7 +4,7 @@ Usage: python -m tests.benchmarks.bit_identity OUT.json [--set05b DIR] [--only d
 Run it on two checkouts (e.g. before and after a refactor) and compare the JSON files: a refactor that
 changes no behaviour leaves every hash equal. Each merge runs on the fused-kernel path and, for the demo,
 also on the torch path (RAM_STUDIO_KERNELS=torch); every file of the output folder is hashed (the card and recipe name the output folder by its name, the same
-in every run; the checkout's own path in text documents is replaced by <ROOT>); the analysis JSON is hashed without its wall time and its cache key (which hashes folder paths and mtimes).
+in every run; the demo's folder in text documents is replaced by <DEMO>); the analysis JSON is hashed without its wall time and its cache key (which hashes folder paths and mtimes).
 """
 from __future__ import annotations
 
@@ -34,15 +34,16 @@ CASES = {
 
 
 ROOT = Path(__file__).resolve().parents[2]
+DEMO = str(ROOT / "assets" / "demo")  # where demo:NAME models live: named by absolute path in side documents
 TEXT = (".md", ".yaml", ".json")  # side documents that name the demo's folders by their absolute path
 
 
 def sha(path: Path) -> str:
-    """SHA-256 of a file; in text documents the checkout's own path is replaced by <ROOT> first, so that two
-    checkouts in different folders can be compared."""
+    """SHA-256 of a file; in text documents the demo's folder is replaced by <DEMO> first, so that two checkouts in
+    different folders can be compared (other paths, e.g. a model set's, are left as they are)."""
     h = hashlib.sha256()
     if path.suffix in TEXT and path.stat().st_size < 1 << 24:
-        h.update(path.read_bytes().replace(str(ROOT).encode(), b"<ROOT>"))
+        h.update(path.read_bytes().replace(DEMO.encode(), b"<DEMO>"))
         return h.hexdigest()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
             stats.pop("seconds", None)  # wall time
             stats.pop("fingerprint", None)  # the cache key: hashes the inputs' folder paths and mtimes
             results[f"{set_name}/analysis"] = {
-                "analysis.json": hashlib.sha256(json.dumps(stats, sort_keys=True).replace(str(ROOT), "<ROOT>")
+                "analysis.json": hashlib.sha256(json.dumps(stats, sort_keys=True).replace(DEMO, "<DEMO>")
                                                 .encode()).hexdigest()}
     Path(a.out).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
 
