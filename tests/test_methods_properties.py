@@ -120,3 +120,17 @@ def test_invalid_parameters_are_clear_errors(method, params, fragment):
 def test_unknown_method():
     with pytest.raises(RamStudioError, match="unknown merge method"):
         get_method("fisher")
+
+
+def test_a_parameter_declared_in_the_wrong_order_fails_at_declaration():
+    """Param's bounds are keywords: a declaration giving them positionally (help in the bounds' place) is refused
+    when the method file is imported, instead of a traceback inside a user's merge."""
+    import pytest
+
+    from merging.methods.params import Param
+
+    with pytest.raises(TypeError, match="keywords"):
+        Param("scale", float, 0.5, 0.0, 1.0, "Scale of the sum.", "s (scale)")
+    with pytest.raises(TypeError, match="numbers"):
+        Param("scale", float, 0.5, "Scale of the sum.", low="0")
+    assert Param("scale", float, 0.5, "Scale of the sum.", low=0.0, high=1.0, label="s").high == 1.0

@@ -48,6 +48,12 @@ class Param:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise TypeError(f"parameter {self.name}: kind must be one of {KINDS}")
+        # A declaration error shows when the method file is imported, not as a traceback in a user's merge.
+        if not isinstance(self.help, str) or not isinstance(self.label, str):
+            raise TypeError(f"parameter {self.name}: help and label are text (write low=, high=, label= as keywords)")
+        for bound in (self.low, self.high, self.step):
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))):
+                raise TypeError(f"parameter {self.name}: low, high and step are numbers or None")
 
     @property
     def flag(self) -> str:
