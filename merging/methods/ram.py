@@ -106,7 +106,7 @@ COUNT_TIED = Param("count_tied_twice", bool, False,
                    "Count a tied embedding twice in the whole-model counts, as the loaded model's state_dict() lists "
                    "it (once more as lm_head.weight): the RAM authors' script counts so. Off: every stored tensor "
                    "once. Changes nothing for an untied model or per-tensor ρ.",
-                   label="count tied embeddings twice (as the authors' script)")
+                   label="count tied ×2")
 
 
 # ---------------------------------------------------------------- mergekit 0.1.5 (merge_methods/ram.py)
