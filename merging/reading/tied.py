@@ -18,6 +18,7 @@ from merging.common.errors import RamStudioError, printable
 from merging.reading.checkpoint import Checkpoint
 
 HEAD = "lm_head.weight"
+ONCE = "the method's own flags without --count-tied-twice (the authors' presets always set it)."
 # The input embedding lm_head.weight is tied to, as the families above name it in their files.
 EMBEDDING_NAMES = (
     "model.embed_tokens.weight",  # Llama, Qwen, Mistral, Gemma, Phi, the MoE families …
@@ -37,14 +38,14 @@ def ties_embeddings(ckpt: Checkpoint) -> bool:
         return value
     if value is not None:
         raise RamStudioError(f"{ckpt.label}: config.json's tie_word_embeddings is {printable(repr(value), 40)}, "
-                             "not true or false.", "Fix config.json, or merge without count_tied_twice.")
+                             "not true or false.", "Fix config.json, or count stored tensors once: " + ONCE)
     model_type = cfg.get("model_type")
     default = _config_default(model_type) if isinstance(model_type, str) else None
     if default is None:
         raise RamStudioError(
             f"{ckpt.label}: cannot tell whether it ties its embeddings (config.json has no tie_word_embeddings and "
             f"transformers does not know model_type {printable(repr(model_type), 60)}).",
-            "Counting tied aliases needs to know; merge without count_tied_twice (stored tensors counted once).")
+            "Counting as transformers' state_dict() lists tensors needs to know; count stored tensors once: " + ONCE)
     return default
 
 
@@ -70,7 +71,7 @@ def tied_aliases(ckpt: Checkpoint) -> dict[str, str]:
         raise RamStudioError(
             f"{ckpt.label} ties lm_head.weight to its input embedding, but which stored tensor that is is not "
             f"clear (known embedding names found: {what}).",
-            "Merge without count_tied_twice (stored tensors counted once).")
+            "Count stored tensors once: " + ONCE)
     return {HEAD: found[0]}
 
 
