@@ -38,6 +38,20 @@ def test_the_python_api_page_runs_as_written(tmp_path):
     assert "Traceback" not in run.stderr
 
 
+def test_the_readme_python_lines_run_after_its_cli_lines(tmp_path):
+    """The README's Python lines, run where its CLI lines already wrote `merged` (what a newcomer does)."""
+    from ram_studio.cli import main
+
+    block = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[0]
+    assert main(["merge", "demo:base", *DEMO, "--method", "ram_plus", "--out", str(tmp_path / "merged"),
+                 "--quiet"]) == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-c", block + "\nprint(scores.average)"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert 0 <= float(run.stdout.split()[-1]) <= 100
+
+
 def _signature_keywords(fn) -> set[str]:
     return {n for n, p in inspect.signature(fn).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
