@@ -335,13 +335,16 @@ def overlap_summary(result: AnalysisResult, eps: float) -> dict:
 def merge_statistics(result: AnalysisResult, method: str, params: dict) -> tuple[dict | None, dict | None]:
     """What a merge takes from an analysis of its inputs: whole-model shared/unique counts at the method's ε
     (saves the counting pass global ρ needs; None when the method needs none or ε was not analysed) and the
-    shared-region diagnostics for its card and recipe (at the method's ε if analysed, else 1e-5)."""
+    shared-region diagnostics for its card and recipe (at the method's ε if analysed, else 1e-5). The analysis
+    counts stored tensors once: a merge that counts tied aliases too (count_tied_twice) makes its own counts."""
+    from merging.engine.counts import counts_tied_twice
     from merging.methods import get_method
 
     m = get_method(method)
     resolved = m.resolve_params(params)
     eps = m.global_counts_eps(resolved)
-    counts = result.counts_at(eps) if eps is not None and eps in result.ladder else None
+    usable = eps is not None and eps in result.ladder and not counts_tied_twice(resolved)
+    counts = result.counts_at(eps) if usable else None
     card_eps = resolved.get("eps", 1e-5)
     if card_eps not in result.ladder:
         card_eps = 1e-5 if 1e-5 in result.ladder else result.ladder[-1]

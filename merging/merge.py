@@ -20,7 +20,7 @@ import torch
 
 from merging.reading.checkpoint import Checkpoint, open_checkpoint, unique_labels
 from merging.reading.compat import AgentLoss, ModelHeaders, check_compatibility, estimate_bytes
-from merging.engine.counts import count_overlaps
+from merging.engine.counts import count_overlaps, counts_tied_twice, stored_tensor_weights
 from merging.common.device import pick_device
 from merging.passes import ProgressFn
 from merging.engine.loop import output_plan, stream_merge
@@ -221,7 +221,8 @@ def _global_counts(run: _Run, prints: Fingerprinter
     if run.options.counts is not None:
         return run.options.counts, None
     oc = count_overlaps(run.ins.base, run.ins.agents, eps, device=run.device, chunk_elems=run.spec.chunk_elems,
-                        progress=run.options.count_progress, cancel=run.options.cancel, fingerprinter=prints)
+                        progress=run.options.count_progress, cancel=run.options.cancel, fingerprinter=prints,
+                        weights=stored_tensor_weights(run.ins.base, run.params))
     refuse_idle_agents(run.ins.labels, oc.max_abs_tau)
     identities = _identities(run.models, prints.finish(), run.ins.labels, run.options.expected_inputs)
     return oc.as_lists(), identities
@@ -236,7 +237,22 @@ def _merge_notes(run: _Run) -> list[str]:
         notes.append(f"Preset {preset['name']}{factor}: {preset['summary']}")
     if run.params.get("rho_scope") == "tensor":
         notes.append("ρ_t and λ_t are computed per tensor (mergekit ramplus_tl style), so they vary by tensor.")
+    elif counts_tied_twice(run.params) and run.method.global_counts_eps(run.params) is not None:
+        notes.append(_counting_note(run))
     return notes
+
+
+def _counting_note(run: _Run) -> str:
+    """How the whole-model counts behind ρ_t were made with count_tied_twice: as `state_dict()` lists tensors."""
+    from merging.reading.tied import tied_aliases
+
+    aliases = tied_aliases(run.ins.base)
+    if not aliases:
+        return ("Shared and unique counts are over the loaded model's state_dict(), as the authors' script counts; "
+                "the base has no tied alias, so that is every stored tensor once.")
+    listed = ", ".join(f"{alias} (= {source})" for alias, source in aliases.items())
+    return ("Shared and unique counts are over the loaded model's state_dict(), as the authors' script counts: "
+            f"the tied alias {listed} is counted too, so the embedding counts twice.")
 
 
 def _check_change(engine: EngineResult, run: _Run, notes: list[str]) -> None:

@@ -21,8 +21,8 @@ def merge(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, out: 
           **params: Any) -> "Merged":
     """Merge `agents` into `base` as `ram-studio merge` does (keywords are its flags): `method` (see
     `ram-studio methods`) or a `preset`, the method's parameters by name (eps=, r=, alpha=, rho_scope=,
-    density=, drop_rate=, seed=, agent=, dilute=, and λ as lambda_= or **{"lambda": …}), written atomically
-    into `out`. A parameter the method does not take is an error, as in the CLI. Returns a Merged (the folder,
+    count_tied_twice=, density=, drop_rate=, seed=, agent=, dilute=, and λ as lambda_= or **{"lambda": …}),
+    written atomically into `out`. A parameter the method does not take is an error, as in the CLI. Returns a Merged (the folder,
     its files, ρ_t and λ_t, the recipe); bad input raises RamStudioError and writes nothing."""
     from ram_studio.commands.merge import _cached_statistics, _spec_from_args
     from ram_studio.console import stop_on_signal
