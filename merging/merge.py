@@ -65,6 +65,7 @@ class MergeResult:
     overlap: dict[str, Any] | None = None  # the shared-region diagnostics recorded with the merge, if given
     precision: list[str] = field(default_factory=list)  # per agent stored finer than the output: what it loses
     handling: list[str] = field(default_factory=list)  # how tied heads and added tokens were handled
+    lineage: list[str] = field(default_factory=list)  # agents that may not descend from the base (each named)
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,8 @@ def merge_to_folder(spec: MergeSpec, options: MergeOptions | None = None, **keyw
         raise
     files = [target.path / f.name for f in written.files]
     return MergeResult(target.path, files, written.bytes, time.perf_counter() - t0, lambdas, notes, run.ins.losses,
-                       written, [*run.ins.warnings, *target.warnings], run.options.overlap, precision,
-                       run.ins.handling)
+                       written, list(target.warnings), run.options.overlap, precision, run.ins.handling,
+                       run.ins.warnings)
 
 
 def _resolve(spec: MergeSpec, options: MergeOptions) -> _Run:

@@ -38,10 +38,11 @@ class PreparedInputs:
         return self.vocab.plan if self.vocab else None
 
     def enforce(self, policy: str) -> None:
-        """Raise what the mismatch policy does not cover: the report's differences, then added tokens."""
-        self.report.enforce(policy)
+        """Raise what the mismatch policy does not cover: added tokens first (they explain the vocabulary rows
+        that differ, and name the options), then the report's differences."""
         if self.vocab is not None and self.vocab.refusal is not None:
             raise self.vocab.refusal
+        self.report.enforce(policy)
 
     def warnings(self) -> list[str]:
         """One line per lineage warning, each starting with 'warning:' and naming the agent."""
