@@ -59,7 +59,7 @@ def test_fp32_agents_into_a_bf16_output_say_what_falls_below_its_resolution(caps
         assert f"{100 * vanished / changed:.2f}" == share, (note, vanished, changed)
         assert f"{changed:,} changed of {sampled:,}" in note and agent.name in note and "F32 → BF16" in note
     small, large = (float(re.search(r"([\d.]+) %", n).group(1)) for n in notes)
-    assert small > 1 and large > 90  # a 1e-3 update mostly survives bf16; a 1e-5 one mostly does not
+    assert 1 < small < 20 and large > 50  # a 1e-3 update mostly survives bf16; a 1e-5 one mostly does not
     cfg = json.loads((dest / "config.json").read_text())
     assert cfg["dtype"] == "bfloat16" and "torch_dtype" not in cfg
     card = (dest / "README.md").read_text()
