@@ -333,7 +333,7 @@ out = c[0].text_input("Output folder", key=OUT_KEY, on_change=_typed_out, disabl
 shard = c[1].selectbox("Shard size", SHARD_SIZES, key="merge_shard", disabled=mine_running)
 dtype = c[2].selectbox("Output dtype", list(DTYPES), key="merge_dtype", disabled=mine_running)
 policy = c[3].selectbox("On mismatch", list(POLICIES), key="merge_policy", disabled=mine_running, help=POLICY_HELP)
-v = st.columns([2.4, 3], vertical_alignment="bottom")
+v = st.columns([3.2, 1.8], vertical_alignment="bottom")
 vocab = v[0].radio("Vocabulary", list(VOCAB_CHOICES), key="merge_vocab", horizontal=True, disabled=mine_running,
                    format_func=lambda c: {"base": "the base's", "union": "union (keep added tokens)"}[c],
                    help=VOCAB_HELP + ".")

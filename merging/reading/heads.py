@@ -39,12 +39,15 @@ class HeadCheck:
     def tied(self) -> bool:
         return self.max_abs == 0.0
 
-    def describe(self) -> str:
+    def difference(self) -> str:
+        """What was measured, as a clause: 'equal to its embeddings' or 'differs from … (untied by training: …)'."""
         if self.tied:
-            return (f"{self.agent} stores an explicit {self.head} equal to its {self.embed}: treated as tied, "
-                    "like the base")
-        return (f"{self.agent}'s {self.head} differs from its {self.embed} (untied by training: "
-                f"‖head − embeddings‖ / ‖embeddings‖ = {self.rel_diff:.3g}, max |difference| {self.max_abs:.3g})")
+            return f"equal to its {self.embed}"
+        return (f"differs from its {self.embed} (untied by training: ‖head − embeddings‖ / ‖embeddings‖ = "
+                f"{self.rel_diff:.3g}, max |difference| {self.max_abs:.3g})")
+
+    def describe(self) -> str:
+        return f"{self.agent} stores an explicit {self.head} {self.difference()}"
 
 
 def tie_flag(config: dict | None) -> bool | None:

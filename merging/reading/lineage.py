@@ -13,8 +13,9 @@ A warning names the agent and what was measured when (thresholds, and the measur
 "Your models" documentation):
 - ‖τ‖ / ‖θ0‖ ≥ DIFFERENT_MODEL_NORM with a density ≥ DENSE: every weight moved, as far as unrelated weights
   (another random init gives ≈ 1);
-- density ≥ DENSE and its unchanged share is below 1/UNCHANGED_FACTOR of the sparsest other agent's: a dense
-  change among sparse ones (an SFT-like update or another checkpoint);
+- density ≥ DENSE and its unchanged share is at most 1/UNCHANGED_FACTOR of the sparsest other agent's, which is
+  itself not dense: a dense change among sparse ones (an SFT-like update or another checkpoint); agents that are
+  all dense (fp32 checkpoints, where every update shows) are not told apart by density;
 - ‖τ‖ / ‖θ0‖ more than NORM_FACTOR × the largest of the other agents';
 - its config or card names a base whose name is not the base's (when the base has a name to compare).
 """
@@ -39,6 +40,7 @@ DIFFERENT_MODEL_NORM = 0.3
 DENSE = 0.95
 UNCHANGED_FACTOR = 10.0
 NORM_FACTOR = 10.0
+MIN_SAMPLE = 1000  # elements: below this (toy models) a density or norm says too little to warn on
 MAX_CARD_BYTES = 1 << 20
 MAX_FRONT_MATTER = 64 << 10
 _GENERIC = re.compile(r"^(base|model|models|hf|checkpoint|ckpt|step|global_step|actor|policy|merged|output|outputs"
@@ -118,12 +120,14 @@ def _read(ckpt: Checkpoint, name: str, a: int, b: int) -> torch.Tensor:
 
 
 def numeric_warnings(labels: list[str], samples: list[UpdateSample], eps: float = EPS) -> list[LineageWarning]:
-    """The rules on the measured densities and norms (see the module's docstring)."""
+    """The rules on the measured densities and norms (see the module's docstring); a sample of fewer than
+    MIN_SAMPLE elements (a toy model) is too small to judge."""
     out = []
     for i, (label, s) in enumerate(zip(labels, samples)):
-        if not s.elements:
+        if s.elements < MIN_SAMPLE:
             continue
-        others = [o for j, o in enumerate(samples) if j != i and o.elements]
+        others = [o for j, o in enumerate(samples) if j != i and o.elements >= MIN_SAMPLE]
+        sparsest = max((1 - o.density for o in others), default=0.0)  # the largest unchanged share among the others
         what = (f"density {100 * s.density:.2f} % at ε = {eps:g}, ‖τ‖/‖θ0‖ = {s.rel_norm:.3g}"
                 + (f" (other agents: density ≤ {100 * max(o.density for o in others):.2f} %, ‖τ‖/‖θ0‖ ≤ "
                    f"{max(o.rel_norm for o in others):.3g})" if others else "")
@@ -131,7 +135,7 @@ def numeric_warnings(labels: list[str], samples: list[UpdateSample], eps: float 
         if s.rel_norm >= DIFFERENT_MODEL_NORM and s.density >= DENSE:
             out.append(LineageWarning(label, "different_model", f"agent {label} is as far from the base as "
                                       f"unrelated weights would be ({what}): it was not fine-tuned from this base."))
-        elif others and s.density >= DENSE and (1 - s.density) * UNCHANGED_FACTOR <= max(1 - o.density for o in others):
+        elif sparsest > 1 - DENSE and s.density >= DENSE and (1 - s.density) * UNCHANGED_FACTOR <= sparsest:
             out.append(LineageWarning(label, "dense", f"agent {label} changed almost every weight, unlike the other "
                                       f"agents ({what}): a dense change (an SFT-like update, or another checkpoint "
                                       "as its starting point) rather than an RL fine-tune of this base."))

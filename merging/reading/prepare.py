@@ -82,14 +82,15 @@ def _resolve_heads(report: CompatReport, heads: list[HeadCheck | None], untie: b
         report.mismatches = [m for m in report.mismatches if not (
             m.agent == check.agent and (m.kind == "tied_embeddings" or (m.kind == "extra" and m.tensor == check.head)))]
         if untie:
-            notes.append(f"--untie: {check.describe()}; its head is merged as its own tensor.")
+            notes.append(f"--untie: {check.describe()}: " + ("its head update is its embedding update." if check.tied
+                                                             else "its head update is merged as its own."))
         elif check.tied:
             report.handled[(check.agent, check.head)] = "equal to its embeddings"
-            notes.append(check.describe() + ".")
+            notes.append(f"{check.describe()}: treated as tied, like the base.")
         else:
             report.handled[(check.agent, check.head)] = "the base's tie is kept"
             report.mismatches.append(Mismatch(check.agent, "untied_head", check.head,
-                                              check.describe().removeprefix(f"{check.agent}'s ") + "; " + UNTIE_HINT))
+                                              f"{check.difference()}; {UNTIE_HINT}"))
             notes.append(f"{check.describe()}: the base's tie is kept, so its head update is dropped (its "
                          "embedding update is merged); --untie would keep it.")
     if untie:

@@ -53,8 +53,10 @@ class VocabOutcome:
     refusal: RamStudioError | None = None  # raised when the report is enforced (inspect shows everything first)
 
 
-def compare_tokenizers(base: Checkpoint, agents: list[Checkpoint], labels: list[str]) -> list[Extension | None]:
-    """Each agent's tokenizer.json against the base's (identical bytes are not parsed)."""
+def compare_tokenizers(base: Checkpoint, agents: list[Checkpoint], labels: list[str], strict: bool = True,
+                       notes: list[str] | None = None) -> list[Extension | None]:
+    """Each agent's tokenizer.json against the base's (identical bytes are not parsed). A tokenizer that cannot
+    be parsed is an error when `strict`, else that agent is not compared (None) and a note says so."""
     base_raw = read_raw(base.folder, TOKENIZER_FILE)
     if base_raw is None:
         return [None] * len(agents)
@@ -67,8 +69,16 @@ def compare_tokenizers(base: Checkpoint, agents: list[Checkpoint], labels: list[
         elif raw == base_raw:
             out.append(Extension(label, {}, {}))
         else:
-            parsed = parsed or parse_tokenizer(base.folder, base_raw)
-            out.append(compare(parsed, parse_tokenizer(agent.folder, raw), label))
+            try:
+                parsed = parsed or parse_tokenizer(base.folder, base_raw)
+                out.append(compare(parsed, parse_tokenizer(agent.folder, raw), label))
+            except RamStudioError as exc:
+                if strict:
+                    raise
+                out.append(None)
+                if notes is not None:
+                    notes.append(f"{label}'s tokenizer was not compared with the base's ({exc.message}): tokens it "
+                                 "may add are not checked.")
     return out
 
 
@@ -88,7 +98,8 @@ def plan_vocabulary(base: Checkpoint, agents: list[Checkpoint], labels: list[str
     --on-mismatch base, noted) or plan the union (`choice` 'union')."""
     if choice not in VOCAB_CHOICES:
         raise RamStudioError(f"unknown vocabulary choice {choice!r}.", f"Use one of {', '.join(VOCAB_CHOICES)}.")
-    outcome = VocabOutcome(compare_tokenizers(base, agents, labels))
+    notes: list[str] = []
+    outcome = VocabOutcome(compare_tokenizers(base, agents, labels, strict=choice == "union", notes=notes), notes=notes)
     adders = [e for e in outcome.extensions if e is not None and e.added]
     problems = [e for e in outcome.extensions if e is not None and e.problem]
     if choice == "base":
