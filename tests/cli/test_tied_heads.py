@@ -148,3 +148,32 @@ def test_untie_on_an_untied_base_is_refused(capsys, tmp_path):
     agents = [make_agent(base, tmp_path / f"a{i}", 0.1, seed=i, scale=0.002) for i in range(2)]
     code, _, err = run(capsys, "merge", base, *agents, "--method", "ram", "--out", tmp_path / "o", "--untie")
     assert code == 2 and "--untie" in err and "not tied" in err, err
+
+
+def test_a_tied_llama_with_an_untied_agent(capsys, tmp_path):
+    """The same on Llama (Llama-3.2-1B/3B tie their head): a tiny LlamaForCausalLM from its transformers config,
+    an agent whose head training untied; refused, then merged with --untie into a model that loads and runs."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tests.factory import save_tokenizer
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True)
+    base = tmp_path / "llama-base"
+    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(base)
+    save_tokenizer(base)
+    assert HEAD not in state(base)
+    plain = make_agent(base, tmp_path / "llama-plain", 0.1, seed=4, scale=0.002)
+    untied = make_head_agent(base, tmp_path / "llama-untied", seed=5, head_noise=0.004)
+    code, _, err = run(capsys, "merge", base, plain, untied, "--method", "task_arithmetic", "--out", tmp_path / "no")
+    assert code == 2 and "--untie" in err, err
+    dest = tmp_path / "llama-merged"
+    code, _, err = run(capsys, "merge", base, plain, untied, "--method", "task_arithmetic", "--out", dest, "--untie",
+                       "--quiet")
+    assert code == 0, err
+    merged, b = state(dest), state(base)
+    heads = [f32(state(plain)[EMBED]), f32(state(untied)[HEAD])]
+    want = f32(b[EMBED]) + ((heads[0] - f32(b[EMBED])) + (heads[1] - f32(b[EMBED])))
+    assert torch.equal(merged[HEAD], bf16(want))
+    loads_and_runs(dest, False)
