@@ -181,8 +181,12 @@ def _pct(v: float) -> str:
 def reading(result: AnalysisResult, eps: float) -> Reading:
     """The plain-language reading of the diagnostics at ε: whether shared updates agree beyond chance, which
     agent averaging mostly dilutes, and what to compare. The thresholds are this module's constants."""
+    from analysis.lineage import lineage_sentences
+
+    lineage = lineage_sentences(result, eps)  # an agent from another base first: it distorts everything below
     if len(result.agents) < 2:
-        return Reading("single", "With one agent nothing is shared: RAM keeps its whole update (RAM = the agent).")
+        return Reading("single", " ".join([*lineage, "With one agent nothing is shared: RAM keeps its whole update "
+                                                     "(RAM = the agent)."]))
     pa = pair_agreement(result, eps)
     ag = agent_agreement(result, eps)
     verdicts = {f"{r.a}|{r.b}": classify_pair(int(r.both_changed), float(r.sign_agreement), float(r.cosine))
@@ -192,7 +196,7 @@ def reading(result: AnalysisResult, eps: float) -> Reading:
                     if np.nan_to_num(r.shared_energy_share * getattr(r, f"{DOMINATED_COLUMNS[-1]}_share")) >= DILUTED]
     diluted = [r.agent for r in diluted_rows]
     regime = _regime(set(verdicts[f"{r.a}|{r.b}"] for r in measured))
-    parts = _regime_sentences(regime, eps, measured, verdicts)
+    parts = lineage + _regime_sentences(regime, eps, measured, verdicts)
     parts += [_dilution_sentence(r) for r in diluted_rows]
     if regime in ("chance", "opposed", "mixed") or diluted:
         parts.append("Compare RAM with task arithmetic (λ = 1), which keeps every update whole, on your tasks "

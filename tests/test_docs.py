@@ -231,6 +231,8 @@ WRITTEN = {"README.md", "config.json", "ram_recipe.json", "mergekit.yaml", "mode
            "model.safetensors.index.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
            "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
            "chat_template.json", "chat_template.jinja", "preprocessor_config.json", "tokenizer.model",
+           "processor_config.json", "video_preprocessor_config.json", "image_processor_config.json",
+           "feature_extractor_config.json", "audio_processor_config.json",  # a model's processor files
            "adapter_config.json", "stats.json", "scores.json", "sweep.json", "sweep.csv", "sweep-bench.json",
            "density.html", "table1.csv", "table1.md", "table1_validation_search.csv", "fig3.csv",
            "fig3.md", "accuracy.csv", "accuracy.md", "training_log.csv", "build_info.json", "utils.py",

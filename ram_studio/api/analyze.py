@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json as _json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -41,7 +42,8 @@ def analyze(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, eps
                    for flag in ("json", "csv", "pairs_csv")}
         ladder = _ladder(args.eps_ladder) if args.eps_ladder else list(DEFAULT_LADDER)
         result = run_analysis(base_ckpt, agent_ckpts, ladder=ladder, device=args.device, policy=args.on_mismatch,
-                              use_cache=not args.no_cache, progress=engine(to, "analyze"), cancel=stop)
+                              use_cache=not args.no_cache, progress=engine(to, "analyze"), cancel=stop,
+                              warn=lambda text: warnings.warn(text, stacklevel=3))
     at = summary_eps(result, args.eps)
     from analysis import agreement
 

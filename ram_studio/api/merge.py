@@ -17,19 +17,21 @@ from ram_studio.api.running import prefetch
 def merge(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, out: str | os.PathLike,
           method: str | None = None, preset: str | None = None, rescale_factor: float | None = None,
           device: str = "auto", shard_size: str = "5GB", out_dtype: str | None = None, on_mismatch: str = "error",
-          overwrite: bool = False, allow_noop: bool = False, progress: ProgressArg = True,
-          **params: Any) -> "Merged":
+          vocab: str = "base", untie: bool = False, overwrite: bool = False, allow_noop: bool = False,
+          progress: ProgressArg = True, **params: Any) -> "Merged":
     """Merge `agents` into `base` as `ram-studio merge` does (keywords are its flags): `method` (see
     `ram-studio methods`) or a `preset`, the method's parameters by name (eps=, r=, alpha=, rho_scope=,
-    count_tied_twice=, density=, drop_rate=, seed=, agent=, dilute=, and λ as lambda_= or **{"lambda": …}),
-    written atomically into `out`. A parameter the method does not take is an error, as in the CLI. Returns a Merged (the folder,
-    its files, ρ_t and λ_t, the recipe); bad input raises RamStudioError and writes nothing."""
+    count_tied_twice=, density=, drop_rate=, seed=, agent=, dilute=, and λ as lambda_= or **{"lambda": …}), written
+    atomically into `out`. A parameter the method does not take is an error, as in the CLI. `vocab="union"` keeps the
+    tokens agents add to the base's tokenizer, `untie=True` writes an untied head for a tied base (the CLI's --vocab
+    and --untie). Returns a Merged (the folder, its files, ρ_t and λ_t, the recipe); bad input raises RamStudioError
+    and writes nothing; a lineage warning (an agent that may not descend from the base) is a Python warning."""
     from ram_studio.commands.merge import _cached_statistics, _spec_from_args
     from ram_studio.console import stop_on_signal
 
     options = dict(out=out, method=method, preset=preset, rescale_factor=rescale_factor, device=device,
-                   shard_size=shard_size, out_dtype=out_dtype, on_mismatch=on_mismatch, overwrite=overwrite,
-                   allow_noop=allow_noop, **params)
+                   shard_size=shard_size, out_dtype=out_dtype, on_mismatch=on_mismatch, vocab=vocab, untie=untie,
+                   overwrite=overwrite, allow_noop=allow_noop, **params)
     args = parse("merge", [*model_refs(base, "base"), *model_refs(agents, "agents")], options, method_flags=True)
     spec = _spec_from_args(args)
     provenance = None

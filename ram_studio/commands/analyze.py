@@ -48,7 +48,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     with stop_on_signal() as stop:
         result = analyze(base, agents, ladder=ladder, device=args.device, policy=args.on_mismatch,
                          use_cache=not args.no_cache, progress=None if args.quiet else progress_printer("analyze"),
-                         cancel=stop)
+                         cancel=stop, warn=lambda text: say(f"warning: {text}", file=sys.stderr))
     eps = summary_eps(result, args.eps)
     read = _print_summary(result, eps)
     _write_outputs(outputs, result, eps, read)
