@@ -130,6 +130,7 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
         raise RamStudioError("no agents given.", "Give the base and at least one agent.")
     report = check_compatibility(ModelHeaders.from_checkpoint(b), [ModelHeaders.from_checkpoint(a) for a in ags])
     report.enforce(policy)
+    ags = report.aligned(ags)  # agents in another layout (fused experts, prefixed names) read in the base's
     labels = unique_labels([a.label for a in ags])
     key = cache.fingerprint(b, ags, ladder, policy)
     if use_cache:

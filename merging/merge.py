@@ -174,10 +174,12 @@ def open_inputs(spec: MergeSpec, min_agents: int) -> _Inputs:
     headers = ModelHeaders.from_checkpoint(base)
     report = check_compatibility(headers, [ModelHeaders.from_checkpoint(a) for a in agents])
     report.enforce(spec.on_mismatch)
+    agents = report.aligned(agents)  # agents in another layout (fused experts, prefixed names) read in the base's
     losses = [loss for loss in report.losses() if loss.dropped or loss.padded]
     notes = [f"{m.agent}: {m.kind} {m.tensor or ''} ({m.detail}) — handled by policy '{spec.on_mismatch}'"
              for m in report.mismatches]
     notes += [f"mismatch policy '{spec.on_mismatch}': {loss.describe()}" for loss in losses]
+    notes += [f"{agent} read in the base's layout: {line}" for agent, line in report.layout_notes()]
     return _Inputs(base, agents, unique_labels([a.label for a in agents]), headers, losses, notes,
                    plan_side_files(base))
 

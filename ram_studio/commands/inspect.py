@@ -22,6 +22,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """Open the base and agents, print the compatibility table and the differences, apply --on-mismatch."""
     from merging.reading.checkpoint import open_checkpoint
     from merging.reading.compat import ModelHeaders, check_compatibility
+    from merging.reading.structure import structure_of
     from merging.writing.placement import write_file_atomically
 
     with stop_on_signal() as stop:
@@ -30,16 +31,23 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     agents = [open_checkpoint(a) for a in args.agents]
     out = file_output(args.json, [base, *agents], args.overwrite)
     report = check_compatibility(ModelHeaders.from_checkpoint(base), [ModelHeaders.from_checkpoint(a) for a in agents])
+    structure = structure_of(base.tensors)
     if out:
         doc = {"models": report.models_frame().to_dict(orient="records"),
                "mismatches": report.mismatches_frame().to_dict(orient="records"),
-               "losses": [loss.__dict__ for loss in report.losses()]}
+               "losses": [loss.__dict__ for loss in report.losses()],
+               "structure": structure.summary(), "unknown_tensors": structure.unknown,
+               "layouts": [{"agent": a, "mapping": line} for a, line in report.layout_notes()]}
         write_file_atomically(out, (json.dumps(doc, indent=2, default=str) + "\n").encode())
     frame = report.models_frame()
     frame["GB"] = (frame.pop("bytes_on_disk") / 1e9).round(3)
     say(table(frame))
+    say("\nstructure of the base: " + printable("; ".join(structure.summary()), 2000))
+    for agent, line in report.layout_notes():
+        say(f"layout: {printable(agent)}: {printable(line, 400)}")
     if report.ok:
-        say("\ncompatible: same architecture, tensor names, shapes and dtypes.")
+        mapped = " (read in the base's layout)" if report.layout_notes() else ""
+        say(f"\ncompatible: same architecture, tensor names, shapes and dtypes{mapped}.")
         return 0
     say(f"\n{len(report.mismatches)} difference(s) from the base:")
     say(table(report.mismatches_frame()))
