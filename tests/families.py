@@ -27,32 +27,32 @@ class Family:
     config: str
     model: str
     kind: str  # text | moe | vl
-    build: Callable[[Any, bool], Any]  # (config class, tie) -> config
+    build: Callable[[Any, bool, dict], Any]  # (config class, tie, text config overrides) -> config
 
 
-def _text(extra: dict | None = None) -> Callable[[Any, bool], Any]:
-    return lambda cls, tie: cls(**_TEXT, **(extra or {}), tie_word_embeddings=tie)
+def _text(extra: dict | None = None) -> Callable[[Any, bool, dict], Any]:
+    return lambda cls, tie, over: cls(**{**_TEXT, **(extra or {}), **over}, tie_word_embeddings=tie)
 
 
-def _deepseek(cls, tie: bool):
-    kw = {k: v for k, v in _TEXT.items()}
-    return cls(**kw, moe_intermediate_size=8, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
-               first_k_dense_replace=1, q_lora_rank=8, kv_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=4,
-               v_head_dim=8, n_group=1, topk_group=1, tie_word_embeddings=tie)
+def _deepseek(cls, tie: bool, over: dict):
+    kw = dict(_TEXT, moe_intermediate_size=8, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+              first_k_dense_replace=1, q_lora_rank=8, kv_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=4,
+              v_head_dim=8, n_group=1, topk_group=1)
+    return cls(**{**kw, **over}, tie_word_embeddings=tie)
 
 
-def _qwen_vl(vision: dict) -> Callable[[Any, bool], Any]:
-    def build(cls, tie: bool):
-        text = dict(**_TEXT, rope_scaling=_MROPE, tie_word_embeddings=tie)
+def _qwen_vl(vision: dict) -> Callable[[Any, bool, dict], Any]:
+    def build(cls, tie: bool, over: dict):
+        text = dict(**{**_TEXT, **over}, rope_scaling=_MROPE, tie_word_embeddings=tie)
         return cls(text_config=text, vision_config=vision, tie_word_embeddings=tie,
                    image_token_id=VOCAB - 1, video_token_id=VOCAB - 2, vision_start_token_id=VOCAB - 3)
     return build
 
 
-def _llava(cls, tie: bool):
+def _llava(cls, tie: bool, over: dict):
     from transformers import CLIPVisionConfig, LlamaConfig
 
-    return cls(text_config=LlamaConfig(**_TEXT, tie_word_embeddings=tie),
+    return cls(text_config=LlamaConfig(**{**_TEXT, **over}, tie_word_embeddings=tie),
                vision_config=CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                                               num_attention_heads=2, image_size=8, patch_size=4),
                image_token_index=VOCAB - 1, tie_word_embeddings=tie)
@@ -82,12 +82,13 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-def build_model(family: str, *, seed: int = 0, tie: bool = False) -> torch.nn.Module:
-    """A randomly initialised tiny model of `family` (float32, eval mode), from its transformers config class."""
+def build_model(family: str, *, seed: int = 0, tie: bool = False, **overrides: Any) -> torch.nn.Module:
+    """A randomly initialised tiny model of `family` (float32, eval mode), from its transformers config class;
+    `overrides` change the (text) config's sizes, e.g. num_hidden_layers=6, num_experts=16."""
     import transformers
 
     spec = FAMILIES[family]
-    config = spec.build(getattr(transformers, spec.config), tie)
+    config = spec.build(getattr(transformers, spec.config), tie, overrides)
     torch.manual_seed(seed)
     return getattr(transformers, spec.model)(config).eval()
 
@@ -119,18 +120,21 @@ def save(model: torch.nn.Module, folder: Path, layout: str, dtype: torch.dtype =
 
 def sparse_update(model: torch.nn.Module, index: int, density: float = 0.15, scale: float = 0.02) -> None:
     """Make `model` an RL-style agent: change a random `density` share of every float tensor (seeded by
-    `index`); in MoE models only experts `index` and `index + 1` (mod E) of each layer change, as routing
-    leaves the experts an agent never used untouched."""
+    `index`); in MoE models only a random half of each layer's experts change (always expert `index` mod E),
+    as routing leaves the experts an agent never used untouched."""
     g = torch.Generator().manual_seed(1000 + index)
+    used: dict[str, torch.Tensor] = {}  # per MoE layer: the experts this agent's routing reached
     with torch.no_grad():
         for name, p in model.state_dict(keep_vars=True).items():
             if not p.is_floating_point():
                 continue
             mask = torch.rand(p.shape, generator=g) < density
             if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
-                used = torch.zeros(p.shape[0], dtype=torch.bool)
-                used[[index % p.shape[0], (index + 1) % p.shape[0]]] = True
-                mask &= used.view(-1, *([1] * (p.dim() - 1)))
+                layer = name.rsplit(".", 1)[0]
+                if layer not in used:
+                    used[layer] = torch.rand(p.shape[0], generator=g) < 0.5
+                    used[layer][index % p.shape[0]] = True
+                mask &= used[layer].view(-1, *([1] * (p.dim() - 1)))
             p.add_(mask * torch.randn(p.shape, generator=g) * scale)
 
 
@@ -142,25 +146,27 @@ class Families:
         self._built: dict[tuple, Path] = {}
 
     def base(self, family: str, layout: str = "saved", *, dtype: torch.dtype = torch.bfloat16,
-             tie: bool = False) -> Path:
-        """The family's base model (seed 0) in `layout`."""
-        return self._folder(family, layout, dtype, tie, None)
+             tie: bool = False, **overrides: Any) -> Path:
+        """The family's base model (seed 0) in `layout` (`overrides`: config sizes, see `build_model`)."""
+        return self._folder(family, layout, dtype, tie, None, overrides)
 
     def agent(self, family: str, index: int, layout: str = "saved", *, dtype: torch.dtype = torch.bfloat16,
-              tie: bool = False) -> Path:
+              tie: bool = False, **overrides: Any) -> Path:
         """Agent `index` (1, 2, …): the base with `sparse_update(index)`, in `layout`."""
-        return self._folder(family, layout, dtype, tie, index)
+        return self._folder(family, layout, dtype, tie, index, overrides)
 
     def agents(self, family: str, n: int = 2, layout: str = "saved", **kw: Any) -> list[Path]:
         return [self.agent(family, i, layout, **kw) for i in range(1, n + 1)]
 
-    def _folder(self, family: str, layout: str, dtype: torch.dtype, tie: bool, index: int | None) -> Path:
-        key = (family, layout, str(dtype), tie, index)
+    def _folder(self, family: str, layout: str, dtype: torch.dtype, tie: bool, index: int | None,
+                overrides: dict) -> Path:
+        sizes = "".join(f"-{k}{v}" for k, v in sorted(overrides.items()))
+        key = (family, layout, str(dtype), tie, index, sizes)
         if key not in self._built:
             role = "base" if index is None else f"agent{index}"
-            folder = self.root / f"{family}-{layout}-{str(dtype).split('.')[-1]}{'-tied' if tie else ''}" / role
+            folder = self.root / f"{family}-{layout}-{str(dtype).split('.')[-1]}{'-tied' if tie else ''}{sizes}" / role
             if not (folder / "config.json").exists():
-                model = build_model(family, tie=tie)
+                model = build_model(family, tie=tie, **overrides)
                 if index is not None:
                     sparse_update(model, index)
                 save(model, folder, layout, dtype)
