@@ -144,6 +144,7 @@ class Families:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._built: dict[tuple, Path] = {}
+        self._sums: dict[str, str] = {}  # each file's hash once built: inputs must never change
 
     def base(self, family: str, layout: str = "saved", *, dtype: torch.dtype = torch.bfloat16,
              tie: bool = False, **overrides: Any) -> Path:
@@ -170,8 +171,18 @@ class Families:
                 if index is not None:
                     sparse_update(model, index)
                 save(model, folder, layout, dtype)
+            from tests.factory import checksums
+
+            self._sums.update(checksums([folder]))
             self._built[key] = folder
         return self._built[key]
+
+    def changed(self) -> list[str]:
+        """Files of the folders built that differ from what was written (none may: they are inputs)."""
+        from tests.factory import checksums
+
+        now = checksums(sorted(set(self._built.values())))
+        return sorted(k for k in self._sums.keys() | now.keys() if self._sums.get(k) != now.get(k))
 
 
 def load(folder: Path, family: str) -> torch.nn.Module:
