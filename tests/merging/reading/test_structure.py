@@ -122,3 +122,10 @@ def test_module_order_places_the_moe_block_after_attention():
     assert in_module_order(kinds) == ["embeddings", "q", "router", "expert gate", "expert down", "shared up", "down",
                                       "norm", "lm_head"]
     assert MODULE_ORDER[-1] == "other"
+
+
+@pytest.mark.parametrize("family", TEXT)
+def test_text_families_write_one_layout_both_ways(families, family):
+    saved = open_folder(families.base(family, "saved")).tensors
+    dumped = open_folder(families.base(family, "state_dict")).tensors
+    assert {n: e.shape for n, e in saved.items()} == {n: e.shape for n, e in dumped.items()}
