@@ -204,9 +204,10 @@ def _whole_sources_only(sources: dict[str, Source], agent: Headers, problems: li
 
 def _fused_problem(kinds: set[str]) -> str:
     kind = ", ".join(sorted(kinds)) or "unknown"
-    return (f"fused expert tensors of model type {kind} are not mapped: RAM Studio maps fused and per-expert "
-            f"experts for {', '.join(sorted(FUSED_EXPERT_TYPES))} (no transpose), where transformers 5 stacks "
-            "them the same way")
+    return (f"its MoE experts are fused differently from the base's, and fused experts of model type {kind} are "
+            f"not mapped: RAM Studio reads fused and per-expert experts as each other for "
+            f"{', '.join(sorted(FUSED_EXPERT_TYPES))} (stacked along the expert axis with no transpose, as "
+            "transformers 5 stores them); re-save the agent with the base's transformers class (save_pretrained)")
 
 
 def _rename_pair(agent_name: str, base_name: str) -> tuple[str, str]:
