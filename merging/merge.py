@@ -180,6 +180,9 @@ def open_inputs(spec: MergeSpec, min_agents: int) -> _Inputs:
              for m in report.mismatches]
     notes += [f"mismatch policy '{spec.on_mismatch}': {loss.describe()}" for loss in losses]
     notes += [f"{agent} read in the base's layout: {line}" for agent, line in report.layout_notes()]
+    if report.layout_notes():
+        notes.append("mergekit reads every model as it is stored: the mergekit config written with this merge finds "
+                     "the tensors of an agent stored in another layout only once it is re-saved in the base's layout")
     return _Inputs(base, agents, unique_labels([a.label for a in agents]), headers, losses, notes,
                    plan_side_files(base))
 

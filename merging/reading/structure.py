@@ -178,7 +178,7 @@ class Structure:
 
     names: list[str]
     tower: np.ndarray  # object: "language" | "vision" | "audio" | "other"
-    layer: np.ndarray  # int64: −1 outside the blocks
+    layer: np.ndarray  # int64 (objects when a number exceeds int64): −1 outside the blocks
     module: np.ndarray  # object
     expert: np.ndarray  # object: "" | "fused" | "<index>"
     role: np.ndarray  # object: "" | expert | shared_expert | router
@@ -237,5 +237,7 @@ def structure_of(names: Iterable[str]) -> Structure:
         out[:] = values
         return out
 
-    return Structure(names, col([p.tower for p in places]), np.array([p.layer for p in places], dtype=np.int64),
+    layers = [p.layer for p in places]
+    fits = all(-2**63 <= v < 2**63 for v in layers)  # a layer number beyond int64 is legal in a name: kept as is
+    return Structure(names, col([p.tower for p in places]), np.array(layers, dtype=np.int64) if fits else col(layers),
                      col([p.module for p in places]), col([p.expert for p in places]), col([p.role for p in places]))

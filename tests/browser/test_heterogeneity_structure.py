@@ -158,3 +158,45 @@ def test_vision_language_set(browser, server, scheme):
         if width == 1400:
             _shoot(pg, f"heterogeneity-vl-vision-{scheme}-{width}", width)
         ctx.close()
+
+
+def _long_named(families, family: str, n: int, root: Path, **sizes) -> tuple[Path, list[Path]]:
+    """Copies of a family's base and `n` agents in folders named like the paper's agents (labels = folder names)."""
+    import shutil
+
+    from tests.chart_cases import LONG_NAMES
+
+    base = shutil.copytree(families.base(family, **sizes), root / "Qwen2.5-7B-Instruct")
+    agents = [shutil.copytree(families.agent(family, i + 1, **sizes), root / name)
+              for i, name in enumerate(LONG_NAMES[:n])]
+    return base, agents
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_structure_charts_stay_readable_with_long_names(browser, families, tmp_path, n):
+    """The towers and experts charts with the paper's long names and 2–8 agents: nothing overlaps or is cut."""
+    from analysis import experts
+    from analysis.stats import analyze
+    from app import charts
+    from tests.chart_cases import EPS
+    from tests.test_browser_charts import check, render
+
+    moe = analyze(*_long_named(families, "qwen3_moe", n, tmp_path / "moe", **MOE), use_cache=False)
+    vl = analyze(*_long_named(families, "qwen2_5_vl", n, tmp_path / "vl", **VL), use_cache=False)
+    half = 0.5 if n <= charts.WRAP_UP_TO else 1.0
+    td = experts.tower_density(vl, EPS)
+    cases = {"density_per_tower": (charts.tower_bars(td, vl.agents), "Density per tower", half),
+             "unique_share_per_tower": (charts.tower_bars(td, vl.agents, "unique_share"), "Unique share per tower",
+                                        half),
+             "density_layer_expert": (charts.expert_heatmaps(experts.expert_density(moe, EPS), moe.agents),
+                                      "Density per layer × expert", 1.0),
+             "experts_changed_by": (charts.expert_owner_map(experts.expert_owners(moe, EPS), moe.agents),
+                                    "Which agents changed each expert", 1.0)}
+    sub = charts.subtitle_of({"eps": EPS, "agents": list(moe.agents)})
+    for scheme in ("light", "dark"):
+        figures = {name: (charts.styled(fig, title, sub, kind=scheme, width=width), width)
+                   for name, (fig, title, width) in cases.items()}
+        boxes = render(browser, figures, ARTIFACTS / f"structure-charts-{n}-agents-{scheme}.html", scheme)
+        assert len(boxes) == len(figures)
+        problems = {m["id"]: check(m) for m in boxes}
+        assert not {k: v for k, v in problems.items() if v}, problems
