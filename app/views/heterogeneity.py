@@ -145,6 +145,12 @@ def experts_panel(eps: float) -> None:
     st.markdown("Routing sends each token to a few experts, so an RL update reaches only the experts the agent's "
                 "tasks used: the others keep the base's weights exactly. Which experts each agent changed decides "
                 "where the agents' updates can overlap at all.")
+    owners = experts.expert_owners(res, eps)
+    if set(owners["expert"].astype(str)) <= {"fused"}:
+        st.info("The base stores its experts **fused** (one tensor per layer and projection stacks every expert), so "
+                "the statistics are per fused tensor: density per layer below, but not which experts each agent "
+                "changed. For per-expert views, analyse with a base saved one tensor per expert (`save_pretrained` "
+                "writes that layout); agents in either layout are read in the base's.", icon=":material/info:")
     summary = experts.expert_summary(res, eps)
     shown = pd.DataFrame({
         "agent": summary["agent"],
@@ -153,6 +159,8 @@ def experts_panel(eps: float) -> None:
         "density in routed experts": summary["density_routed"].map(charts.pct),
         "shared expert": summary["density_shared"].map(lambda v: "–" if v != v else charts.pct(v)),
         "router": summary["density_router"].map(lambda v: "–" if v != v else charts.pct(v))})
+    if set(owners["expert"].astype(str)) <= {"fused"}:  # no expert to count: the densities only
+        shown = shown.drop(columns=["routed experts changed", "changed by this agent only"])
     st.dataframe(shown, hide_index=True, width="stretch", column_config=fitted_columns(shown))
     st.caption("Routed experts are counted per layer (layer × expert); an expert counts as changed when any of its "
                "elements moved by more than ε. Densities pool each expert's gate, up and down projections.")
@@ -161,7 +169,8 @@ def experts_panel(eps: float) -> None:
                 "Brighter = denser update; blank = the agent left that expert exactly as the base had it. The last "
                 "columns are the shared expert (when the model has one) and the router.", "density_layer_expert",
                 title="Density per layer × expert", params=base_params)
-    owners = experts.expert_owners(res, eps)
+    if set(owners["expert"].astype(str)) <= {"fused"}:
+        return
     charts.show(charts.expert_owner_map(owners, agents), owners,
                 "Each routed expert coloured by who changed it: one agent's colour where only it did (RAM keeps "
                 "that update whole), grey where several did (RAM averages there), blank where none did.",
