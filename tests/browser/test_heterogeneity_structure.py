@@ -108,7 +108,21 @@ def _shoot(pg, name: str, width: int) -> None:
 
 
 def _chart_titles(pg) -> list[str]:
-    return pg.locator('[data-testid="stPlotlyChart"] .gtitle').all_inner_texts()
+    return pg.evaluate("[...document.querySelectorAll('[data-testid=stPlotlyChart] .gtitle')].map(e => e.textContent)")
+
+
+def _chart(pg, title: str):
+    """The chart whose title holds `title` (the last one, when several do)."""
+    index = pg.evaluate("t => [...document.querySelectorAll('[data-testid=stPlotlyChart]')].map((c, i) => "
+                        "[...c.querySelectorAll('.gtitle')].some(g => g.textContent.includes(t)) ? i : -1)"
+                        ".filter(i => i >= 0).pop()", title)
+    assert index is not None, title
+    return pg.locator('[data-testid="stPlotlyChart"]').nth(index)
+
+
+def _texts(locator) -> list[str]:
+    """textContent of every element (SVG text has no innerText)."""
+    return locator.evaluate_all("els => els.map(e => e.textContent)")
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
@@ -124,9 +138,9 @@ def test_moe_set(browser, server, scheme):
         assert "Towers" not in pg.locator('[data-testid="stHeading"]').all_inner_texts()  # one tower: no tower views
         table = pg.locator('[data-testid="stDataFrame"]').filter(has_text="routed experts changed")
         assert table.count() == 1
-        heat = pg.locator('[data-testid="stPlotlyChart"]').filter(has_text="Density per layer × expert")
+        heat = _chart(pg, "Density per layer × expert")
         assert heat.locator(".heatmaplayer").count() == 3  # one panel per agent
-        assert heat.locator(".xtick text").filter(has_text="router").count() >= 1
+        assert "router" in _texts(heat.locator("[class$=tick] text"))  # the bottom panel's axis labels the columns
         assert pg.locator('[data-testid="stException"]').count() == 0
         _shoot(pg, f"heterogeneity-moe-{scheme}-{width}", width)
         ctx.close()
@@ -143,16 +157,16 @@ def test_vision_language_set(browser, server, scheme):
         titles = " ".join(_chart_titles(pg))
         assert "Density per tower" in titles and "(language tower)" in titles
         assert "Mixture of experts" not in pg.locator('[data-testid="stHeading"]').all_inner_texts()
-        towers = pg.locator('[data-testid="stPlotlyChart"]').filter(has_text="Density per tower")
-        assert set(towers.locator(".xtick text").all_inner_texts()) == {"language", "vision"}
+        towers = _chart(pg, "Density per tower")
+        assert set(_texts(towers.locator(".xtick text"))) == {"language", "vision"}
         _shoot(pg, f"heterogeneity-vl-{scheme}-{width}", width)
         # the per-layer views switch to the vision tower: its own blocks and kinds, never mixed with the language's
         pg.locator('[data-testid="stButtonGroup"]').filter(has_text="vision").get_by_text("vision", exact=True).click()
         pg.wait_for_function("[...document.querySelectorAll('.gtitle')].some(t => t.textContent.includes("
                              "'density per layer × module (vision tower)'))", timeout=120_000)
         _settle(pg)
-        heat = pg.locator('[data-testid="stPlotlyChart"]').filter(has_text="(vision tower)").last
-        ticks = set(heat.locator(".ytick text").all_inner_texts())
+        heat = _chart(pg, "density per layer × module (vision tower)")
+        ticks = set(_texts(heat.locator(".ytick text")))
         assert {"qkv", "projector"} <= ticks and "lm_head" not in ticks, ticks  # the vision blocks' fused qkv
         assert pg.locator('[data-testid="stException"]').count() == 0
         if width == 1400:
