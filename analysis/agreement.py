@@ -26,7 +26,7 @@ from merging.methods.regions import chance_unique_share
 
 from .ladder import DOMINANCE
 from .stats import DOMINATED_COLUMNS, AnalysisResult
-from .tables import module_ordered, per_tensor_chance
+from .tables import module_ordered, per_tensor_chance, with_parts
 
 MIN_ELEMENTS = 100  # fewer elements both changed than this: too few to read an agreement from
 CHANCE_BAND = 0.05  # sign agreement within 50 % ± this and |cosine| below it read as chance level
@@ -58,7 +58,7 @@ def _cosine(dot, sq_a, sq_b):
 def _pair_sums(result: AnalysisResult, eps: float, keys: list[str]) -> pd.DataFrame:
     """Pair sums at ε per (a, b, *keys), with the expected number of elements both changed under independent
     masks of each tensor's own densities (summed over the group's tensors)."""
-    pr = _rows(result.pairs, eps, "pairs")
+    pr = with_parts(_rows(result.pairs, eps, "pairs"))
     ag = _rows(result.frame, eps, "agents")
     per_tensor = ag.set_index(["tensor", "agent"])["changed"]
     numel = pr["numel"].to_numpy(dtype=float)

@@ -22,7 +22,7 @@ from merging.common.errors import RamStudioError
 from merging.common.untrusted import loads_json
 
 _TMP = re.compile(r"\.(?P<key>[0-9a-f]{32})\.(?P<host>[A-Za-z0-9._-]{1,64})\.(?P<pid>\d{1,10})\.[0-9a-f]{8}\.tmp")
-CACHE_VERSION = 2  # 2: shared-region diagnostics (pair frame, dominance)
+CACHE_VERSION = 3  # 2: shared-region diagnostics (pair frame, dominance); 3: tower, expert and role columns
 
 
 def cache_dir() -> Path:

@@ -23,7 +23,7 @@ from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
 
 from . import cache
 from .ladder import DEFAULT_LADDER, DOMINANCE, OverlapAccumulator, Pending, overlap_accumulator, pairs
-from .names import layer_of, module_of
+from merging.reading.structure import Structure, structure_of
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: not before the pass starts reading
     import pandas as pd
@@ -134,7 +134,7 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
         raise RamStudioError("no agents given.", "Give the base and at least one agent.")
     prep = prepare_inputs(b, ags, policy=policy)  # tied heads, added tokens, lineage: merging/reading/prepare.py
     prep.enforce(policy)
-    labels = prep.labels
+    ags, labels = prep.agent_views, prep.labels  # agents in another layout (fused experts, …) read in the base's
     lineage = [w.__dict__ for w in prep.lineage]
     for w in prep.lineage if warn is not None else []:
         warn(w.text)
@@ -208,6 +208,7 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     batch = max(1, min(64, DECODE_BYTES // acc.pending_nbytes))  # tensors whose statistics are decoded together
     columns: list[tuple[dict, dict]] = []
     pending: list[tuple[str, Pending]] = []
+    places = _Places(structure_of(base.tensors))
     start = time.perf_counter()
     chunks = float_chunks(base, agents, phase="analyze", device=device, chunk_elems=chunk_elems, progress=progress,
                           cancel=cancel, fingerprinter=prints, kernels=("overlap_histogram",))
@@ -221,12 +222,12 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
         if last:
             pending.append((data.span.tensor, acc.take()))
             if not deferred and len(pending) == batch:
-                columns.append(_columns(base, labels, ladder, acc, pending))
+                columns.append(_columns(base, labels, ladder, acc, pending, places))
                 pending = []
     if any(not p.all_finite() for _, p in pending):
         locate_nonfinite(base, agents, device, chunk_elems)
     for i in range(0, len(pending), batch):
-        columns.append(_columns(base, labels, ladder, acc, pending[i:i + batch]))
+        columns.append(_columns(base, labels, ladder, acc, pending[i:i + batch], places))
     refuse_identical_agents(labels, prints.finish()[1:])
     frame = _frame([c for c, _ in columns])
     pair_frame = _frame([c for _, c in columns], PAIR_FRAME_COLUMNS)
@@ -248,7 +249,20 @@ def _add_chunk(acc: OverlapAccumulator, chunk, fused: bool) -> bool:
         return acc.add_chunk(chunk, fused)
 
 
-PAIR_FRAME_COLUMNS = ["a", "b", "tensor", "layer", "module", "numel", "eps", *PAIR_COLUMNS]
+GROUP_COLUMNS = ["tower", "layer", "module", "expert", "role"]  # where a tensor sits (merging/reading/structure.py)
+PAIR_FRAME_COLUMNS = ["a", "b", "tensor", *GROUP_COLUMNS, "numel", "eps", *PAIR_COLUMNS]
+
+
+class _Places:
+    """The base's structure, looked up by tensor name for a batch of tensors."""
+
+    def __init__(self, structure: Structure) -> None:
+        self.columns = structure.columns()
+        self.index = {n: i for i, n in enumerate(structure.names)}
+
+    def of(self, names: list[str]) -> dict[str, np.ndarray]:
+        idx = np.array([self.index[n] for n in names], dtype=np.int64)
+        return {c: self.columns[c][idx] for c in GROUP_COLUMNS}
 
 
 def _frame(parts: list[dict], columns: list[str] | None = None) -> pd.DataFrame:
@@ -286,9 +300,10 @@ DECODE_BYTES = 32 << 20  # at most this much of per-tensor sums is kept for one 
 
 
 def _columns(base: Checkpoint, labels: list[str], ladder: tuple[float, ...], acc: OverlapAccumulator,
-             batch: list[tuple[str, Pending]]) -> tuple[dict[str, list | np.ndarray], dict[str, list | np.ndarray]]:
+             batch: list[tuple[str, Pending]], places: _Places
+             ) -> tuple[dict[str, list | np.ndarray], dict[str, list | np.ndarray]]:
     """The frames' columns for a batch of tensors: one row per tensor × agent × ε, and one per tensor × pair
-    of agents × ε, in that order."""
+    of agents × ε, in that order; each tensor's place (tower, layer, module, expert, role) on its rows."""
     st = acc.results([p for _, p in batch])
     n, L = len(labels), len(ladder)
     per_tensor = n * L
@@ -297,11 +312,16 @@ def _columns(base: Checkpoint, labels: list[str], ladder: tuple[float, ...], acc
     def per_row(values: list) -> np.ndarray:  # one value per tensor, repeated for its rows (no Python lists)
         return np.repeat(np.array(values + [None], dtype=object)[:-1], per_tensor)
 
+    place = places.of(names)
+
     cols: dict[str, list | np.ndarray] = {
         "agent": np.tile(np.array([a for a in labels for _ in ladder] + [None], dtype=object)[:-1], len(names)),
         "tensor": per_row(names),
-        "layer": per_row([layer_of(name) for name in names]),  # objects: a layer number of any size
-        "module": per_row([module_of(name) for name in names]),
+        "tower": np.repeat(place["tower"], per_tensor),
+        "layer": per_row([int(v) for v in place["layer"]]),  # objects: a layer number of any size
+        "module": np.repeat(place["module"], per_tensor),
+        "expert": np.repeat(place["expert"], per_tensor),
+        "role": np.repeat(place["role"], per_tensor),
         "numel": np.repeat(np.array([base.tensors[x].numel for x in names], dtype=np.int64), per_tensor),
         "eps": np.tile(np.array(ladder, dtype=np.float64), len(names) * n),
         "changed": st.changed.reshape(-1).numpy(), "shared": st.shared.reshape(-1).numpy(),
@@ -318,13 +338,15 @@ def _columns(base: Checkpoint, labels: list[str], ladder: tuple[float, ...], acc
     pair_list = pairs(n)
     per_pair = len(pair_list) * L
     layers = cols["layer"][::per_tensor] if per_tensor else []
-    modules = cols["module"][::per_tensor] if per_tensor else []
     pair_cols: dict[str, list | np.ndarray] = {
         "a": [labels[a] for _ in names for a, _ in pair_list for _ in ladder],
         "b": [labels[b] for _ in names for _, b in pair_list for _ in ladder],
         "tensor": [name for name in names for _ in range(per_pair)],
+        "tower": np.repeat(place["tower"], per_pair),
         "layer": [v for v in layers for _ in range(per_pair)],
-        "module": [v for v in modules for _ in range(per_pair)],
+        "module": np.repeat(place["module"], per_pair),
+        "expert": np.repeat(place["expert"], per_pair),
+        "role": np.repeat(place["role"], per_pair),
         "numel": np.repeat(cols["numel"][::per_tensor], per_pair) if per_tensor else np.zeros(0, np.int64),
         "eps": np.tile(np.array(ladder, dtype=np.float64), len(names) * len(pair_list)),
         "both_changed": st.pair_both.reshape(-1).numpy(), "same_sign": st.pair_agree.reshape(-1).numpy(),

@@ -16,7 +16,19 @@ def _at(result: AnalysisResult, eps: float) -> pd.DataFrame:
     rows = result.frame[result.frame["eps"] == eps]
     if rows.empty:
         raise KeyError(f"ε={eps:g} is not in the analysed ladder {list(result.ladder)}")
-    return rows
+    return with_parts(rows)
+
+
+def with_parts(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` with `module` qualified by its MoE role where it has one ("expert gate", "shared down"; routers
+    are "router"), so that a module grouping never pools routed experts, the shared expert and a dense MLP."""
+    if "role" not in rows:
+        return rows
+    word = rows["role"].map({"expert": "expert ", "shared_expert": "shared "})
+    moe = word.notna()
+    if not moe.any():
+        return rows
+    return rows.assign(module=np.where(moe, word.fillna("") + rows["module"].astype(str), rows["module"]))
 
 
 def global_density(result: AnalysisResult, eps: float) -> pd.DataFrame:
@@ -113,14 +125,14 @@ GROUPINGS = {"layer": ["layer"], "module": ["module"], "layer × module": ["laye
 
 
 def rho_lambda_by(result: AnalysisResult, eps: float, by: str, r: float, alpha: float, rule: str = "clip",
-                  scope: str = "global") -> pd.DataFrame:
+                  scope: str = "global", tower: str | None = None) -> pd.DataFrame:
     """ρ and λ per agent and group (`by`: layer, module, layer × module or tensor), at ε.
 
     ρ of a group is shared/unique over its elements (Eq. 2 restricted to the group). λ is what a RAM+
     merge with these settings applies to the group's unique elements: the agent's global λ_t (global
     scope) or the unique-weighted mean of the per-tensor λ (tensor scope; per tensor it is exact). Also the
     group's unique share of the agent's changed elements, its chance level, and the unique update's
-    L2 norm there."""
+    L2 norm there. With `tower`, only that tower's groups (λ_t still from the whole model)."""
     if by not in GROUPINGS:
         raise KeyError(f"unknown grouping {by!r}; use one of {list(GROUPINGS)}")
     keys = GROUPINGS[by]
@@ -132,6 +144,8 @@ def rho_lambda_by(result: AnalysisResult, eps: float, by: str, r: float, alpha: 
     else:
         rows["lam_u"] = [lambda_for(int(s), int(u), r, alpha, rule) * int(u)
                          for s, u in zip(rows["shared"], rows["unique"])]
+    if tower is not None and "tower" in rows:
+        rows = rows[rows["tower"] == tower]
     cols = ["shared", "unique", "changed", "numel", "sq_unique", "lam_u", "sign_conflicts"]
     g = module_ordered(rows.groupby(["agent", *keys], sort=False, observed=True)[cols].sum().reset_index())
     g["rho"] = [rho(int(s), int(u)) for s, u in zip(g["shared"], g["unique"])]

@@ -189,6 +189,10 @@ def open_inputs(spec: MergeSpec, min_agents: int) -> _Inputs:
     notes = [f"{m.agent}: {m.kind} {m.tensor or ''} ({m.detail}) — handled by policy '{spec.on_mismatch}'"
              for m in report.mismatches]
     notes += [f"mismatch policy '{spec.on_mismatch}': {loss.describe()}" for loss in losses]
+    notes += [f"{agent} read in the base's layout: {line}" for agent, line in report.layout_notes()]
+    if report.layout_notes():
+        notes.append("mergekit reads every model as it is stored: the mergekit config written with this merge finds "
+                     "the tensors of an agent stored in another layout only once it is re-saved in the base's layout")
     notes += prep.notes + [w.text for w in prep.lineage]
     return _Inputs(prep.base_view, prep.agent_views, prep.labels, report.base, losses, notes, plan_side_files(base),
                    prep.vocab_plan, [w.text for w in prep.lineage], prep.notes)

@@ -78,3 +78,15 @@ def slow_family(tmp_path_factory):
         folders.append(folder)
     for _ in _unchanged_at_the_end(folders):
         yield folders[0], folders[1:]
+
+
+@pytest.fixture(scope="session")
+def families(tmp_path_factory):
+    """Tiny real checkpoints of each model family (tests/families.py), built on first use and kept for the
+    session; every folder built is checked unchanged at the end."""
+    from tests.families import Families
+
+    f = Families(tmp_path_factory.mktemp("families"))
+    yield f
+    changed = f.changed()
+    assert not changed, f"inputs changed during the test run: {changed[:5]}"

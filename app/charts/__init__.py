@@ -10,6 +10,7 @@ from .base import (AGENT_PALETTE, TOY_PALETTE, OVERLAP_COLORS, UNIQUE_COLOR, SHA
 from .heterogeneity import (density_bars, overlap_stacked, unique_vs_chance_bars, layer_module_heatmaps,
                             unique_share_lines, eps_curve, group_lines, norms_conflicts, pair_matrix,
                             ENERGY_PARTS, energy_profile, agreement_by_group)  # noqa: F401
+from .experts import tower_bars, expert_heatmaps, expert_owner_map  # noqa: F401
 from .tune import (wants_log_rho, lambda_curve, retention_bars, compare_bars)  # noqa: F401
 from .dilution import (toy_heatmaps, table1_bars, fig3_bars, reward_curves)  # noqa: F401
 from .sweep import (METHOD_SHORT, PARAM_SHORT, short_text, short_candidate_labels, short_candidate,

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import streamlit as st
 
-from analysis import agreement, paper, tables
+from analysis import agreement, experts, paper, tables
 from app import charts, state
 from app.tables import fitted_columns
 from merging.common.escaping import csv_bytes
@@ -63,7 +63,7 @@ def fmt_rho(v: float) -> str:
     return "∞" if not math.isfinite(v) else f"{v:.4g}"
 
 
-def overlap_panel(eps: float) -> None:
+def overlap_panel(eps: float, view) -> None:
     """Is the overlap real? Shared updates against chance: the pair matrix, where each agent's update energy
     lies, per-tensor chance, the reading, and where agreement concentrates."""
     st.subheader("Is the overlap real?")
@@ -107,11 +107,74 @@ def overlap_panel(eps: float) -> None:
     c = st.columns([2, 3], vertical_alignment="bottom")
     by = c[0].segmented_control("Where does agreement concentrate?", ["layer", "module"], default="layer",
                                 key="het_agree_by") or "layer"
-    grouped = agreement.agreement_by(res, eps, by)
+    grouped = agreement.agreement_by(view, eps, by)
     charts.show(charts.agreement_by_group(grouped, agents, by), grouped,
                 f"Per pair of agents and {by}: same sign and cosine on the elements both changed (dotted: chance). "
                 "Small groups swing: the hover gives each point's element count.",
-                f"overlap_agreement_by_{by}", title=f"Agreement per {by}", params={**base_params, "by": by})
+                f"overlap_agreement_by_{by}", title=f"Agreement per {by}{tower_words}",
+                params={**base_params, "by": by, **tower_param})
+
+
+def towers_panel(eps: float):
+    """Density per tower, and the tower the per-layer and per-module views below show (they never mix a vision
+    block with a language layer of the same number). (result restricted to that tower, tower or None)."""
+    found = experts.towers(res)
+    if len(found) < 2:
+        return res, None
+    st.subheader("Towers")
+    td = experts.tower_density(res, eps)
+    left, right = pair()
+    with left:
+        charts.show(charts.tower_bars(td, agents), td,
+                    "Share of each tower's parameters each agent changed.", "density_per_tower",
+                    title="Density per tower", params=base_params, width=HALF)
+    with right:
+        charts.show(charts.tower_bars(td, agents, "unique_share"), td,
+                    "Share of each agent's changes in the tower that no other agent made; ◆: what independent random "
+                    "masks of the same densities would leave unique.", "unique_share_per_tower",
+                    title="Unique share per tower", params=base_params, width=HALF)
+    tower = st.segmented_control("Tower shown by the per-layer and per-module views below", found,
+                                 default=found[0], key="het_tower") or found[0]
+    return experts.for_tower(res, tower), tower
+
+
+def experts_panel(eps: float) -> None:
+    """The mixture-of-experts block: which routed experts each agent changed, density per layer × expert
+    (with the shared expert and the router), and who changed each expert."""
+    st.subheader("Mixture of experts")
+    st.markdown("Routing sends each token to a few experts, so an RL update reaches only the experts the agent's "
+                "tasks used: the others keep the base's weights exactly. Which experts each agent changed decides "
+                "where the agents' updates can overlap at all.")
+    owners = experts.expert_owners(res, eps)
+    if set(owners["expert"].astype(str)) <= {"fused"}:
+        st.info("The base stores its experts **fused** (one tensor per layer and projection stacks every expert), so "
+                "the statistics are per fused tensor: density per layer below, but not which experts each agent "
+                "changed. For per-expert views, analyse with a base saved one tensor per expert (`save_pretrained` "
+                "writes that layout); agents in either layout are read in the base's.", icon=":material/info:")
+    summary = experts.expert_summary(res, eps)
+    shown = pd.DataFrame({
+        "agent": summary["agent"],
+        "routed experts changed": [f"{c:,} of {t:,}" for c, t in zip(summary["experts_changed"], summary["experts"])],
+        "changed by this agent only": summary["experts_only_this_agent"].map("{:,}".format),
+        "density in routed experts": summary["density_routed"].map(charts.pct),
+        "shared expert": summary["density_shared"].map(lambda v: "–" if v != v else charts.pct(v)),
+        "router": summary["density_router"].map(lambda v: "–" if v != v else charts.pct(v))})
+    if set(owners["expert"].astype(str)) <= {"fused"}:  # no expert to count: the densities only
+        shown = shown.drop(columns=["routed experts changed", "changed by this agent only"])
+    st.dataframe(shown, hide_index=True, width="stretch", column_config=fitted_columns(shown))
+    st.caption("Routed experts are counted per layer (layer × expert); an expert counts as changed when any of its "
+               "elements moved by more than ε. Densities pool each expert's gate, up and down projections.")
+    ed = experts.expert_density(res, eps)
+    charts.show(charts.expert_heatmaps(ed, agents), ed,
+                "Brighter = denser update; blank = the agent left that expert exactly as the base had it. The last "
+                "columns are the shared expert (when the model has one) and the router.", "density_layer_expert",
+                title="Density per layer × expert", params=base_params)
+    if set(owners["expert"].astype(str)) <= {"fused"}:
+        return
+    charts.show(charts.expert_owner_map(owners, agents), owners,
+                "Each routed expert coloured by who changed it: one agent's colour where only it did (RAM keeps "
+                "that update whole), grey where several did (RAM averages there), blank where none did.",
+                "experts_changed_by", title="Which agents changed each expert", params=base_params)
 
 
 with state.guard("Drawing the charts"):
@@ -146,6 +209,10 @@ with state.guard("Drawing the charts"):
                     "norms_and_sign_conflicts", title="Update size by region, and sign conflicts", params=base_params,
                     width=HALF)
 
+    view, tower = towers_panel(eps)
+    tower_param = {"tower": tower} if tower else {}
+    tower_words = f" ({tower} tower)" if tower else ""
+
     if paper.PAPER_EPS in res.ladder and any(paper.paper_role(a) for a in agents):
         st.subheader("Next to the paper's agents (ε = 1e-5)")
         cmp = paper.paper_comparison(res)
@@ -163,7 +230,7 @@ with state.guard("Drawing the charts"):
 
     # ---------------------------------------------------------------- is the overlap real?
     if len(agents) > 1:
-        overlap_panel(eps)
+        overlap_panel(eps, view)
 
     # ---------------------------------------------------------------- ρ_t and λ_t
     st.subheader("Overlap-unique ratio ρ_t and the λ_t it gives")
@@ -189,8 +256,8 @@ with state.guard("Drawing the charts"):
     log_r = c[3].toggle("log ρ", value=True, key="het_rho_log", disabled=what == "λ",
                         help="ρ spans decades: draw it on a log scale (labelled at 0.1, 1, 10 …). λ is always linear, "
                              "from 1 (a unique update kept as it is).") and what == "ρ"
-    grouped = tables.rho_lambda_by(res, eps, by, p["r"], p["alpha"], p["rule"], scope)
-    group_params = {**base_params, "by": by, **state.rule_params(p), "scope": scope}
+    grouped = tables.rho_lambda_by(res, eps, by, p["r"], p["alpha"], p["rule"], scope, tower)
+    group_params = {**base_params, "by": by, **state.rule_params(p), "scope": scope, **tower_param}
     value, label = ("rho", "ρ = shared / unique") if what == "ρ" else ("lambda", "λ (unique-update scale)")
     name = f"{'rho' if what == 'ρ' else 'lambda'}_by_{by.replace(' × ', '_')}"
     if by in ("layer", "module"):
@@ -199,12 +266,13 @@ with state.guard("Drawing the charts"):
                      if what == "ρ" else
                      "λ that a RAM+ merge with Tune's settings applies to the unique elements of each group. ")
                     + "The CSV has every group's counts, unique share and chance level.",
-                    name, title=f"{what} per {by}", params=group_params)
+                    name, title=f"{what} per {by}{tower_words}", params=group_params)
     elif by == "layer × module":
         charts.show(charts.layer_module_heatmaps(grouped.assign(module=grouped["module"].astype(str)), agents, value,
                                                  log=log_r, colorbar=what, scale=1.0), grouped,
                     f"{what} per layer and module kind, one panel per agent (blank: no unique element there, "
-                    "or the module is absent).", name, title=f"{what} per layer × module", params=group_params)
+                    "or the module is absent).", name, title=f"{what} per layer × module{tower_words}",
+                    params=group_params)
     else:
         shown = grouped.assign(rho=grouped["rho"].map(lambda v: v if math.isfinite(v) else None))
         shown = shown[["agent", "tensor", "numel", "changed", "shared", "unique", "unique_share",
@@ -222,18 +290,22 @@ with state.guard("Drawing the charts"):
                            "text/csv", key="csv_rho_tensor", icon=":material/download:", type="tertiary")
 
     # ---------------------------------------------------------------- where
-    lm = tables.density_by_layer_module(res, eps)
+    lm = tables.density_by_layer_module(view, eps)
     charts.show(charts.layer_module_heatmaps(lm, agents), lm,
                 "Brighter = denser updates; compare panels to see whether agents concentrate on different modules.",
-                "density_layer_module", title="Where the changes are: density per layer × module", params=base_params)
+                "density_layer_module", title=f"Where the changes are: density per layer × module{tower_words}",
+                params={**base_params, **tower_param})
+    if experts.has_experts(res):
+        experts_panel(eps)
 
     left, right = pair()
     with left:
-        us = tables.unique_shared_by_layer(res, eps)
+        us = tables.unique_shared_by_layer(view, eps)
         charts.show(charts.unique_share_lines(us, agents, log_small), us,
                     "Higher = more of that layer's update belongs to this agent alone (kept whole by RAM). Dotted: "
                     "the chance level of independent masks with that layer's densities.",
-                    "unique_shared_by_layer", title="Unique share per layer", params=base_params, width=HALF)
+                    "unique_shared_by_layer", title=f"Unique share per layer{tower_words}",
+                    params={**base_params, **tower_param}, width=HALF)
     with right:
         es = tables.eps_sensitivity(res)
         charts.show(charts.eps_curve(es, agents, eps), es,

@@ -121,6 +121,23 @@ def mismatch_report(rep) -> None:
             st.info(md(hint), icon=":material/lightbulb:")
 
 
+def structure_notes(rep) -> None:
+    """What the base's tensor names say (towers, MoE experts and their layout, names no rule knows), and how each
+    agent stored in another layout is read in the base's."""
+    from merging.reading.structure import structure_of
+
+    structure = structure_of(rep.base.tensors)
+    st.caption("Structure of the base: " + md("; ".join(structure.summary())) + ".")
+    notes = rep.layout_notes()
+    if notes:
+        st.info("**Read in the base's layout** (the same weights, stored another way; merged and analysed as the "
+                "base stores them):\n" + "\n".join(f"- {md_code(agent)}: {md(line)}" for agent, line in notes),
+                icon=":material/swap_horiz:")
+    if structure.unknown:
+        with st.expander(f"{len(structure.unknown)} tensors of no known module kind (grouped as 'other')"):
+            st.markdown("\n".join(f"- {md_code(n)}" for n in structure.unknown[:200]))
+
+
 def unreadable(refs: list[str]) -> list[tuple[str, RamStudioError]]:
     """Every model whose headers cannot be read, with why (all of them, not only the first)."""
     out = []
@@ -182,9 +199,10 @@ def report(base: str, agents: list[str]) -> bool:
     frame["tied_embeddings"] = frame["tied_embeddings"].map({True: "yes", False: "no"}).fillna("?")
     st.dataframe(frame, hide_index=True, width="stretch", column_config=fitted_columns(frame),
                  column_order=["role", "model", "source", "architecture", "params", "tensors", "dtypes",
-                               "size on disk", "tied_embeddings"])
+                               "size on disk", "tied_embeddings", "layout"])
     for note in notes:
         st.caption(md(note))
+    structure_notes(rep)
     if rep.ok:
         st.success(f"Compatible: {len(agents)} agents share the base's {len(heads[0].tensors)} tensors, shapes and "
                    "dtypes.", icon=":material/check_circle:")

@@ -44,7 +44,9 @@ class Checkpoint:
 
     def read(self, name: str, start: int | None = None, stop: int | None = None) -> torch.Tensor:
         """Read tensor `name` (rows start:stop of dim 0 when given) in its stored dtype."""
-        entry = self.tensors[name]
+        return self._read_entry(self.tensors[name], start, stop)
+
+    def _read_entry(self, entry: TensorEntry, start: int | None, stop: int | None) -> torch.Tensor:
         handle = self._handles.get(entry.file)
         if handle is None:
             handle = safe_open(str(entry.file), framework="pt", device="cpu")
@@ -53,6 +55,10 @@ class Checkpoint:
         if start is None or len(entry.shape) == 0:
             return handle.get_tensor(entry.name)
         return handle.get_slice(entry.name)[start:stop]
+
+    def names_in_file(self, header: FileHeader) -> list[str]:
+        """The tensors stored in one of the files, in file order (what that file's fingerprint covers)."""
+        return [e.name for e in sorted(header.tensors.values(), key=lambda e: e.begin)]
 
     def release(self) -> None:
         """Close open files (unmapping them) so finished shards stop counting towards resident memory."""

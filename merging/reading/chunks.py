@@ -25,6 +25,7 @@ from merging.reading.checkpoint import Checkpoint
 from merging.common.dtypes import ITEMSIZE, ST_TO_TORCH
 from merging.common.errors import RamStudioError
 from merging.reading.fingerprint import Fingerprinter
+from merging.reading.mapped import MappedEntry
 from merging.reading.safetensors_header import TensorEntry
 
 DEFAULT_CHUNK_ELEMS = 1 << 23  # 8M elements: 32 MB per model in float32
@@ -257,7 +258,11 @@ class ChunkReader:
         """Read rows [first, stop) of one model into the flat byte tensor `out`; hash them; return `out`."""
         m, entry, first, stop = part
         rb = _row_bytes(entry)
-        if out.numel():
+        if out.numel() and isinstance(entry, MappedEntry):  # an agent read in the base's layout: piece by piece
+            view = memoryview(out.numpy())
+            for src, at, byte, nbytes in entry.byte_pieces(first * rb if entry.shape else 0, out.numel()):
+                self.files.read_into(src, byte, view[at:at + nbytes])
+        elif out.numel():
             self.files.read_into(entry, first * rb if entry.shape else 0, memoryview(out.numpy()))
         if self.fingerprinter is not None:
             # By the stored name: a view may read one stored tensor under two names (an untied head).

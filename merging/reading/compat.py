@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from merging.reading.checkpoint import Checkpoint
+from merging.reading.layout import LayoutMap, map_layout
 from merging.common.dtypes import FLOAT_CODES, ITEMSIZE
 from merging.common.errors import RamStudioError, printable
 
@@ -35,6 +35,18 @@ class ModelHeaders:
     config: dict | None
     bytes_on_disk: int
     source: str = ""  # resolved folder or repo@revision: the same source twice is the same model
+    layout: LayoutMap | None = None  # set when `tensors` is this agent read in the base's layout
+
+    def in_layout_of(self, base: "ModelHeaders") -> "ModelHeaders":
+        """These headers as the base names its tensors (merging/reading/layout.py): fused ↔ per-expert MoE
+        experts and legacy ↔ prefixed vision-language names are the same weights. Unchanged when nothing maps;
+        with `layout` set (and only its `problems`) when a layout difference could not be mapped."""
+        from dataclasses import replace
+
+        layout = map_layout(base.tensors, self.tensors, base.config, self.config)
+        if layout is None:
+            return self
+        return replace(self, tensors=layout.view(self.tensors) if layout.sources else self.tensors, layout=layout)
 
     @classmethod
     def from_checkpoint(cls, ckpt: Checkpoint) -> "ModelHeaders":
@@ -134,11 +146,22 @@ class CompatReport:
         for role, m in [("base", self.base)] + [("agent", a) for a in self.agents]:
             rows.append({
                 "role": role, "model": m.label, "architecture": m.architecture,
-                "params": m.num_params, "tensors": len(m.tensors),
+                "params": m.num_params, "tensors": _stored_count(m),
                 "dtypes": ", ".join(f"{k} ({v:,})" for k, v in sorted(m.dtype_params.items())),
                 "bytes_on_disk": m.bytes_on_disk, "tied_embeddings": m.tied_embeddings,
+                "layout": "mapped to the base's" if m.layout is not None and m.layout.sources else "as stored",
             })
         return pd.DataFrame(rows)
+
+    def layout_notes(self) -> list[tuple[str, str]]:
+        """(agent, line) for every agent read in the base's layout: what was mapped (inspect shows them)."""
+        return [(a.label, note) for a in self.agents if a.layout is not None for note in a.layout.notes]
+
+    def aligned(self, agents: list[Checkpoint]) -> list[Checkpoint]:
+        """The agents' checkpoints (in this report's order) read in the base's layout where their headers map."""
+        from merging.reading.mapped import with_layout
+
+        return [with_layout(c, h.layout) for c, h in zip(agents, self.agents)]
 
     def mismatches_frame(self) -> pd.DataFrame:
         import pandas as pd
@@ -207,6 +230,13 @@ class CompatReport:
                 f"{heavy[0].agent} (more than {100 * MAX_DROPPED_SHARE:g} %).", " ".join(hints))
 
 
+def _stored_count(m: ModelHeaders) -> int:
+    """How many tensors a model stores (an agent read in the base's layout is shown with its own count)."""
+    if m.layout is None:
+        return len(m.tensors)
+    return len(m.tensors) - len(m.layout.sources) + len(m.layout.consumed)
+
+
 def layout_hints(base: ModelHeaders, agents: list[ModelHeaders]) -> list[str]:
     """Likely reasons why an agent's tensor names do not match the base's, one hint each."""
     hints = []
@@ -221,17 +251,10 @@ def layout_hints(base: ModelHeaders, agents: list[ModelHeaders]) -> list[str]:
         elif {n.removeprefix("model.") for n in b} == {n.removeprefix("model.") for n in names}:
             hints.append(f"{a.label} names its tensors without (or with) the 'model.' prefix the base "
                          "uses: re-save it with the same transformers class as the base.")
-        elif _experts(b) != _experts(names):
-            hints.append(f"{a.label} stores its MoE experts fused differently from the base: convert it to "
-                         "the base's layout first.")
+        elif a.layout is not None and a.layout.problems:
+            hints.append(f"{a.label} stores some weights in another layout that could not be read in the base's: "
+                         + "; ".join(a.layout.problems) + ".")
     return hints
-
-
-def _experts(names: set[str]) -> str:
-    """'per-expert', 'fused' or '' — how a checkpoint stores MoE expert weights."""
-    if any(re.search(r"\.experts\.\d+\.", n) for n in names):
-        return "per-expert"
-    return "fused" if any(".experts." in n for n in names) else ""
 
 
 def _describe(m: Mismatch) -> str:
@@ -241,6 +264,7 @@ def _describe(m: Mismatch) -> str:
 
 def check_compatibility(base: ModelHeaders, agents: list[ModelHeaders]) -> CompatReport:
     """Compare every agent's headers (and config) with the base's."""
+    agents = [a.in_layout_of(base) for a in agents]  # fused/per-expert and legacy/prefixed names line up
     report = CompatReport(base, agents)
     out = report.mismatches
     seen: dict[str, str] = {}

@@ -74,8 +74,8 @@ class Fingerprinter:
             files = {}
             for h in ckpt.headers:
                 f = xxhash.xxh3_128(bytes.fromhex(h.header_sha256))
-                for e in sorted(h.tensors.values(), key=lambda e: e.begin):
-                    f.update(e.name.encode() + b"\0" + digests[e.name])
+                for name in ckpt.names_in_file(h):
+                    f.update(name.encode() + b"\0" + digests[name])
                 files[h.path.name] = f.hexdigest()
             out.append({"weights_xxh3_128": weights.hexdigest(), "files": files})
             ckpt.release()  # unmap whatever finishing had to read

@@ -67,6 +67,7 @@ def prepare_inputs(base: Checkpoint, agents: list[Checkpoint], *, policy: str = 
         report.handled[key] = "rows of the union vocabulary"
     report.mismatches = [m for m in report.mismatches
                          if not (m.kind == "shape" and (m.agent, m.tensor or "") in outcome.handled)]
+    views = report.aligned(views)  # agents in another layout (fused experts, prefixed names) read in the base's
     found, samples = check_lineage(base_view, views, labels) if lineage else ([], [])
     return PreparedInputs(base, list(agents), base_view, views, labels, report, notes, heads, outcome, found, samples)
 

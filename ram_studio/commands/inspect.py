@@ -25,6 +25,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     from merging.reading.checkpoint import open_checkpoint
     from merging.reading.prepare import prepare_inputs
+    from merging.reading.structure import structure_of
     from merging.writing.placement import write_file_atomically
 
     with stop_on_signal() as stop:
@@ -36,22 +37,29 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for line in prep.warnings():  # before the tables: they decide whether the rest means anything
         say(line, file=sys.stderr)
     report = prep.report
+    structure = structure_of(base.tensors)
     if out:
         doc = {"models": report.models_frame().to_dict(orient="records"),
                "mismatches": report.mismatches_frame().to_dict(orient="records"),
                "losses": [loss.__dict__ for loss in report.losses()],
                "notes": prep.notes, "warnings": [w.__dict__ for w in prep.lineage],
                "lineage_samples": [{"agent": label, "elements": s.elements, "density": s.density,
-                                    "rel_norm": s.rel_norm} for label, s in zip(prep.labels, prep.samples)]}
+                                    "rel_norm": s.rel_norm} for label, s in zip(prep.labels, prep.samples)],
+               "structure": structure.summary(), "unknown_tensors": structure.unknown,
+               "layouts": [{"agent": a, "mapping": line} for a, line in report.layout_notes()]}
         write_file_atomically(out, (json.dumps(doc, indent=2, default=str) + "\n").encode())
     frame = report.models_frame()
     frame["GB"] = (frame.pop("bytes_on_disk") / 1e9).round(3)
     say(table(frame))
+    say("\nstructure of the base: " + printable("; ".join(structure.summary()), 2000))
+    for agent, line in report.layout_notes():
+        say(f"layout: {printable(agent)}: {printable(line, 400)}")
     for note in prep.notes:
         say(f"note: {printable(note)}")
     refusal = prep.vocab.refusal if prep.vocab else None
     if report.ok and refusal is None:
-        say("\ncompatible: same architecture, tensor names, shapes and dtypes.")
+        mapped = " (read in the base's layout)" if report.layout_notes() else ""
+        say(f"\ncompatible: same architecture, tensor names, shapes and dtypes{mapped}.")
         return 0
     if not report.ok:
         say(f"\n{len(report.mismatches)} difference(s) from the base:")
