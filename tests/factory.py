@@ -141,3 +141,72 @@ def make_hostile_family(root: Path, nan_in: int | None = None) -> tuple[Path, li
         tensors[HOSTILE_TENSOR] = t.to(torch.bfloat16)
         save_file(tensors, shard, metadata={"format": "pt"})
     return base, agents
+
+
+# ---------------------------------------------------------------- numbers on a dtype's number line
+# Independent of the library's step tables (merging.methods.steps): bit patterns, read as positions on the line.
+
+_INT = {torch.bfloat16: (torch.int16, 16), torch.float16: (torch.int16, 16), torch.float32: (torch.int32, 32)}
+
+
+def ordinals(t: torch.Tensor):
+    """Each value's position on its dtype's number line (numpy int64): adjacent representable values differ by
+    1, +0 and −0 are both 0."""
+    import numpy as np
+
+    itype, bits = _INT[t.dtype]
+    raw = t.contiguous().view(itype).numpy().astype(np.int64) & ((1 << bits) - 1)
+    mag = raw & ((1 << (bits - 1)) - 1)
+    return np.where(raw >> (bits - 1) == 1, -mag, mag)
+
+
+def from_ordinals(o, dtype: torch.dtype) -> torch.Tensor:
+    """The values at positions `o` (numpy int64) of `dtype`'s number line (0 → +0)."""
+    import numpy as np
+
+    itype, bits = _INT[dtype]
+    raw = np.where(o < 0, (1 << (bits - 1)) | -o, o)
+    raw = np.where(raw >= 1 << (bits - 1), raw - (1 << bits), raw).astype(np.int16 if bits == 16 else np.int32)
+    return torch.from_numpy(raw).view(dtype)
+
+
+def step_at(base: torch.Tensor):
+    """One representable step at each base weight (float64): from |w| to the next larger magnitude of its dtype."""
+    o = abs(ordinals(base))
+    return (from_ordinals(o + 1, base.dtype).double() - from_ordinals(o, base.dtype).double()).numpy()
+
+
+def edge_base(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    """Random base weights in `dtype` with the awkward values mixed in: +0, −0, subnormals of either sign, exact
+    powers of two (where a step toward zero is half a step), and a few large weights; no Inf, no NaN."""
+    w = (torch.randn(shape, generator=g) * 0.02).to(dtype).reshape(-1)
+    n = w.numel()
+    pick = torch.randperm(n, generator=g)
+    k = max(1, n // 40)
+    w[pick[:k]] = 0.0
+    w[pick[k:2 * k]] = -0.0
+    sub = torch.randint(1, 40, (k,), generator=g).numpy()
+    sign = torch.where(torch.rand(k, generator=g) < 0.5, -1, 1).numpy()
+    w[pick[2 * k:3 * k]] = from_ordinals(sign * sub, dtype)  # the smallest subnormals, either sign
+    powers = 2.0 ** torch.randint(-12, 0, (2 * k,), generator=g).float()
+    w[pick[3 * k:5 * k]] = (powers * torch.where(torch.rand(2 * k, generator=g) < 0.5, -1.0, 1.0)).to(dtype)
+    w[pick[5 * k:5 * k + 2]] = torch.tensor([1.5, -3.0]).to(dtype)
+    return w.view(shape)
+
+
+def edge_agent(base: torch.Tensor, density: float, g: torch.Generator) -> torch.Tensor:
+    """An agent of `base` (same dtype) changed on a random `density` share: one step either way (across zero and
+    binade edges too), two or three steps, and realistic random updates rounded to the dtype; −0 where the base
+    holds +0 (the same value: no change)."""
+    o = ordinals(base).reshape(-1)
+    n = o.size
+    moved = torch.rand(n, generator=g).numpy() < density
+    kind = torch.randint(0, 4, (n,), generator=g).numpy()
+    delta = torch.randint(1, 4, (n,), generator=g).numpy() * torch.where(torch.rand(n, generator=g) < 0.5, -1, 1).numpy()
+    delta = torch.where(torch.from_numpy(kind <= 1), torch.from_numpy(delta.clip(-1, 1)), torch.from_numpy(delta)).numpy()
+    out = from_ordinals(o + moved * delta, base.dtype).float()
+    smooth = (base.reshape(-1).float() + torch.randn(n, generator=g) * 3e-4).to(base.dtype).float()
+    out = torch.where(torch.from_numpy(moved & (kind == 3)), smooth, out).to(base.dtype)
+    zeros = torch.from_numpy(o == 0) & (torch.rand(n, generator=g) < 0.5)
+    out[zeros] = -0.0
+    return out.view(base.shape)
