@@ -31,6 +31,15 @@ PATHS = {"kernel": {"RAM_STUDIO_KERNELS": "numba"}, "torch": {"RAM_STUDIO_KERNEL
          "gpu-style torch": {"RAM_STUDIO_KERNELS": "torch", "RAM_STUDIO_GPU_STYLE": "1"}}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _kernels_ready():
+    """The pass runs the torch path until a kernel is ready: the kernel cases wait for it first."""
+    from merging.kernels import kernels_enabled, wait_ready
+
+    if kernels_enabled():
+        assert wait_ready(("overlap_histogram",), ("bf16", "f32"), timeout=1800)
+
+
 def write_model(folder: Path, tensors: dict[str, torch.Tensor]) -> Path:
     folder.mkdir(parents=True)
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
