@@ -210,3 +210,27 @@ def edge_agent(base: torch.Tensor, density: float, g: torch.Generator) -> torch.
     zeros = torch.from_numpy(o == 0) & (torch.rand(n, generator=g) < 0.5)
     out[zeros] = -0.0
     return out.view(base.shape)
+
+
+EDGE_SHAPES = {"model.embed_tokens.weight": (40, 24), "model.layers.0.self_attn.q_proj.weight": (24, 24),
+               "model.layers.0.mlp.up_proj.weight": (48, 24), "model.layers.1.input_layernorm.weight": (24,),
+               "model.norm.weight": (24,)}
+
+
+def write_plain_model(folder: Path, tensors: dict[str, torch.Tensor]) -> Path:
+    """One safetensors file and a minimal config.json (enough for the analysis and the merge)."""
+    folder.mkdir(parents=True)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}))
+    return folder
+
+
+def make_edge_family(root: Path, dtype: torch.dtype, n: int = 3, seed: int = 0,
+                     norms: torch.dtype | None = None) -> tuple[Path, list[Path]]:
+    """A base of `edge_base` tensors (norm tensors in `norms` when given) and n `edge_agent`s of rising density."""
+    g = torch.Generator().manual_seed(seed)
+    dt = {k: norms if norms is not None and "norm" in k else dtype for k in EDGE_SHAPES}
+    base = {k: edge_base(s, dt[k], g) for k, s in EDGE_SHAPES.items()}
+    agents = [{k: edge_agent(base[k], 0.2 + 0.25 * t, g) for k in EDGE_SHAPES} for t in range(n)]
+    return (write_plain_model(root / "base", base),
+            [write_plain_model(root / f"agent{t}", a) for t, a in enumerate(agents)])

@@ -5,23 +5,18 @@ powers of two, on every path of the pass. The brute force reads bit patterns as 
 line (tests.factory.ordinals); it never uses the library's step tables."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import save_file
 
 from analysis import ladder as ladder_module
 from analysis.stats import PRECISION_COLUMNS, analyze
 from analysis.tables import precision_view, unique_vs_chance
-from tests.factory import edge_agent, edge_base, ordinals, state, step_at
-
-SHAPES = {"model.embed_tokens.weight": (40, 24), "model.layers.0.self_attn.q_proj.weight": (24, 24),
-          "model.layers.0.mlp.up_proj.weight": (48, 24), "model.layers.1.input_layernorm.weight": (24,),
-          "model.norm.weight": (24,)}
+from tests.factory import EDGE_SHAPES as SHAPES
+from tests.factory import make_edge_family, ordinals, state, step_at
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
           "bf16+fp32 norms": torch.bfloat16}
 ABS = (0.0, 1e-6, 1e-5, 1e-4)
@@ -40,22 +35,6 @@ def _kernels_ready():
         assert wait_ready(("overlap_histogram",), ("bf16", "f32"), timeout=1800)
 
 
-def write_model(folder: Path, tensors: dict[str, torch.Tensor]) -> Path:
-    folder.mkdir(parents=True)
-    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}))
-    return folder
-
-
-def make_models(root: Path, kind: str, n: int = 3, seed: int = 0) -> tuple[Path, list[Path]]:
-    g = torch.Generator().manual_seed(seed)
-    dtype = DTYPES[kind]
-    dt = {k: torch.float32 if kind.endswith("norms") and "norm" in k else dtype for k in SHAPES}
-    base = {k: edge_base(s, dt[k], g) for k, s in SHAPES.items()}
-    agents = [{k: edge_agent(base[k], 0.2 + 0.25 * t, g) for k in SHAPES} for t in range(n)]
-    return write_model(root / "base", base), [write_model(root / f"agent{t}", a) for t, a in enumerate(agents)]
-
-
 _MODELS: dict = {}
 
 
@@ -63,7 +42,8 @@ _MODELS: dict = {}
 def models(tmp_path_factory):
     def get(kind: str, n: int = 3):
         if (kind, n) not in _MODELS:
-            _MODELS[(kind, n)] = make_models(tmp_path_factory.mktemp("prec"), kind, n, seed=n + len(kind))
+            _MODELS[(kind, n)] = make_edge_family(tmp_path_factory.mktemp("prec"), DTYPES[kind], n, seed=n + len(kind),
+                                                  norms=torch.float32 if kind.endswith("norms") else None)
         return _MODELS[(kind, n)]
     return get
 
