@@ -36,7 +36,6 @@ def add_parser(sub) -> None:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Analyse the base and agents, print the summary at --eps, and write the files asked for."""
-    from analysis.ladder import DEFAULT_LADDER, STEP_LADDER
     from analysis.stats import analyze, size_note
     from merging.reading.checkpoint import open_checkpoint
 
@@ -46,27 +45,53 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     agents = [open_checkpoint(a) for a in args.agents]
     outputs = {flag: file_output(getattr(args, flag), [base, *agents], args.overwrite)
                for flag in ("json", "csv", "pairs_csv")}
-    steps = args.eps_steps is not None
-    if steps and not (0 < args.eps_steps < float("inf")):
-        raise RamStudioError(f"--eps-steps {args.eps_steps:g}: K must be a finite number > 0.",
-                             "E.g. --eps-steps 1 (changed when |τ| exceeds one step of the stored dtype).")
-    ladder = _ladder(args.eps_ladder) if args.eps_ladder else list(STEP_LADDER if steps else DEFAULT_LADDER)
-    if steps:
-        ladder = sorted(set(ladder) | {args.eps_steps})
+    ladder, unit = ladder_and_unit(args)
     note = size_note(base, len(agents), ladder)
     if note and not args.quiet:
         say(f"note: {note}", file=sys.stderr)
     with stop_on_signal() as stop:
         result = analyze(base, agents, ladder=ladder, device=args.device, policy=args.on_mismatch,
                          use_cache=not args.no_cache, progress=None if args.quiet else progress_printer("analyze"),
-                         cancel=stop, unit="steps" if steps else "abs")
-    if steps:
-        eps = float(args.eps_steps)
-    else:
-        eps = args.eps if args.eps in result.ladder else (1e-5 if 1e-5 in result.ladder else result.ladder[-1])
+                         cancel=stop, unit=unit)
+    eps = summary_eps(result, args.eps, args.eps_steps)
     read = _print_summary(result, eps)
     _write_outputs(outputs, result, eps, read)
     return 0
+
+
+def ladder_and_unit(args: argparse.Namespace) -> tuple[list[float], str]:
+    """The ladder to analyse and its unit: ε values, or with --eps-steps K counts of representable steps (the
+    default step ladder, or --eps-ladder read in steps, with K added)."""
+    from analysis.ladder import DEFAULT_LADDER, STEP_LADDER
+
+    k = getattr(args, "eps_steps", None)
+    if k is None:
+        return (_ladder(args.eps_ladder) if args.eps_ladder else list(DEFAULT_LADDER)), "abs"
+    if not 0 < k < float("inf"):
+        raise RamStudioError(f"--eps-steps {k:g}: K must be a finite number > 0.",
+                             "E.g. --eps-steps 1 (changed when |τ| exceeds one step of the stored dtype).")
+    return sorted(set(_ladder(args.eps_ladder) if args.eps_ladder else STEP_LADDER) | {float(k)}), "steps"
+
+
+def summary_eps(result, eps: float, steps: float | None = None) -> float:
+    """The ε the summary is given at: K with --eps-steps; else the one asked for when it was analysed, else 1e-5,
+    else the ladder's last."""
+    if steps is not None:
+        return float(steps)
+    return eps if eps in result.ladder else (1e-5 if 1e-5 in result.ladder else result.ladder[-1])
+
+
+def json_document(result, eps: float, read) -> dict:
+    """What --json writes: per-agent summaries for every ε, the pairs, the reading at `eps`, the fingerprint."""
+    from analysis import agreement
+    from analysis.tables import agents_json
+
+    fields = agreement.agent_fields(result)
+    records = [{**rec, **fields[(rec["name"], rec["eps"])]} for rec in agents_json(result)]
+    return {"eps": list(result.ladder), "eps_unit": result.unit, "total_params": result.total_params,
+            "base": result.base, "agents": records, "pairs": agreement.pairs_json(result),
+            "reading": {"eps": eps, "regime": read.regime, "text": read.text},
+            "fingerprint": result.fingerprint, "seconds": result.seconds}
 
 
 def _print_summary(result, eps: float):
@@ -92,19 +117,11 @@ def _print_summary(result, eps: float):
 
 def _write_outputs(outputs: dict, result, eps: float, read) -> None:
     """--json (per-agent summaries for every ε, the pairs, the reading), --csv and --pairs-csv."""
-    from analysis import agreement
-    from analysis.tables import agents_json
     from merging.common.escaping import csv_bytes
     from merging.writing.placement import write_file_atomically
 
     if outputs["json"]:
-        fields = agreement.agent_fields(result)
-        records = [{**rec, **fields[(rec["name"], rec["eps"])]} for rec in agents_json(result)]
-        doc = {"eps": list(result.ladder), "eps_unit": result.unit, "total_params": result.total_params,
-               "base": result.base,
-               "agents": records, "pairs": agreement.pairs_json(result),
-               "reading": {"eps": eps, "regime": read.regime, "text": read.text},
-               "fingerprint": result.fingerprint, "seconds": result.seconds}
+        doc = json_document(result, eps, read)
         write_file_atomically(outputs["json"], (json.dumps(doc, indent=2) + "\n").encode())
     if outputs["csv"]:
         write_file_atomically(outputs["csv"], csv_bytes(result.frame))
