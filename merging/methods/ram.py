@@ -127,6 +127,10 @@ SCOPE = Param("rho_scope", str, "global", "Count ρ_t over the whole model (glob
 # ram: mean of active τ where ≥ 2 agents changed an element, τ_t where one did (`epsilon`, per tensor).
 # ramplus_tl: ram with unique updates × 1 + r·clip(ρ_t, 0, α), ρ_t per tensor (`r` 0.1, `alpha` 0.2).
 
+STEPS_NOTE = ("mergekit has no equivalent of the step rule (ε in representable steps of the stored dtype, "
+              "eps_steps > 0): its epsilon is an absolute threshold. The nearest mergekit config, with ε, follows.")
+
+
 def _ram_from_mergekit(c: MergekitInput) -> dict[str, Any]:
     c.no_weights()
     return {"eps": c.parameters["epsilon"]}
@@ -157,13 +161,11 @@ def _ram_plus_to_mergekit(rule: str):
 
 
 def _ram_to_mergekit(p: dict[str, Any], n_agents: int) -> MergekitEquivalent:
+    """mergekit's ram with the same ε; only the nearest config under the step rule."""
     if p.get("eps_steps"):
         return MergekitEquivalent("ram", {"epsilon": p["eps"]}, exact=False, note=STEPS_NOTE)
     return MergekitEquivalent("ram", {"epsilon": p["eps"]})
 
-
-STEPS_NOTE = ("mergekit has no equivalent of the step rule (ε in representable steps of the stored dtype, "
-              "eps_steps > 0): its epsilon is an absolute threshold. The nearest mergekit config, with ε, follows.")
 
 RAM_MERGEKIT = Mergekit(_ram_to_mergekit,
                         (MergekitRead("ram", {"epsilon": 1e-5}, frozenset(), _ram_from_mergekit),))
