@@ -35,6 +35,7 @@ def load_before(rev: str, tmp: Path):
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("before_statistics", path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # numba's cache finds the module by name
     spec.loader.exec_module(mod)
     return mod
 
