@@ -119,7 +119,7 @@ def agent_agreement(result: AnalysisResult, eps: float) -> pd.DataFrame:
     ks = sorted((c for c in rows.columns if c.startswith("k") and c[1:].isdigit()), key=lambda c: int(c[1:]))
     rows = rows.assign(sq_unique=rows["norm_unique"] ** 2, sq_shared=rows["norm_shared"] ** 2)
     cols = ["changed", "shared", "unique", "sign_conflicts", "sq_unique", "sq_shared", "dot_others", "sq_others",
-            *DOMINATED_COLUMNS, *ks]
+            "chance_unique_binade", *DOMINATED_COLUMNS, *ks]
     g = rows.groupby("agent", sort=False)[cols].sum().reindex(result.agents)
     out = pd.DataFrame({"agent": result.agents})
     for c in ("changed", "shared", "unique"):
@@ -145,6 +145,7 @@ def agent_agreement(result: AnalysisResult, eps: float) -> pd.DataFrame:
     out["unique_share"] = np.nan_to_num(_ratio(g["unique"], changed))
     out["chance_unique_share"] = chance_unique_share(list(changed / result.total_params))
     out["chance_unique_share_tensor"] = out["agent"].map(per_tensor_chance(result, eps)).to_numpy()
+    out["chance_unique_share_binade"] = np.nan_to_num(_ratio(g["chance_unique_binade"], changed))
     out.insert(1, "eps", eps)
     return out
 
@@ -269,7 +270,7 @@ PAIR_JSON = ["both_changed", "expected_both", "expected_both_tensor", "same_sign
              "chance_sign_agreement", "sign_agreement_se", "cosine", "chance_cosine"]
 AGENT_JSON = ["sign_agreement", "chance_sign_agreement", "all_agree", "chance_all_agree", "cosine_others",
               "chance_cosine", "shared_energy_share", *[f"{c}_share" for c in DOMINATED_COLUMNS], "unique_share",
-              "chance_unique_share", "chance_unique_share_tensor"]
+              "chance_unique_share", "chance_unique_share_tensor", "chance_unique_share_binade"]
 
 
 def pairs_json(result: AnalysisResult) -> list[dict]:
@@ -347,7 +348,7 @@ def merge_statistics(result: AnalysisResult, method: str, params: dict) -> tuple
     m = get_method(method)
     resolved = m.resolve_params(params)
     eps = m.global_counts_eps(resolved)
-    usable = eps is not None and eps in result.ladder and not counts_tied_twice(resolved)
+    usable = eps is not None and result.covers(eps) and not counts_tied_twice(resolved)
     counts = result.counts_at(eps) if usable else None
     card_eps = resolved.get("eps", 1e-5)
     if card_eps not in result.ladder:

@@ -22,7 +22,7 @@ from merging.common.errors import RamStudioError
 from merging.common.untrusted import loads_json
 
 _TMP = re.compile(r"\.(?P<key>[0-9a-f]{32})\.(?P<host>[A-Za-z0-9._-]{1,64})\.(?P<pid>\d{1,10})\.[0-9a-f]{8}\.tmp")
-CACHE_VERSION = 3  # 2: shared-region diagnostics (pair frame, dominance); 3: tower, expert and role columns
+CACHE_VERSION = 4  # 2: shared-region diagnostics; 3: tower, expert and role columns; 4: precision statistics
 
 
 def cache_dir() -> Path:
@@ -44,9 +44,12 @@ def check_location(checkpoints: list[Checkpoint]) -> None:
                                           "unset it), or analyse without the cache (--no-cache).") from None
 
 
-def fingerprint(base: Checkpoint, agents: list[Checkpoint], ladder: tuple[float, ...], policy: str) -> str:
-    """Hash of every input file's path, size, modification time and header bytes, plus the ladder."""
-    h = hashlib.sha256(f"v{CACHE_VERSION}|{policy}|{list(ladder)}".encode())
+def fingerprint(base: Checkpoint, agents: list[Checkpoint], ladder: tuple[float, ...], policy: str,
+                unit: str = "abs") -> str:
+    """Hash of every input file's path, size, modification time and header bytes, plus the ladder (and its
+    unit when in steps)."""
+    tag = "" if unit == "abs" else f"|{unit}"
+    h = hashlib.sha256(f"v{CACHE_VERSION}|{policy}|{list(ladder)}{tag}".encode())
     for role, c in [("base", base)] + [("agent", a) for a in agents]:
         h.update(f"|{role}:{c.folder.resolve()}".encode())
         for fh in c.headers:

@@ -85,3 +85,41 @@ def bincount(x: torch.Tensor, bins: int, weights: torch.Tensor | None = None) ->
         return torch.bincount(x.reshape(-1), weights=weights, minlength=bins)
     src = weights.reshape(-1) if weights is not None else torch.ones_like(x.reshape(-1), dtype=torch.int64)
     return torch.zeros(bins, dtype=src.dtype, device=x.device).scatter_add_(0, x.reshape(-1).long(), src)
+
+
+def decode_diagnostics(tb: dict, pairs: list[tuple[int, int]], L: int, counts: torch.Tensor, sq: torch.Tensor,
+                       prod: torch.Tensor, dom: torch.Tensor, digits: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The pair and per-agent diagnostics from joint-state sums: each needs only the digits of two or
+    three agents, so the sums are first reduced onto those agents' digits (a reshape and a sum over the
+    others), then decoded with small indicator tables."""
+    n, T, P = sq.shape[1], counts.shape[0], len(pairs)
+    both_ind, agree_ind = tb["pair_both"], tb["pair_agree"]
+
+    def marg(x: torch.Tensor, keep: tuple[int, ...]) -> torch.Tensor:
+        return marginal(x, digits, tb["s"], keep)
+
+    def dec(x: torch.Tensor, ind: torch.Tensor) -> torch.Tensor:  # (T, s, …) × (s, …, L) → (T, L)
+        return x.reshape(T, -1) @ ind.reshape(-1, L)
+
+    z = torch.zeros(T, P, L, dtype=torch.float64)
+    both, agree, dot, sq_a, sq_b = (z.clone() for _ in range(5))
+    for p, (a, b) in enumerate(pairs):
+        mc = marg(counts, (a, b))
+        both[:, p], agree[:, p] = dec(mc, both_ind), dec(mc, agree_ind)
+        dot[:, p] = dec(marg(prod[:, p], (a, b)), both_ind)
+        sq_a[:, p] = dec(marg(sq[:, a], (a, b)), both_ind)
+        sq_b[:, p] = dec(marg(sq[:, b], (a, b)), both_ind)
+    dot_others = torch.zeros(T, n, L, dtype=torch.float64)
+    sq_others = torch.zeros(T, n, L, dtype=torch.float64)
+    for p, (a, b) in enumerate(pairs):
+        dot_others[:, a] += dot[:, p]
+        dot_others[:, b] += dot[:, p]
+        sq_others[:, a] += sq_b[:, p]  # o_a² = Σ_{b active} τ_b² + 2·Σ_{b<c active} τ_b·τ_c
+        sq_others[:, b] += sq_a[:, p]
+        for t in range(n):
+            if t not in (a, b):
+                cross = dec(marg(prod[:, p], (t, a, b)), tb["triple_active"])
+                sq_others[:, t] += 2 * cross
+    dominated = torch.einsum("tnfk,kj->tnjf", dom, tb["interval"])
+    as_int = lambda x: x.round().to(torch.int64)  # noqa: E731 - counts summed in float64 are exact
+    return as_int(both), as_int(agree), dot, sq_a, sq_b, dot_others, sq_others, dominated

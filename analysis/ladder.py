@@ -30,13 +30,15 @@ import torch
 
 from merging.methods import regions
 
-from .joint_states import bincount, decode_tables, dominance_tables, marginal
+from .joint_states import bincount, decode_diagnostics, decode_tables, dominance_tables
+from .precision import PrecisionStats, decode, empty_table, format_tables, precision_table, step_buckets, table_width
 
 JOINT_MAX_AGENTS = 4
 DOMINANCE = (0.1, 0.3)  # partners' combined |τ| below these fractions of the agent's own |τ|
 SLICE = 1 << 21  # elements the torch path handles at once (its float64 copies of τ: N × 16 MB)
 JOINT_MAX_TABLE_BYTES = 128 << 20  # the joint decoding tables (states × N × L × N float64) stay below this
 DEFAULT_LADDER = (0.0, 1e-7, 1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 1e-3)
+STEP_LADDER = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # analyze --eps-steps: representable steps of the stored dtype
 
 @dataclass
 class TensorStats:
@@ -60,6 +62,10 @@ class TensorStats:
     dot_others: torch.Tensor  # Σ τ_t·o_t
     sq_others: torch.Tensor  # Σ o_t²
     dominated: torch.Tensor  # (N, L, len(DOMINANCE)): Σ τ_t² where Σ_{other active} |τ| < f·|τ_t|
+    precision: PrecisionStats | None = None  # analysis.precision: the number format's view of "changed"
+
+
+STAT_FIELDS = tuple(f for f in TensorStats.__dataclass_fields__ if f != "precision")
 
 
 def pairs(n: int) -> list[tuple[int, int]]:
@@ -67,22 +73,27 @@ def pairs(n: int) -> list[tuple[int, int]]:
     return [(a, b) for a in range(n) for b in range(a + 1, n)]
 
 
-def overlap_accumulator(n_agents: int, ladder: tuple[float, ...] = DEFAULT_LADDER) -> OverlapAccumulator:
-    """The strategy for `n_agents` and this ladder: the joint-state histogram when `joint_fits`, else the ε loop."""
+def overlap_accumulator(n_agents: int, ladder: tuple[float, ...] = DEFAULT_LADDER,
+                        steps: bool = False) -> OverlapAccumulator:
+    """The strategy for `n_agents` and this ladder (of ε values, or of step counts with `steps`): the joint-state
+    histogram when `joint_fits`, else the ε loop."""
     if joint_fits(n_agents, len(ladder)):
-        return JointHistogramAccumulator(n_agents, ladder)
-    return EpsLoopAccumulator(n_agents, ladder)
+        return JointHistogramAccumulator(n_agents, ladder, steps)
+    return EpsLoopAccumulator(n_agents, ladder, steps)
 
 
 class OverlapAccumulator(ABC):
     """Accumulates one tensor's statistics chunk by chunk: `add` (or `add_chunk`) each chunk, `take` the sums
     when the tensor ends, decode them with `results` (or `result`). Two strategies implement `_zero`,
-    `_add_slice`, `_sums`, `pending_nbytes` and `results`; `overlap_accumulator` picks one."""
+    `_add_slice`, `_sums`, `pending_nbytes` and `results`; `overlap_accumulator` picks one. With `steps` the
+    ladder counts representable steps of each tensor's stored dtype at the base weight (merging.methods.steps)
+    instead of absolute ε values; both strategies also fill the precision table (analysis.precision)."""
 
-    def __init__(self, n_agents: int, ladder: tuple[float, ...] = DEFAULT_LADDER) -> None:
+    def __init__(self, n_agents: int, ladder: tuple[float, ...] = DEFAULT_LADDER, steps: bool = False) -> None:
         if list(ladder) != sorted(set(ladder)):
             raise ValueError("the ε ladder must be strictly increasing")
         self.n = n_agents
+        self.steps = steps
         self.ladder = tuple(float(e) for e in ladder)
         self.pairs = pairs(n_agents)
         self._ladder_t = torch.tensor(self.ladder, dtype=torch.float32)
@@ -91,6 +102,8 @@ class OverlapAccumulator(ABC):
     def _reset(self, device: torch.device | str = "cpu") -> None:
         self._device = torch.device(device)
         self._finite: torch.Tensor | None = None
+        self._prec = empty_table(self.n, len(self.ladder), device)
+        self._dtype: str | None = None
         self._zero(device)
 
     @abstractmethod
@@ -115,19 +128,28 @@ class OverlapAccumulator(ABC):
     def results(self, pendings: Sequence["Pending"]) -> TensorStats:
         """The statistics of one or more `take`n tensors at once, each array with a leading tensor axis."""
 
-    def _on(self, device: torch.device) -> None:
-        """Keep the sums on the device the task vectors are on (reset while nothing is summed yet)."""
+    def _on(self, device: torch.device, dtype: str) -> None:
+        """Keep the sums on the device the task vectors are on (reset while nothing is summed yet); note the
+        tensor's stored dtype."""
         if device != self._device:
-            if self._finite is not None:
+            if self._finite is not None or self._dtype is not None:
                 raise RuntimeError("one tensor's chunks came from two devices")
             self._reset(device)
+        if self._dtype not in (None, dtype):
+            raise RuntimeError("one tensor's chunks came with two dtypes")
+        self._dtype = dtype
 
-    def add_chunk(self, chunk, fused: bool) -> bool:
-        """Add a chunk given as merging.reading.chunk_inputs.ChunkInputs (the torch path: its task vectors)."""
-        return self.add(chunk.taus)
+    def _format(self, dtype: str):
+        return format_tables(dtype, self.ladder, self.steps)
 
-    def add(self, taus: torch.Tensor, deferred: bool = False) -> bool:
-        """Add a chunk of task vectors (N, E), float32 on any device; False if it held NaN or Inf.
+    def add_chunk(self, chunk, fused: bool, dtype: str) -> bool:
+        """Add a chunk given as merging.reading.chunk_inputs.ChunkInputs of a base tensor stored in `dtype`
+        (the torch path: its task vectors and base)."""
+        return self.add(chunk.taus, chunk.base, dtype)
+
+    def add(self, taus: torch.Tensor, base: torch.Tensor, dtype: str, deferred: bool = False) -> bool:
+        """Add a chunk of task vectors (N, E) and its base weights (E,), float32 on any device, of a base tensor
+        stored in `dtype` (a safetensors code); False if it held NaN or Inf.
 
         NaN and ±Inf sort above every ladder value, so they land in the squared sums and show there.
         The sums stay on the task vectors' device. With `deferred`, nothing waits for that device: the
@@ -135,12 +157,16 @@ class OverlapAccumulator(ABC):
         """
         if taus.shape[1] == 0:
             return True
-        self._on(taus.device)
+        self._on(taus.device, dtype)
         ladder = self._ladder_t.to(taus.device)
+        ft, L = self._format(dtype), len(self.ladder)
         chunk_finite = None
         for lo in range(0, taus.shape[1], SLICE):  # float64 working copies stay a few (N, SLICE) arrays
-            part = taus[:, lo:lo + SLICE]
-            b = torch.searchsorted(ladder, part.abs().contiguous())  # number of ladder values < |τ|
+            part, bpart = taus[:, lo:lo + SLICE], base[lo:lo + SLICE]
+            mag = part.abs().contiguous()
+            # number of ladder values < |τ| (in steps: of the ladder's thresholds at each base weight)
+            b = step_buckets(mag, bpart, ft, L) if self.steps else torch.searchsorted(ladder, mag)
+            self._prec += precision_table(part, bpart, b, ft, L)
             sq = self._add_slice(part, b)
             finite = torch.isfinite(sq)
             chunk_finite = finite if chunk_finite is None else chunk_finite & finite
@@ -149,23 +175,27 @@ class OverlapAccumulator(ABC):
 
     def take(self) -> "Pending":
         """This tensor's sums as they are (on their device; nothing waits for it), and a reset."""
-        pending = Pending(self._sums(), self._finite)
+        pending = Pending(self._sums(), self._finite, self._prec, self._dtype or "F32")
         self._reset(self._device)
         return pending
 
     def result(self, pending: "Pending | None" = None) -> TensorStats:
         """The statistics of the tensor summed so far (or of a `take`n one); resets."""
         batch = self.results([pending if pending is not None else self.take()])
-        return TensorStats(*(getattr(batch, f)[0] for f in TensorStats.__dataclass_fields__))
+        return TensorStats(*(getattr(batch, f)[0] for f in STAT_FIELDS), batch.precision.at(0))
+
+    def _precision(self, pendings: Sequence["Pending"]) -> PrecisionStats:
+        """The precision statistics of `take`n tensors."""
+        return decode([p.prec for p in pendings], [self._format(p.dtype) for p in pendings], self.ladder, self.steps)
 
 
 class JointHistogramAccumulator(OverlapAccumulator):
     """Few agents and a short ladder: one histogram of joint states (and Σ τ_t², Σ τ_a·τ_b per state), decoded
     into every ε at once; the fused kernel bins chunks without torch."""
 
-    def __init__(self, n_agents: int, ladder: tuple[float, ...] = DEFAULT_LADDER) -> None:
+    def __init__(self, n_agents: int, ladder: tuple[float, ...] = DEFAULT_LADDER, steps: bool = False) -> None:
         self._tables = decode_tables(n_agents, len(ladder))
-        super().__init__(n_agents, ladder)
+        super().__init__(n_agents, ladder, steps)
 
     def _zero(self, device: torch.device | str) -> None:
         n, L, P, F = self.n, len(self.ladder), len(self.pairs), len(DOMINANCE)
@@ -176,18 +206,23 @@ class JointHistogramAccumulator(OverlapAccumulator):
         self._prod = torch.zeros(P, states, **f64)
         self._dom = torch.zeros(n, F, (L + 1) ** 2, **f64)
 
-    def add_chunk(self, chunk, fused: bool) -> bool:
-        """Add a chunk given as merging.reading.chunk_inputs.ChunkInputs; `fused` bins it with the numba kernel."""
+    def add_chunk(self, chunk, fused: bool, dtype: str) -> bool:
+        """Add a chunk given as merging.reading.chunk_inputs.ChunkInputs of a base tensor stored in `dtype`;
+        `fused` bins it with the numba kernel."""
         if not fused:
-            return self.add(chunk.taus)
+            return self.add(chunk.taus, chunk.base, dtype)
         from merging.kernels.common import hist_parts
         from merging.kernels.statistics import overlap_histogram
 
         base, agents = chunk.raw()
         if base.size == 0:
             return True
-        counts, sq, prod, dom = overlap_histogram(base, agents, self._ladder_t.numpy(), np.array(DOMINANCE),
-                                                  hist_parts(base.size))
+        self._on(torch.device("cpu"), dtype)
+        ft = self._format(dtype)
+        counts, sq, prod, dom, prec = overlap_histogram(
+            base, agents, self._ladder_t.numpy(), np.array(DOMINANCE), hist_parts(base.size), self.steps, ft.thr,
+            ft.binmap, ft.step32, ft.min_field)
+        self._prec += torch.from_numpy(prec)
         self._counts += torch.from_numpy(counts).double()
         sq_t = torch.from_numpy(sq)
         self._sq += sq_t
@@ -215,7 +250,7 @@ class JointHistogramAccumulator(OverlapAccumulator):
     def pending_nbytes(self) -> int:
         """What one `take`n tensor's sums hold, in bytes."""
         n, L, P, F = self.n, len(self.ladder), len(self.pairs), len(DOMINANCE)
-        return ((1 + n + P) * self._tables["states"] + n * F * (L + 1) ** 2) * 8
+        return ((1 + n + P) * self._tables["states"] + n * F * (L + 1) ** 2 + n * table_width(L)) * 8
 
     def _sums(self) -> tuple:
         return (self._counts, self._sq, self._prod, self._dom)
@@ -242,47 +277,10 @@ class JointHistogramAccumulator(OverlapAccumulator):
         sq_unique, sq_shared = own(tb["unique"][used]), own(tb["shared"][used])
         prod = torch.stack([s[2] for s in sums])[..., used]  # (T, P, used states)
         dom = torch.stack([s[3] for s in sums])  # (T, N, F, (L+1)²)
-        diag = self._decode_diagnostics(counts, sq, prod, dom, tb["digits"][used])
+        diag = decode_diagnostics(tb, self.pairs, L, counts, sq, prod, dom, tb["digits"][used])
         return TensorStats(per(tb["active"], n, L), per(tb["shared"], n, L), per(tb["unique"], n, L),
-                           per(tb["hist"], n, L, n), sq_unique, sq_shared, per(tb["conflict"], n, L), *diag)
-
-    def _decode_diagnostics(self, counts: torch.Tensor, sq: torch.Tensor, prod: torch.Tensor,
-                            dom: torch.Tensor, digits: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The pair and per-agent diagnostics from joint-state sums: each needs only the digits of two or
-        three agents, so the sums are first reduced onto those agents' digits (a reshape and a sum over the
-        others), then decoded with small indicator tables."""
-        n, L, T = self.n, len(self.ladder), counts.shape[0]
-        tb, P = self._tables, len(self.pairs)
-        both_ind, agree_ind = tb["pair_both"], tb["pair_agree"]
-
-        def marg(x: torch.Tensor, keep: tuple[int, ...]) -> torch.Tensor:
-            return marginal(x, digits, tb["s"], keep)
-
-        def dec(x: torch.Tensor, ind: torch.Tensor) -> torch.Tensor:  # (T, s, …) × (s, …, L) → (T, L)
-            return x.reshape(T, -1) @ ind.reshape(-1, L)
-
-        z = torch.zeros(T, P, L, dtype=torch.float64)
-        both, agree, dot, sq_a, sq_b = (z.clone() for _ in range(5))
-        for p, (a, b) in enumerate(self.pairs):
-            mc = marg(counts, (a, b))
-            both[:, p], agree[:, p] = dec(mc, both_ind), dec(mc, agree_ind)
-            dot[:, p] = dec(marg(prod[:, p], (a, b)), both_ind)
-            sq_a[:, p] = dec(marg(sq[:, a], (a, b)), both_ind)
-            sq_b[:, p] = dec(marg(sq[:, b], (a, b)), both_ind)
-        dot_others = torch.zeros(T, n, L, dtype=torch.float64)
-        sq_others = torch.zeros(T, n, L, dtype=torch.float64)
-        for p, (a, b) in enumerate(self.pairs):
-            dot_others[:, a] += dot[:, p]
-            dot_others[:, b] += dot[:, p]
-            sq_others[:, a] += sq_b[:, p]  # o_a² = Σ_{b active} τ_b² + 2·Σ_{b<c active} τ_b·τ_c
-            sq_others[:, b] += sq_a[:, p]
-            for t in range(n):
-                if t not in (a, b):
-                    cross = dec(marg(prod[:, p], (t, a, b)), tb["triple_active"])
-                    sq_others[:, t] += 2 * cross
-        dominated = torch.einsum("tnfk,kj->tnjf", dom, tb["interval"])
-        as_int = lambda x: x.round().to(torch.int64)  # noqa: E731 - counts summed in float64 are exact
-        return as_int(both), as_int(agree), dot, sq_a, sq_b, dot_others, sq_others, dominated
+                           per(tb["hist"], n, L, n), sq_unique, sq_shared, per(tb["conflict"], n, L), *diag,
+                           self._precision(pendings))
 
 
 class EpsLoopAccumulator(OverlapAccumulator):
@@ -342,15 +340,15 @@ class EpsLoopAccumulator(OverlapAccumulator):
     def pending_nbytes(self) -> int:
         """What one `take`n tensor's sums hold, in bytes."""
         n, L, P, F = self.n, len(self.ladder), len(self.pairs), len(DOMINANCE)
-        return ((6 + n) * n * L + 5 * P * L + (2 + F) * n * L) * 8
+        return ((6 + n) * n * L + 5 * P * L + (2 + F) * n * L + n * table_width(L)) * 8
 
     def _sums(self) -> tuple:
-        return tuple(getattr(self._acc, f) for f in TensorStats.__dataclass_fields__)
+        return tuple(getattr(self._acc, f) for f in STAT_FIELDS)
 
     def results(self, pendings: Sequence["Pending"]) -> TensorStats:
         """The statistics of one or more `take`n tensors, stacked on a leading tensor axis."""
         sums = [tuple(t.cpu() for t in p.sums) for p in pendings]
-        return TensorStats(*(torch.stack(f) for f in zip(*sums)))
+        return TensorStats(*(torch.stack(f) for f in zip(*sums)), self._precision(pendings))
 
 
 def joint_fits(n_agents: int, ladder_len: int) -> bool:
@@ -367,6 +365,8 @@ class Pending:
 
     sums: tuple
     finite: torch.Tensor | None
+    prec: torch.Tensor  # the precision table (analysis.precision)
+    dtype: str  # the base tensor's stored dtype
 
     def all_finite(self) -> bool:
         return self.finite is None or bool(self.finite)

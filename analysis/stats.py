@@ -32,6 +32,10 @@ DOMINATED_COLUMNS = [f"dominated_{round(100 * f)}" for f in DOMINANCE]  # Σ τ_
 STAT_COLUMNS = ["changed", "shared", "unique", "norm_unique", "norm_shared", "sign_conflicts", "dot_others",
                 "sq_others", *DOMINATED_COLUMNS]
 PAIR_COLUMNS = ["both_changed", "same_sign", "dot", "sq_a", "sq_b"]
+# The number format's view (analysis.precision): per agent × tensor × ε; changed_any is the same at every ε,
+# eps_below_step the same for every agent.
+PRECISION_COLUMNS = ["changed_any", "one_step", "sq_one_step", "chance_unique_binade", "eps_below_step"]
+UNITS = ("abs", "steps")  # the ladder holds absolute ε values, or counts of representable steps
 
 
 @dataclass
@@ -51,9 +55,26 @@ class AnalysisResult:
     refs: list[str] = field(default_factory=list)
     # lineage warnings measured before the pass ({"agent", "reason", "text"}: merging/reading/lineage.py), not cached
     lineage: list[dict] = field(default_factory=list)
+    unit: str = "abs"  # "steps": the ladder (and the frames' eps column) counts representable steps
 
-    def counts_at(self, eps: float) -> dict[str, list[int]]:
-        """Whole-model shared/unique counts per agent at ε (what global ρ_t needs)."""
+    def covers(self, rule) -> bool:
+        """Whether this analysis has counts for `rule` (an absolute ε, or merging.methods.steps.Steps)."""
+        from merging.methods.steps import Steps
+
+        if isinstance(rule, Steps):
+            return self.unit == "steps" and rule.k in self.ladder
+        return self.unit == "abs" and rule in self.ladder
+
+    def counts_at(self, eps) -> dict[str, list[int]]:
+        """Whole-model shared/unique counts per agent at ε (what global ρ_t needs); an ε of the ladder, or a
+        `Steps` rule of a ladder in steps."""
+        from merging.methods.steps import Steps
+
+        if isinstance(eps, Steps) or self.unit != "abs":
+            if not self.covers(eps):
+                raise RamStudioError(f"{eps} is not in the analysed ladder {list(self.ladder)} ({self.unit}).",
+                                     "Re-run the analysis with this threshold in its ladder.")
+            eps = eps.k if isinstance(eps, Steps) else eps
         rows = self.frame[self.frame["eps"] == eps]
         if rows.empty:
             raise RamStudioError(f"ε={eps:g} is not in the analysed ladder {list(self.ladder)}.",
@@ -90,7 +111,7 @@ class AnalysisResult:
 
     def to_payload(self) -> dict:
         return {"base": self.base, "agents": self.agents, "ladder": list(self.ladder),
-                "total_params": self.total_params, "seconds": self.seconds, "refs": self.refs,
+                "total_params": self.total_params, "seconds": self.seconds, "refs": self.refs, "unit": self.unit,
                 "frame": _split(self.frame), "pairs": _split(self.pairs)}
 
     @classmethod
@@ -100,12 +121,14 @@ class AnalysisResult:
         f, q = p["frame"], p["pairs"]
         frame = pd.DataFrame(f["data"], columns=f["columns"])
         pair_frame = pd.DataFrame(q["data"], columns=q["columns"])
-        if not {"agent", "tensor", "eps", *STAT_COLUMNS} <= set(frame.columns) or frame.empty:
+        if not {"agent", "tensor", "eps", *STAT_COLUMNS, *PRECISION_COLUMNS} <= set(frame.columns) or frame.empty:
             raise ValueError("incomplete cached frame")
         if not {"a", "b", "tensor", "eps", *PAIR_COLUMNS} <= set(pair_frame.columns) and len(p["agents"]) > 1:
             raise ValueError("incomplete cached pair frame")
+        if p.get("unit", "abs") not in UNITS:
+            raise ValueError("unknown unit")
         return cls(p["base"], list(p["agents"]), tuple(p["ladder"]), int(p["total_params"]), frame,
-                   float(p["seconds"]), pair_frame, fingerprint, True, list(p.get("refs", [])))
+                   float(p["seconds"]), pair_frame, fingerprint, True, list(p.get("refs", [])), p.get("unit", "abs"))
 
 
 def _split(frame: pd.DataFrame) -> dict:
@@ -124,10 +147,14 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
             ladder: Sequence[float] = DEFAULT_LADDER, device: str = "auto",
             chunk_elems: int = DEFAULT_CHUNK_ELEMS, policy: str = "error", use_cache: bool = True,
             progress: ProgressFn | None = None, cancel: threading.Event | None = None,
-            warn: Callable[[str], None] | None = None) -> AnalysisResult:
+            warn: Callable[[str], None] | None = None, unit: str = "abs") -> AnalysisResult:
     """Compute overlap statistics for every agent × tensor × ε in one streaming pass (cached on disk); `warn`
-    hears each lineage warning (a line naming the agent) before the pass starts."""
+    hears each lineage warning (a line naming the agent) before the pass starts. With `unit="steps"` the ladder
+    counts representable steps of each base tensor's stored dtype at the base weight (merging.methods.steps):
+    |τ| > K steps counts as changed."""
     ladder = validate_ladder(ladder)
+    if unit not in UNITS:
+        raise RamStudioError(f"unknown threshold unit {unit!r}.", f"Use one of {', '.join(UNITS)}.")
     check_agent_count(len(agents))  # before anything is opened
     b, ags = _open_all(base, agents)
     if not ags:
@@ -138,7 +165,7 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
     lineage = [w.__dict__ for w in prep.lineage]
     for w in prep.lineage if warn is not None else []:
         warn(w.text)
-    key = cache.fingerprint(b, ags, ladder, policy)
+    key = cache.fingerprint(b, ags, ladder, policy, unit)
     if use_cache:
         cache.check_location([b, *ags])
         payload = cache.load(key)
@@ -150,7 +177,7 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
                 return result
             except (KeyError, ValueError, TypeError):
                 pass  # a damaged entry is rebuilt below
-    result = _run_pass(b, ags, labels, ladder, pick_device(device), chunk_elems, progress, cancel)
+    result = _run_pass(b, ags, labels, ladder, pick_device(device), chunk_elems, progress, cancel, unit)
     result.fingerprint = key
     result.refs = [b.ref.raw] + [a.ref.raw for a in ags]
     result.lineage = lineage
@@ -201,9 +228,9 @@ def cached_result(base: str, agents: Sequence[str], policy: str = "error") -> An
 
 def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], ladder: tuple[float, ...],
               device: torch.device, chunk_elems: int, progress: ProgressFn | None,
-              cancel: threading.Event | None) -> AnalysisResult:
+              cancel: threading.Event | None, unit: str = "abs") -> AnalysisResult:
     prints = Fingerprinter([base, *agents])
-    acc = overlap_accumulator(len(agents), ladder)
+    acc = overlap_accumulator(len(agents), ladder, steps=unit == "steps")
     deferred = gpu_style(device) and not uses_kernels(device)  # a GPU: nothing waits until the end
     batch = max(1, min(64, DECODE_BYTES // acc.pending_nbytes))  # tensors whose statistics are decoded together
     columns: list[tuple[dict, dict]] = []
@@ -215,9 +242,10 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     for i, (data, chunk, last, fused) in enumerate(chunks):
         if i == 0:
             _import_meanwhile("pandas")  # the frame needs it after the pass: 0.3 s, now on a side thread
+        dtype = base.tensors[data.span.tensor].dtype
         if deferred:
-            acc.add(chunk.taus, deferred=True)
-        elif not _add_chunk(acc, chunk, fused):
+            acc.add(chunk.taus, chunk.base, dtype, deferred=True)
+        elif not _add_chunk(acc, chunk, fused, dtype):
             check_finite(data, chunk.peak_abs_tau(fused), labels, base.label)  # raises, naming where
         if last:
             pending.append((data.span.tensor, acc.take()))
@@ -232,21 +260,22 @@ def _run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], lad
     frame = _frame([c for c, _ in columns])
     pair_frame = _frame([c for _, c in columns], PAIR_FRAME_COLUMNS)
     total = sum(e.numel for e in base.tensors.values() if e.dtype in FLOAT_CODES)
-    result = AnalysisResult(base.label, labels, ladder, total, frame, time.perf_counter() - start, pair_frame)
+    result = AnalysisResult(base.label, labels, ladder, total, frame, time.perf_counter() - start, pair_frame,
+                            unit=unit)
     _refuse_unchanged(result)
     return result
 
 
-def _add_chunk(acc: OverlapAccumulator, chunk, fused: bool) -> bool:
+def _add_chunk(acc: OverlapAccumulator, chunk, fused: bool, dtype: str) -> bool:
     """`acc.add_chunk`, with the kernel kept on this thread when the chunk makes one partition (a small
     tensor: waking the thread pool would cost more than the work)."""
     if not fused:
-        return acc.add_chunk(chunk, fused)
+        return acc.add_chunk(chunk, fused, dtype)
     from merging.kernels import one_thread_for
     from merging.kernels.common import hist_parts
 
     with one_thread_for(hist_parts(chunk.numel)):
-        return acc.add_chunk(chunk, fused)
+        return acc.add_chunk(chunk, fused, dtype)
 
 
 GROUP_COLUMNS = ["tower", "layer", "module", "expert", "role"]  # where a tensor sits (merging/reading/structure.py)
@@ -335,6 +364,7 @@ def _columns(base: Checkpoint, labels: list[str], ladder: tuple[float, ...], acc
     hist = st.hist.reshape(-1, n).numpy()
     for k in range(n):
         cols[f"k{k + 1}"] = hist[:, k]
+    cols.update(_precision_columns(st.precision, n))
     pair_list = pairs(n)
     per_pair = len(pair_list) * L
     layers = cols["layer"][::per_tensor] if per_tensor else []
@@ -355,6 +385,14 @@ def _columns(base: Checkpoint, labels: list[str], ladder: tuple[float, ...], acc
     return cols, pair_cols
 
 
+def _precision_columns(pr, n: int) -> dict[str, np.ndarray]:
+    """The precision statistics as frame columns, rows in the frame's order (tensor, agent, ε)."""
+    cols = {c: getattr(pr, c).reshape(-1).numpy() for c in PRECISION_COLUMNS if c != "eps_below_step"}
+    below = pr.eps_below_step  # (T, L): the same for every agent
+    cols["eps_below_step"] = below.unsqueeze(1).expand(below.shape[0], n, below.shape[1]).reshape(-1).numpy()
+    return cols
+
+
 def _refuse_unchanged(result: AnalysisResult) -> None:
     """An agent that changed nothing (at the smallest ε) is almost surely a wrong path: say so."""
     eps0 = result.ladder[0]
@@ -362,5 +400,6 @@ def _refuse_unchanged(result: AnalysisResult) -> None:
     idle = [a for a in result.agents if int(changed.get(a, 0)) == 0]
     if idle:
         raise RamStudioError(
-            f"agent {', '.join(idle)} is identical to the base (no parameter differs by more than ε={eps0:g}).",
+            f"agent {', '.join(idle)} is identical to the base (no parameter differs by more than "
+            f"{'ε=' + format(eps0, 'g') if result.unit == 'abs' else format(eps0, 'g') + ' steps'}).",
             "Check the paths: an agent must be a fine-tuned model, not a copy of the base.")

@@ -41,13 +41,34 @@ def global_density(result: AnalysisResult, eps: float) -> pd.DataFrame:
 
 def unique_vs_chance(result: AnalysisResult, eps: float) -> pd.DataFrame:
     """Per agent: density, unique share of its changed elements, and the unique share independent random
-    masks of the same densities would give (Π_{j≠i}(1 − d_j)), over the whole model and tensor by tensor
-    (`per_tensor_chance`), to tell element-level structure from chance."""
+    masks of the same densities would give (Π_{j≠i}(1 − d_j)), over the whole model, tensor by tensor
+    (`per_tensor_chance`) and per tensor × binade of |w_base| (`chance_unique_share_binade`: within each
+    group of elements that share one step of the stored dtype), to tell element-level structure from chance."""
     g = global_density(result, eps)
     g["unique_share"] = (g["unique"] / g["changed"].where(g["changed"] > 0)).fillna(0.0)
     g["chance_unique_share"] = chance_unique_share(list(g["density"]))
     g["chance_unique_share_tensor"] = g["agent"].map(per_tensor_chance(result, eps)).to_numpy()
+    binade = _at(result, eps).groupby("agent", sort=False)["chance_unique_binade"].sum().reindex(result.agents)
+    g["chance_unique_share_binade"] = (binade.to_numpy() / g["changed"].where(g["changed"] > 0)).fillna(0.0)
     return g
+
+
+def precision_view(result: AnalysisResult, eps: float) -> pd.DataFrame:
+    """Per agent at ε: the density, the density at ε = 0 (stored value changed at all), the share of its changed
+    elements that moved by exactly one representable value of the stored dtype and their share of the changed
+    elements' Σ τ², and the share of all weights where ε is below one step at the base weight."""
+    rows = _at(result, eps)
+    cols = ["changed", "changed_any", "one_step", "sq_one_step", "norm_unique", "norm_shared"]
+    g = rows.assign(norm_unique=rows["norm_unique"] ** 2, norm_shared=rows["norm_shared"] ** 2) \
+        .groupby("agent", sort=False)[cols].sum().reindex(result.agents)
+    energy = g["norm_unique"] + g["norm_shared"]
+    below = rows.drop_duplicates("tensor")["eps_below_step"].sum()
+    return pd.DataFrame({
+        "agent": result.agents, "density": (g["changed"] / result.total_params).to_numpy(),
+        "density_eps0": (g["changed_any"] / result.total_params).to_numpy(),
+        "one_step_share": (g["one_step"] / g["changed"].where(g["changed"] > 0)).fillna(0.0).to_numpy(),
+        "one_step_energy_share": (g["sq_one_step"] / energy.where(energy > 0)).fillna(0.0).to_numpy(),
+        "eps_below_step_share": float(below) / result.total_params if result.total_params else 0.0})
 
 
 def per_tensor_chance(result: AnalysisResult, eps: float) -> pd.Series:
@@ -265,13 +286,21 @@ def signal_retention(result: AnalysisResult, eps: float, r: float, alpha: float,
 
 
 def agents_json(result: AnalysisResult) -> list[dict]:
-    """One record per agent per ε: name, eps, changed, shared, unique, density, rho (the CLI's --json)."""
+    """One record per agent per ε: name, eps, changed, shared, unique, density, rho and the precision view
+    (the per-tensor × binade chance of the unique share, the one-step shares, the density at ε = 0) (the CLI's
+    --json)."""
     out = []
     for eps in result.ladder:
-        g = global_density(result, eps)
+        g = unique_vs_chance(result, eps)
+        pv = precision_view(result, eps).set_index("agent")
         for _, row in g.iterrows():
             rho_v = rho(int(row["shared"]), int(row["unique"]))
+            p = pv.loc[row["agent"]]
             out.append({"name": row["agent"], "eps": eps, "changed": int(row["changed"]),
                         "shared": int(row["shared"]), "unique": int(row["unique"]),
-                        "density": float(row["density"]), "rho": rho_v if math.isfinite(rho_v) else None})
+                        "density": float(row["density"]), "rho": rho_v if math.isfinite(rho_v) else None,
+                        "chance_unique_share_binade": float(row["chance_unique_share_binade"]),
+                        "one_step_share": float(p["one_step_share"]),
+                        "one_step_energy_share": float(p["one_step_energy_share"]),
+                        "density_eps0": float(p["density_eps0"])})
     return out

@@ -25,6 +25,7 @@ from merging.common.errors import RamStudioError
 from merging.merge import open_inputs, refuse_idle_agents
 from merging.reading.fingerprint import Fingerprinter, refuse_identical_agents
 from merging.methods import get_method
+from merging.methods.regions import Rule
 from merging.recipe import MergeSpec
 from merging.reading.resident import ResidentReader, fits_in_memory
 from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
@@ -126,7 +127,7 @@ class CandidateInputs:
         self._counts: dict[tuple[float, bool], dict[str, list[int]]] = {(CHECK_EPS, False): checked.as_lists()}
         self._lock = threading.Lock()
 
-    def counts(self, eps: float, params: dict[str, Any] | None = None) -> dict[str, list[int]]:
+    def counts(self, eps: Rule, params: dict[str, Any] | None = None) -> dict[str, list[int]]:
         """Whole-model shared/unique counts at ε (global ρ): from the analysis cache when it has them (as the
         CLI's merge takes them), else one counting pass over the inputs; kept for later candidates. With
         `params` asking for count_tied_twice, tied aliases count too (the analysis cache counts stored tensors
@@ -140,7 +141,7 @@ class CandidateInputs:
 
                 cached = cached_result(self.spec.base, self.spec.agents, self.spec.on_mismatch) \
                     if weights is None else None
-                hit = cached.counts_at(eps) if cached is not None and eps in cached.ladder else None
+                hit = cached.counts_at(eps) if cached is not None and cached.covers(eps) else None
                 if hit is None:
                     hit = count_overlaps(self.base, self.agents, eps, device=self.device, chunk_elems=self.chunk_elems,
                                          reader=self.reader, weights=weights).as_lists()

@@ -200,3 +200,96 @@ def make_head_agent(base: Path, dst: Path, *, seed: int, head_noise: float = 0.0
     cfg["tie_word_embeddings"] = False
     (Path(agent) / "config.json").write_text(json.dumps(cfg, indent=2))
     return agent
+
+
+# ---------------------------------------------------------------- numbers on a dtype's number line
+# Independent of the library's step tables (merging.methods.steps): bit patterns, read as positions on the line.
+
+_INT = {torch.bfloat16: (torch.int16, 16), torch.float16: (torch.int16, 16), torch.float32: (torch.int32, 32)}
+
+
+def ordinals(t: torch.Tensor):
+    """Each value's position on its dtype's number line (numpy int64): adjacent representable values differ by
+    1, +0 and −0 are both 0."""
+    import numpy as np
+
+    itype, bits = _INT[t.dtype]
+    raw = t.contiguous().view(itype).numpy().astype(np.int64) & ((1 << bits) - 1)
+    mag = raw & ((1 << (bits - 1)) - 1)
+    return np.where(raw >> (bits - 1) == 1, -mag, mag)
+
+
+def from_ordinals(o, dtype: torch.dtype) -> torch.Tensor:
+    """The values at positions `o` (numpy int64) of `dtype`'s number line (0 → +0)."""
+    import numpy as np
+
+    itype, bits = _INT[dtype]
+    raw = np.where(o < 0, (1 << (bits - 1)) | -o, o)
+    raw = np.where(raw >= 1 << (bits - 1), raw - (1 << bits), raw).astype(np.int16 if bits == 16 else np.int32)
+    return torch.from_numpy(raw).view(dtype)
+
+
+def step_at(base: torch.Tensor):
+    """One representable step at each base weight (float64): from |w| to the next larger magnitude of its dtype."""
+    o = abs(ordinals(base))
+    return (from_ordinals(o + 1, base.dtype).double() - from_ordinals(o, base.dtype).double()).numpy()
+
+
+def edge_base(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    """Random base weights in `dtype` with the awkward values mixed in: +0, −0, subnormals of either sign, exact
+    powers of two (where a step toward zero is half a step), and a few large weights; no Inf, no NaN."""
+    w = (torch.randn(shape, generator=g) * 0.02).to(dtype).reshape(-1)
+    n = w.numel()
+    pick = torch.randperm(n, generator=g)
+    k = max(1, n // 40)
+    w[pick[:k]] = 0.0
+    w[pick[k:2 * k]] = -0.0
+    sub = torch.randint(1, 40, (k,), generator=g).numpy()
+    sign = torch.where(torch.rand(k, generator=g) < 0.5, -1, 1).numpy()
+    w[pick[2 * k:3 * k]] = from_ordinals(sign * sub, dtype)  # the smallest subnormals, either sign
+    powers = 2.0 ** torch.randint(-12, 0, (2 * k,), generator=g).float()
+    w[pick[3 * k:5 * k]] = (powers * torch.where(torch.rand(2 * k, generator=g) < 0.5, -1.0, 1.0)).to(dtype)
+    w[pick[5 * k:5 * k + 2]] = torch.tensor([1.5, -3.0]).to(dtype)
+    return w.view(shape)
+
+
+def edge_agent(base: torch.Tensor, density: float, g: torch.Generator) -> torch.Tensor:
+    """An agent of `base` (same dtype) changed on a random `density` share: one step either way (across zero and
+    binade edges too), two or three steps, and realistic random updates rounded to the dtype; −0 where the base
+    holds +0 (the same value: no change)."""
+    o = ordinals(base).reshape(-1)
+    n = o.size
+    moved = torch.rand(n, generator=g).numpy() < density
+    kind = torch.randint(0, 4, (n,), generator=g).numpy()
+    delta = torch.randint(1, 4, (n,), generator=g).numpy() * torch.where(torch.rand(n, generator=g) < 0.5, -1, 1).numpy()
+    delta = torch.where(torch.from_numpy(kind <= 1), torch.from_numpy(delta.clip(-1, 1)), torch.from_numpy(delta)).numpy()
+    out = from_ordinals(o + moved * delta, base.dtype).float()
+    smooth = (base.reshape(-1).float() + torch.randn(n, generator=g) * 3e-4).to(base.dtype).float()
+    out = torch.where(torch.from_numpy(moved & (kind == 3)), smooth, out).to(base.dtype)
+    zeros = torch.from_numpy(o == 0) & (torch.rand(n, generator=g) < 0.5)
+    out[zeros] = -0.0
+    return out.view(base.shape)
+
+
+EDGE_SHAPES = {"model.embed_tokens.weight": (40, 24), "model.layers.0.self_attn.q_proj.weight": (24, 24),
+               "model.layers.0.mlp.up_proj.weight": (48, 24), "model.layers.1.input_layernorm.weight": (24,),
+               "model.norm.weight": (24,)}
+
+
+def write_plain_model(folder: Path, tensors: dict[str, torch.Tensor]) -> Path:
+    """One safetensors file and a minimal config.json (enough for the analysis and the merge)."""
+    folder.mkdir(parents=True)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}))
+    return folder
+
+
+def make_edge_family(root: Path, dtype: torch.dtype, n: int = 3, seed: int = 0,
+                     norms: torch.dtype | None = None) -> tuple[Path, list[Path]]:
+    """A base of `edge_base` tensors (norm tensors in `norms` when given) and n `edge_agent`s of rising density."""
+    g = torch.Generator().manual_seed(seed)
+    dt = {k: norms if norms is not None and "norm" in k else dtype for k in EDGE_SHAPES}
+    base = {k: edge_base(s, dt[k], g) for k, s in EDGE_SHAPES.items()}
+    agents = [{k: edge_agent(base[k], 0.2 + 0.25 * t, g) for k in EDGE_SHAPES} for t in range(n)]
+    return (write_plain_model(root / "base", base),
+            [write_plain_model(root / f"agent{t}", a) for t, a in enumerate(agents)])

@@ -70,9 +70,10 @@ def test_fused_histogram_equals_torch(dtype, n, ladder):
     torch_acc, fused_acc = overlap_accumulator(n, ladder), overlap_accumulator(n, ladder)
     for lo in range(0, base.numel(), 6000):
         hi = lo + 6000
-        torch_acc.add(agents[:, lo:hi].float() - base[lo:hi].float())
+        code = "BF16" if dtype == torch.bfloat16 else "F32"
+        torch_acc.add(agents[:, lo:hi].float() - base[lo:hi].float(), base[lo:hi].float(), code)
         chunk = ChunkInputs(base[lo:hi].contiguous(), list(agents[:, lo:hi]), torch.device("cpu"), True)
-        fused_acc.add_chunk(chunk, fused=True)
+        fused_acc.add_chunk(chunk, fused=True, dtype=code)
     a, b = torch_acc.result(), fused_acc.result()
     for field in ("changed", "shared", "unique", "hist", "conflicts", "pair_both", "pair_agree"):
         assert torch.equal(getattr(a, field), getattr(b, field)), field

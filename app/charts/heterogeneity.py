@@ -62,7 +62,8 @@ def overlap_stacked(df: pd.DataFrame, agents: list[str], chance: dict[str, float
 
 def unique_vs_chance_bars(df: pd.DataFrame, agents: list[str], log: bool = False) -> go.Figure:
     """Measured unique share of each agent's changed elements, with the share independent random masks of
-    the same densities would give (◆): above chance means the agents' updates avoid each other."""
+    the same densities would give: over the whole model (◆), tensor by tensor (◇) and per tensor × binade of
+    the base weight (×); above chance means the agents' updates avoid each other."""
     colors = agent_colors(agents)
     d = df.set_index("agent").reindex(agents)
     xs, full = agent_ticks(agents), labels(agents)
@@ -82,6 +83,13 @@ def unique_vs_chance_bars(df: pd.DataFrame, agents: list[str], log: bool = False
                         hovertemplate="%{customdata}: %{y:.3g}% by chance with each tensor's own densities"
                                       "<extra></extra>")
         values += list(100 * d["chance_unique_share_tensor"])
+    if "chance_unique_share_binade" in d:
+        fig.add_scatter(x=xs, y=100 * d["chance_unique_share_binade"], mode="markers", customdata=full,
+                        name="chance, tensor × binade",
+                        marker=dict(symbol="x-thin-open", size=13, color=NEUTRAL, line=dict(width=2.5)),
+                        hovertemplate="%{customdata}: %{y:.3g}% by chance within each tensor's binades of |w_base| "
+                                      "(one step size of the stored dtype each)<extra></extra>")
+        values += list(100 * d["chance_unique_share_binade"])
     _log_or_linear(fig, log, values, "unique share of changed elements (%)")
     fig.update_xaxes(title="agent")
     agent_axis(fig, agents)

@@ -58,6 +58,39 @@ if buttons.button("Re-run", icon=":material/refresh:", help="Forget the cached r
 
 base_params = {"eps": eps, "agents": agents}
 
+CHANCE_LEVELS = ("Chance levels of a unique share (what independent random masks of the same densities d_j would leave "
+                 "unique, Π_{j≠i}(1 − d_j), summed over the agent's changed elements): **whole model** — one density "
+                 "per agent over all weights; **per tensor** — each tensor's own densities; **per tensor × binade** — "
+                 "within each tensor, each group of elements whose base weights share the stored dtype's exponent "
+                 "(so one representable step, one rounding gate for a small update) with its own densities. The gap "
+                 "from whole-model to per-tensor chance is tensor placement; from per-tensor to per-binade, the number "
+                 "format; what remains below the per-binade chance is element-level attraction.")
+
+
+def precision_panel(eps: float) -> None:
+    """The number format's view next to ε: where ε sits against one step of the stored dtype, how many stored
+    values changed at all, and how many changed elements moved by exactly one representable value."""
+    pv = tables.precision_view(res, eps)
+    below = float(pv["eps_below_step_share"].iloc[0])
+    st.markdown(f"**ε and the stored number format.** At ε = {charts.eps_label(eps)}, ε is below one representable "
+                f"step of the stored dtype for **{100 * below:.1f} %** of the weights: there, every change of a stored "
+                "value passes ε, so \"changed\" means \"the stored value changed\". Part of the sparsity is "
+                "rounding: an accumulated update smaller than half a step at its weight rounds back to the base's value when "
+                "the weights are stored.")
+    short = charts.short_labels(agents)  # a narrow table: it sits under ε, at the page's width
+    table = pd.DataFrame({
+        "agent": pv["agent"].map(short), "density": pv["density"].map(charts.pct),
+        "at ε = 0": pv["density_eps0"].map(charts.pct), "one step": pv["one_step_share"].map(charts.pct),
+        "one-step Σ τ²": pv["one_step_energy_share"].map(charts.pct)})
+    st.dataframe(table, hide_index=True, width="stretch", column_config=fitted_columns(table))
+    st.caption("Per agent: density at this ε; at ε = 0 = the share of weights whose stored value differs from "
+               "the base's at all; one step = the share of its changed elements whose stored value is the base's "
+               "neighbour in the stored dtype (adjacent representable values), and one-step Σ τ² their share of the "
+               "changed elements' Σ τ². A step is the spacing of the stored dtype's values at the base weight (bf16: "
+               "2^(⌊log2|w|⌋ − 7)). "
+               "`ram-studio analyze --eps-steps K` counts an element as changed when |τ| exceeds K steps at its "
+               "base weight, and RAM / RAM+ take the same rule as `eps_steps` (our extension, not the paper's).")
+
 
 def fmt_rho(v: float) -> str:
     return "∞" if not math.isfinite(v) else f"{v:.4g}"
@@ -96,14 +129,14 @@ def overlap_panel(eps: float, view) -> None:
         "partners < 30 %": ag["dominated_30_share"].map(charts.pct),
         "unique share": ag["unique_share"].map(charts.pct),
         "chance (model)": ag["chance_unique_share"].map(charts.pct),
-        "chance (per tensor)": ag["chance_unique_share_tensor"].map(charts.pct)})
+        "chance (per tensor)": ag["chance_unique_share_tensor"].map(charts.pct),
+        "chance (tensor × binade)": ag["chance_unique_share_binade"].map(charts.pct)})
     st.dataframe(table, hide_index=True, width="stretch", column_config=fitted_columns(table))
     st.caption("Per agent, on its shared elements: same sign with each partner (pooled, chance 50 %); every active "
                "agent with its sign (chance from how many agents share each element); cosine of its update with the "
                "others' combined update (chance 0); the share of its energy Σ τ² in shared elements, and of that "
                "the share where the partners' combined |τ| is below 10 % or 30 % of its own. Unique share against "
-               "chance over the whole model and tensor by tensor (each tensor's own densities): the gap between the "
-               "two chance levels is structure — agents updating different tensors — not element-level avoidance.")
+               "its three chance levels. " + CHANCE_LEVELS)
     c = st.columns([2, 3], vertical_alignment="bottom")
     by = c[0].segmented_control("Where does agreement concentrate?", ["layer", "module"], default="layer",
                                 key="het_agree_by") or "layer"
@@ -178,6 +211,7 @@ def experts_panel(eps: float) -> None:
 
 
 with state.guard("Drawing the charts"):
+    precision_panel(eps)
     uvc = tables.unique_vs_chance(res, eps)
     chance = dict(zip(uvc["agent"], uvc["chance_unique_share"]))
     left, right = pair()
@@ -198,7 +232,7 @@ with state.guard("Drawing the charts"):
         charts.show(charts.unique_vs_chance_bars(uvc, agents, log_small), uvc,
                     "Bars: the share of each agent's changed elements no other agent changed. ◆: the same share if "
                     "every agent had changed an independent random set of the same size; ◇: the same, tensor by "
-                    "tensor, with each tensor's own densities (the gap between ◆ and ◇ is structure).",
+                    "tensor, with each tensor's own densities; ×: per tensor × binade of the base weight (below).",
                     "unique_vs_chance", title="Unique share against chance", params=base_params, width=HALF)
     with right:
         nc = tables.norms_and_conflicts(res, eps)
@@ -208,6 +242,7 @@ with state.guard("Drawing the charts"):
                     "way — where averaging cancels updates.",
                     "norms_and_sign_conflicts", title="Update size by region, and sign conflicts", params=base_params,
                     width=HALF)
+    st.caption(CHANCE_LEVELS)
 
     view, tower = towers_panel(eps)
     tower_param = {"tower": tower} if tower else {}

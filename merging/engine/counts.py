@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from merging.methods import regions
+from merging.methods.steps import Steps, step_thresholds
 from merging.reading.checkpoint import Checkpoint
 from merging.passes import (GUARD_KERNELS, ProgressFn, check_finite, float_chunks, kernel_dtype, locate_nonfinite,
     uses_kernels)
@@ -24,7 +25,7 @@ from merging.reading.chunk_inputs import max_over_parts
 class OverlapCounts:
     """Whole-model shared/unique counts per agent at `eps`, and each agent's max |τ| (0: equals the base)."""
 
-    eps: float
+    eps: regions.Rule
     shared: list[int]
     unique: list[int]
     max_abs_tau: list[float]
@@ -33,12 +34,13 @@ class OverlapCounts:
         return {"shared": list(self.shared), "unique": list(self.unique)}
 
 
-def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, device: torch.device,
+def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: regions.Rule, *, device: torch.device,
                    chunk_elems: int = DEFAULT_CHUNK_ELEMS, progress: ProgressFn | None = None,
                    cancel: threading.Event | None = None, fingerprinter: Fingerprinter | None = None,
                    read_threads: int | None = None, reader=None,
                    weights: Mapping[str, int] | None = None) -> OverlapCounts:
-    """Stream every float tensor once and count, per agent, its shared and unique elements at ε.
+    """Stream every float tensor once and count, per agent, its shared and unique elements at ε (or under the
+    step rule, `Steps`: in steps of each base tensor's stored dtype).
 
     `weights`: how many times to count a tensor (default once); a tied embedding counted twice gives the
     counts of code that counts over a loaded model's `state_dict()` (`stored_tensor_weights`).
@@ -62,18 +64,22 @@ def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, de
         if not chunk.numel:
             continue
         times = 1 if weights is None else weights.get(data.span.tensor, 1)
+        dtype = base.tensors[data.span.tensor].dtype
         if fused:  # counts and max |τ| in one pass over the chunk
             from merging.kernels.common import parts
             from merging.kernels.statistics import count_and_peak
 
             base_raw, agents_raw = chunk.raw()
+            steps = isinstance(eps, Steps)
+            thr = step_thresholds([eps.k], dtype)[0] if steps else np.zeros(256, np.float32)
             with one_thread_for(parts(base_raw.size)):
-                part, peak_parts = count_and_peak(base_raw, agents_raw, np.float32(eps), parts(base_raw.size))
+                part, peak_parts = count_and_peak(base_raw, agents_raw, np.float32(0 if steps else eps), thr, steps,
+                                                  parts(base_raw.size))
             host_total += torch.from_numpy(part) * times
             peak = check_finite(data, max_over_parts(peak_parts), labels, base.label)
             host_peaks = torch.maximum(host_peaks, peak)
         else:
-            total += regions.counts(chunk.taus, eps) * times
+            total += regions.counts(chunk.taus, eps, chunk.base, dtype) * times
             peaks = torch.maximum(peaks, chunk.peak_abs_tau(False))  # NaN propagates
     total = total.cpu() + host_total
     peaks_host = torch.maximum(peaks.cpu(), host_peaks).double()

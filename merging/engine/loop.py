@@ -194,6 +194,7 @@ class _MergeRun:
                                                        first=m is None) and step.path is not TensorPath.WHOLE_ON_DEVICE
             self.merger = TensorMerger(self.method, self.params, name, self.base.tensors[name].numel,
                                        len(self.agents), self.shared, fused=self.fused)
+            self.merger.ctx.dtype = self.base.tensors[name].dtype  # what a rule in steps counts in
 
     def _advance(self, step: Step, nbytes: int) -> None:
         self.tracker.advance(nbytes, step.span.tensor, tensor_finished=step.last)

@@ -14,7 +14,10 @@ from merging.kernels import one_thread_for
 from merging.reading.chunk_inputs import ChunkInputs, max_over_parts
 from merging.methods import get_method
 from merging.methods.base import ChunkContext, MergeMethod, agent_seed_keys
+from merging.common.dtypes import ST_TO_TORCH
 from merging.methods import regions
+
+_CODES = {v: k for k, v in ST_TO_TORCH.items()}
 
 
 class TensorMerger:
@@ -25,10 +28,10 @@ class TensorMerger:
     """
 
     def __init__(self, method: MergeMethod, params: dict[str, Any], tensor: str, numel: int,
-                 n_agents: int, shared: dict[str, Any], fused: bool = False) -> None:
+                 n_agents: int, shared: dict[str, Any], fused: bool = False, dtype: str = "F32") -> None:
         self.method = method
         self.passes = method.passes(params)
-        self.ctx = ChunkContext(tensor, 0, numel, agent_seed_keys(n_agents), params, {}, shared)
+        self.ctx = ChunkContext(tensor, 0, numel, agent_seed_keys(n_agents), params, {}, shared, dtype)
         self.fused = fused
         self._total: torch.Tensor | None = None
 
@@ -46,6 +49,7 @@ class TensorMerger:
             with one_thread_for(parts(chunk.numel)):
                 part = p.fused_reduce(*chunk.raw(), self.ctx)
         else:
+            self.ctx.base = chunk.base
             part = p.reduce(chunk.taus, self.ctx)
         self._total = part if self._total is None else self._total + part
 
@@ -68,28 +72,31 @@ class TensorMerger:
                 self.method.fused(base, agents, self.ctx, out, peak)
             return torch.from_numpy(out), max_over_parts(peak)
         peak = chunk.peak_abs_tau(fused=False)  # before merge, which may work on τ in place
+        self.ctx.base = chunk.base
         return chunk.base + self.method.merge(chunk.taus, self.ctx), peak
 
 
 def merge_in_memory(method: str | MergeMethod, taus: torch.Tensor, params: dict[str, Any] | None = None, *,
                     chunk_elems: int | None = None, agents: Iterable[str] | None = None,
                     tensor: str = "tensor", counts: dict[str, list[int]] | None = None,
-                    base: torch.Tensor | None = None, fused: bool = False) -> torch.Tensor:
+                    base: torch.Tensor | None = None, fused: bool = False, dtype: str | None = None) -> torch.Tensor:
     """Merge task vectors `taus` (N, ...) of one tensor in float32 and return τ_m; for tests and toys.
 
     With `base` given the result is θ0 + τ_m instead, and `fused` runs the CPU kernels (tests compare).
+    `dtype` is the stored dtype a rule in steps counts in (default: the base's torch dtype, else float32).
     """
     m = get_method(method) if isinstance(method, str) else method
     p = m.resolve_params(params or {})
     labels = list(agents) if agents is not None else [f"agent{i}" for i in range(taus.shape[0])]
     flat = taus.to(torch.float32).reshape(taus.shape[0], -1)
-    eps = m.global_counts_eps(p)
-    if eps is not None and counts is None:
-        counts = regions.count_lists(regions.counts(flat, eps))
-    shared = m.prepare(p, counts if eps is not None else None, labels)
-    tm = TensorMerger(m, p, tensor, flat.shape[1], len(labels), shared, fused=fused)
+    code = dtype or (_CODES.get(base.dtype, "F32") if base is not None else "F32")
     zero = base is None
     b = torch.zeros(flat.shape[1]) if zero else base.to(torch.float32).reshape(-1)
+    eps = m.global_counts_eps(p)
+    if eps is not None and counts is None:
+        counts = regions.count_lists(regions.counts(flat, eps, b, code))
+    shared = m.prepare(p, counts if eps is not None else None, labels)
+    tm = TensorMerger(m, p, tensor, flat.shape[1], len(labels), shared, fused=fused, dtype=code)
     agents_f = flat + b  # θ_t = θ0 + τ_t, so that the chunk inputs look like real models
 
     def chunk(lo: int, hi: int) -> ChunkInputs:

@@ -125,3 +125,21 @@ def fold_peak(lanes, bad):
         m = max(m, lanes[q])
         b |= bad[q]
     return np.float32(np.nan) if b else m
+
+
+@nb.njit(inline="always")
+def exponent_field(x):
+    """The float32 exponent field (0…255) of a float32 value."""
+    return (f32_bits(x) >> 23) & 0xFF
+
+
+@nb.njit(inline="always")
+def block_thresholds(bb, m, eps, thr, steps, th):
+    """th[:m] = each element's change threshold: ε, or with `steps` the step rule's threshold at the base
+    weight, thr[exponent field of bb[j]] (merging.methods.steps.step_thresholds)."""
+    if steps:
+        for j in range(m):
+            th[j] = thr[exponent_field(bb[j])]
+    else:
+        for j in range(m):
+            th[j] = eps

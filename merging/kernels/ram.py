@@ -5,11 +5,12 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from merging.kernels.common import BLOCK, LANES, ZERO, fold_peak, part_span, tau_block, widen
+from merging.kernels.common import BLOCK, LANES, ZERO, block_thresholds, fold_peak, part_span, tau_block, widen
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def ram(base, agents, eps, lam, use_lam, out, peak):
-    """RAM / RAM+ (Eq. 7): out = θ0 + τ_m (float32); per-agent max |τ| into `peak` (nparts, N).
+def ram(base, agents, eps, thr, steps, lam, use_lam, out, peak):
+    """RAM / RAM+ (Eq. 7): out = θ0 + τ_m (float32); per-agent max |τ| into `peak` (nparts, N). An element
+    is active where |τ| > ε, or with `steps` where |τ| > thr[exponent field of the base] (the step rule).
 
     The same float32 operations as merging.methods.ram in the same order: the sum of the active τ_t
     (t ascending, from +0), λ_t·τ_t of the one active agent, the sum / c where c ≥ 2."""
@@ -22,11 +23,13 @@ def ram(base, agents, eps, lam, use_lam, out, peak):
         total = np.empty(BLOCK, np.float32)
         uniq = np.empty(BLOCK, np.float32)
         c = np.empty(BLOCK, np.int32)
+        th = np.empty(BLOCK, np.float32)
         lanes = np.zeros((n, LANES), np.float32)
         bad = np.zeros((n, LANES), np.bool_)
         for s in range(lo, hi, BLOCK):
             m = min(s + BLOCK, hi) - s
             widen(base, s, m, bb)
+            block_thresholds(bb, m, eps, thr, steps, th)
             for j in range(m):
                 total[j] = ZERO
                 uniq[j] = ZERO
@@ -36,7 +39,7 @@ def ram(base, agents, eps, lam, use_lam, out, peak):
                 lt = lam[t]
                 for j in range(m):
                     x = tau[j]
-                    act = abs(x) > eps
+                    act = abs(x) > th[j]
                     c[j] += 1 if act else 0
                     total[j] += x if act else ZERO  # adding +0 leaves the sum as it is
                     uniq[j] = lt * x if act else uniq[j]

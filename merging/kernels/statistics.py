@@ -6,7 +6,12 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from merging.kernels.common import LANES, BLOCK, ZERO, fold_peak, load, part_span, tau_block, widen
+from merging.kernels.common import (LANES, BLOCK, ZERO, block_thresholds, f32_bits, fold_peak, load, part_span,
+                                    tau_block, widen)
+
+HALF = np.float32(0.5)
+
+NO_STEPS = np.zeros(256, np.float32)  # the threshold table argument when the rule is an absolute ε
 
 @nb.njit(parallel=True, cache=True, nogil=True)
 def peak_abs_tau(base, agents, nparts):
@@ -30,9 +35,10 @@ def peak_abs_tau(base, agents, nparts):
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def count_and_peak(base, agents, eps, nparts):
-    """Per-agent shared and unique counts (N, 2) of one chunk at ε, and each agent's max |τ| per
-    partition (nparts, N): the counting pass global ρ needs, in one pass over the chunk."""
+def count_and_peak(base, agents, eps, thr, steps, nparts):
+    """Per-agent shared and unique counts (N, 2) of one chunk at ε (with `steps`: under the step rule,
+    thresholds thr[exponent field of the base]), and each agent's max |τ| per partition (nparts, N): the
+    counting pass global ρ needs, in one pass over the chunk."""
     n, e = len(agents), base.shape[0]
     acc = np.zeros((nparts, n, 2), np.int64)
     peak = np.zeros((nparts, n), np.float32)
@@ -41,22 +47,24 @@ def count_and_peak(base, agents, eps, nparts):
         bb = np.empty(BLOCK, np.float32)
         tau = np.empty((n, BLOCK), np.float32)
         c = np.empty(BLOCK, np.int32)
+        th = np.empty(BLOCK, np.float32)
         lanes = np.zeros((n, LANES), np.float32)
         bad = np.zeros((n, LANES), np.bool_)
         for s in range(lo, hi, BLOCK):
             m = min(s + BLOCK, hi) - s
             widen(base, s, m, bb)
+            block_thresholds(bb, m, eps, thr, steps, th)
             for j in range(m):
                 c[j] = 0
             for t in range(n):
                 tau_block(agents[t], s, m, bb, tau[t], lanes[t], bad[t])
                 for j in range(m):
-                    c[j] += 1 if abs(tau[t, j]) > eps else 0
+                    c[j] += 1 if abs(tau[t, j]) > th[j] else 0
             for t in range(n):
                 sh = 0
                 un = 0
                 for j in range(m):
-                    act = abs(tau[t, j]) > eps
+                    act = abs(tau[t, j]) > th[j]
                     sh += 1 if act and c[j] >= 2 else 0
                     un += 1 if act and c[j] == 1 else 0
                 acc[p, t, 0] += sh
@@ -66,9 +74,9 @@ def count_and_peak(base, agents, eps, nparts):
     return acc.sum(axis=0), peak
 
 
-def overlap_counts(base, agents, eps, nparts):
+def overlap_counts(base, agents, eps, nparts, thr=NO_STEPS, steps=False):
     """Per-agent shared and unique counts (N, 2) of one chunk, for tensor-local ρ."""
-    return count_and_peak(base, agents, eps, nparts)[0]
+    return count_and_peak(base, agents, eps, thr, steps, nparts)[0]
 
 
 @nb.njit(inline="always")
@@ -80,27 +88,51 @@ def _bucket(a, lad, L):
     return np.int32(L) if a != a else k
 
 
+@nb.njit(inline="always")
+def _bucket_row(a, thr, f, L):
+    """Number of the step rule's thresholds at this base weight (thr[f, :L]) below a, L for NaN."""
+    k = np.int32(0)
+    for i in range(L):
+        k += np.int32(thr[f, i] < a)
+    return np.int32(L) if a != a else k
+
+
+@nb.njit(inline="always")
+def _step_kind(x, u, half_ok, neg):
+    """What τ = x is in steps of the base's stored dtype (u: one step at the base weight; `half_ok`: the base is a
+    power of two above the smallest normal binade; `neg`: its sign): 0 no change, 1 one step, 2 one step toward
+    zero from that power of two (half a step), 3 any other change."""
+    toward = half_ok & ((x < ZERO) != neg)
+    one = abs(x) == (u * HALF if toward else u)
+    return np.int32(0) if x == ZERO else (np.int32(1) + np.int32(toward) if one else np.int32(3))
+
+
 @nb.njit(parallel=True, cache=True, nogil=True)
-def overlap_histogram(base, agents, ladder, fractions, nparts):
+def overlap_histogram(base, agents, ladder, fractions, nparts, steps, thr, binmap, ulp, hfield):
     """Joint-state counts for the analysis pass (see analysis/ladder.py); Σ τ_t² per agent and joint state
     (N, states) and Σ τ_a·τ_b per pair of agents (a < b, in order) and joint state (P, states): the same sums
     as the torch path's weighted histograms, which decode into every ε's norms and shared-region
-    diagnostics; and the dominance tables (N, F, (L+1)²): Σ τ_t² by the interval [start, end) of ladder
+    diagnostics; the dominance tables (N, F, (L+1)²): Σ τ_t² by the interval [start, end) of ladder
     indices where t is active and shared and the active partners' Σ|τ| (float64, in agent order) is below
-    fractions[f]·|τ_t| (analysis.ladder._dominance_tables).
+    fractions[f]·|τ_t| (analysis.ladder._dominance_tables); and the precision table (N, 256·(L+1)·4): per
+    agent, counts by (binade of the base, ladder bucket, step kind) (analysis.precision).
 
-    Block by block: the ladder buckets (k = number of ladder values below |τ|; NaN above all) and the joint
-    code of every element in loops without branches; then the counts, into two interleaved tables (so that
-    runs of one state do not wait on each other); then each agent's squares and each pair's products, added
-    to its element's row of a (states, N + P) table, so that one element's sums share a cache line, while
-    the two largest |τ| of each element are tracked; then the dominance intervals of the rare elements where
-    one agent's |τ| is far above every other's. Ladders of up to 8 values (the default has 8) take eight
-    compares per |τ|, longer ones a loop."""
+    With `steps` the ladder counts steps of the base's stored dtype: bucket k counts the thresholds
+    thr[exponent field of the base, :L] below |τ| (merging.methods.steps). `binmap`, `ulp` and `hfield` are
+    the stored dtype's binade of each float32 exponent field, its step, and the smallest normal binade's field.
+
+    Block by block: the ladder buckets (k = number of ladder values below |τ|; NaN above all), the joint
+    code and the precision key of every element in loops without branches; then the counts, into two
+    interleaved tables (so that runs of one state do not wait on each other); then each agent's squares and
+    each pair's products, added to its element's row of a (states, N + P) table, so that one element's sums
+    share a cache line, while the two largest |τ| of each element are tracked; each agent's precision keys;
+    then the dominance intervals of the rare elements where one agent's |τ| is far above every other's.
+    Ladders of up to 8 values (the default has 8) take eight compares per |τ|, longer ones a loop."""
     n, e = len(agents), base.shape[0]
     L = ladder.shape[0]
     F = 2  # fractions: (lower, higher)
     f0, f1 = fractions[0], fractions[1]  # ascending
-    lad0 = np.float64(ladder[0])
+    lad0 = np.float32(ladder[0])
     s_ = 2 * (L + 1)
     states = s_ ** n
     npairs = n * (n - 1) // 2
@@ -114,20 +146,30 @@ def overlap_histogram(base, agents, ladder, fractions, nparts):
             q += 1
     width = n + npairs
     cells = (L + 1) * (L + 1)
+    pwidth = 256 * (L + 1) * 4
     lad = np.full(8, np.inf, np.float32)
     lad[:min(L, 8)] = ladder[:min(L, 8)]
     counts = np.zeros((nparts, states), np.int64)
     sq = np.zeros((nparts, width, states), np.float64)
     dom = np.zeros((nparts, n, F, cells), np.float64)
+    prec = np.zeros((nparts, n, pwidth), np.int64)
     for p in nb.prange(nparts):
         lo, hi = part_span(e, nparts, p)
         cnt = np.zeros((2, states), np.int64)
         sqs = np.zeros((states, width), np.float64)
         dm = np.zeros((n, F, cells), np.float64)
+        pt = np.zeros((n, pwidth), np.int64)
         sqv = np.empty(BLOCK, np.float64)
         bb = np.empty(BLOCK, np.float32)
         code = np.empty(BLOCK, np.int32)
         tau = np.empty((n, BLOCK), np.float32)
+        key = np.empty((n, BLOCK), np.int32)
+        fld = np.empty(BLOCK, np.int32)
+        kb = np.empty(BLOCK, np.int32)
+        uu = np.empty(BLOCK, np.float32)
+        hok = np.empty(BLOCK, np.bool_)
+        neg = np.empty(BLOCK, np.bool_)
+        lz = np.empty(BLOCK, np.float32)
         bk = np.empty(n, np.int32)  # the buckets of one (rare, dominated) element
         top1 = np.empty(BLOCK, np.float32)
         top2 = np.empty(BLOCK, np.float32)
@@ -139,17 +181,37 @@ def overlap_histogram(base, agents, ladder, fractions, nparts):
                 code[j] = 0
                 top1[j] = ZERO
                 top2[j] = ZERO
+                fb = f32_bits(bb[j])
+                f = (fb >> 23) & 0xFF
+                fld[j] = f
+                kb[j] = binmap[f] * np.int32(L + 1)
+                uu[j] = ulp[f]
+                hok[j] = ((fb & 0x7FFFFF) == 0) & (f > hfield)
+                neg[j] = fb < 0
+                lz[j] = thr[f, 0] if steps else lad0
             mul = np.int32(1)
             for t in range(n):
                 row = agents[t][s:s + m]
                 tr = tau[t]
-                if L <= 8:
+                kt = key[t]
+                if steps:
                     for j in range(m):
                         x = load(row, j) - bb[j]
                         tr[j] = x
-                        k = _bucket(abs(x), lad, L)
-                        code[j] += (np.int32(2) * k + np.int32(x > ZERO)) * mul
                         ax = abs(x)
+                        k = _bucket_row(ax, thr, fld[j], L)
+                        code[j] += (np.int32(2) * k + np.int32(x > ZERO)) * mul
+                        kt[j] = (kb[j] + k) * np.int32(4) + _step_kind(x, uu[j], hok[j], neg[j])
+                        top2[j] = max(top2[j], min(top1[j], ax))
+                        top1[j] = max(top1[j], ax)
+                elif L <= 8:
+                    for j in range(m):
+                        x = load(row, j) - bb[j]
+                        tr[j] = x
+                        ax = abs(x)
+                        k = _bucket(ax, lad, L)
+                        code[j] += (np.int32(2) * k + np.int32(x > ZERO)) * mul
+                        kt[j] = (kb[j] + k) * np.int32(4) + _step_kind(x, uu[j], hok[j], neg[j])
                         top2[j] = max(top2[j], min(top1[j], ax))  # the two largest |τ| of the element
                         top1[j] = max(top1[j], ax)
                 else:
@@ -162,6 +224,7 @@ def overlap_histogram(base, agents, ladder, fractions, nparts):
                         k = np.int32(L) if a != a else k
                         tr[j] = x
                         code[j] += (np.int32(2) * k + np.int32(x > ZERO)) * mul
+                        kt[j] = (kb[j] + k) * np.int32(4) + _step_kind(x, uu[j], hok[j], neg[j])
                         top2[j] = max(top2[j], min(top1[j], a))
                         top1[j] = max(top1[j], a)
                 mul *= np.int32(s_)
@@ -184,6 +247,11 @@ def overlap_histogram(base, agents, ladder, fractions, nparts):
                     sqv[j] = np.float64(ta[j]) * np.float64(tb[j])
                 for j in range(m):
                     sqs[code[j], n + q] += sqv[j]
+            for t in range(n):
+                kt = key[t]
+                ptt = pt[t]
+                for j in range(m):
+                    ptt[kt[j]] += 1
             # Dominance. For ε indices before `end`, the partner with the largest |τ| is active, so the
             # partners' Σ|τ| is at least that |τ|: only the agent with the largest |τ| can be dominant, and
             # only where the runner-up is active at the smallest ε and below the higher fraction of it. Such
@@ -191,7 +259,7 @@ def overlap_histogram(base, agents, ladder, fractions, nparts):
             # decode to nothing).
             hits = 0
             for j in range(m):
-                ok = (np.float64(top2[j]) > lad0) & (np.float64(top2[j]) < f1 * np.float64(top1[j]))
+                ok = (top2[j] > lz[j]) & (np.float64(top2[j]) < f1 * np.float64(top1[j]))
                 flag[j] = ok
                 hits += np.int32(ok)
             if hits == 0:
@@ -202,7 +270,9 @@ def overlap_histogram(base, agents, ladder, fractions, nparts):
                     for o in range(n):
                         a32 = abs(tau[o, j])
                         t = o if a32 == top1[j] else t
-                        if L <= 8:
+                        if steps:
+                            bk[o] = _bucket_row(a32, thr, fld[j], L)
+                        elif L <= 8:
                             bk[o] = _bucket(a32, lad, L)
                         else:
                             k = np.int32(0)
@@ -239,5 +309,7 @@ def overlap_histogram(base, agents, ladder, fractions, nparts):
             for f in range(F):
                 for i in range(cells):
                     dom[p, t, f, i] = dm[t, f, i]
+            for i in range(pwidth):
+                prec[p, t, i] = pt[t, i]
     total = sq.sum(axis=0)
-    return counts.sum(axis=0), total[:n].copy(), total[n:].copy(), dom.sum(axis=0)
+    return counts.sum(axis=0), total[:n].copy(), total[n:].copy(), dom.sum(axis=0), prec.sum(axis=0)

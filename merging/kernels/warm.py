@@ -25,13 +25,16 @@ def _warm_calls(name: str, dtype: str):
     base, agents, out, peak = _dummies(dtype)
     ladder = np.zeros(8, np.float32)
     if name == "count_and_peak":
-        return [(count_and_peak, (base, agents, np.float32(0), 1))]
+        return [(count_and_peak, (base, agents, np.float32(0), np.zeros(256, np.float32), False, 1))]
     if name == "peak_abs_tau":
         return [(peak_abs_tau, (base, agents, 1))]
     if name == "overlap_histogram":
-        return [(overlap_histogram, (base, agents, ladder, np.array([0.1, 0.3]), 1))]
+        return [(overlap_histogram, (base, agents, ladder, np.array([0.1, 0.3]), 1, False,
+                                     np.zeros((256, 8), np.float32), np.zeros(256, np.int32),
+                                     np.zeros(256, np.float32), 1))]
     if name == "ram":
-        return [(ram, (base, agents, np.float32(0), np.ones(3, np.float32), True, out, peak))]
+        return [(ram, (base, agents, np.float32(0), np.zeros(256, np.float32), False, np.ones(3, np.float32), True,
+                       out, peak))]
     if name == "linear":
         return [(linear, (base, agents, np.float32(1), out, peak))]
     if name == "dare":

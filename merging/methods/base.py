@@ -26,7 +26,8 @@ class ChunkContext:
     `taus` handed to a method have shape (N, E): N agents, E elements of the tensor's flat range
     [offset, offset + E). `agent_keys` come from `agent_seed_keys` (the agents' positions). `state` holds
     results of this tensor's passes; `shared` holds merge-wide values (e.g. global λ_t from the overlap
-    counts).
+    counts). `dtype` is the base tensor's stored dtype code and `base` the chunk's base weights (float32, (E,),
+    on the torch path; the fused kernels get the stored values): what rules in steps of the stored dtype need.
     """
 
     tensor: str
@@ -36,6 +37,8 @@ class ChunkContext:
     params: dict[str, Any]
     state: dict[str, Any] = field(default_factory=dict)
     shared: dict[str, Any] = field(default_factory=dict)
+    dtype: str = "F32"
+    base: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

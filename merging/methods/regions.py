@@ -12,7 +12,11 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from merging.methods.steps import Steps, changed_steps
+
 RULES = ("clip", "soft")
+# What decides "changed": an absolute ε (Eq. 1, a float) or the step rule (`Steps`, our extension).
+Rule = float | Steps
 
 
 def f32(x: float) -> float:
@@ -24,6 +28,23 @@ def f32(x: float) -> float:
 def changed(taus: torch.Tensor, eps: float) -> torch.Tensor:
     """m_t = |τ_t| > ε (Eq. 1), τ in float32 and ε rounded to float32."""
     return taus.abs() > f32(eps)
+
+
+def changed_by(taus: torch.Tensor, rule: Rule, base: torch.Tensor | None = None,
+               dtype: str = "F32") -> torch.Tensor:
+    """m_t under `rule`: |τ_t| > ε, or |τ_t| > K steps of `dtype` at the base weight (float32 `base`, (E,),
+    needed only then; τ (N, E))."""
+    if isinstance(rule, Steps):
+        if base is None:
+            raise ValueError("the step rule needs the base weights")
+        return changed_steps(taus, base, rule.k, dtype)
+    return changed(taus, rule)
+
+
+def rule_of(params: dict) -> Rule:
+    """The region rule a method's parameters set: `eps_steps` > 0 is the step rule, else the absolute ε."""
+    k = float(params.get("eps_steps") or 0.0)
+    return Steps(k) if k > 0 else float(params["eps"])
 
 
 def shared_and_unique(m: torch.Tensor, dim: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -39,10 +60,11 @@ def masks(taus: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     return m, m.sum(0, dtype=torch.int32)
 
 
-def counts(taus: torch.Tensor, eps: float) -> torch.Tensor:
-    """Shared and unique counts per agent over all of `taus` (N, ...): an (N, 2) int64 tensor."""
+def counts(taus: torch.Tensor, eps: Rule, base: torch.Tensor | None = None, dtype: str = "F32") -> torch.Tensor:
+    """Shared and unique counts per agent over all of `taus` (N, ...): an (N, 2) int64 tensor (the step rule
+    needs the float32 `base` of the same elements and its stored dtype)."""
     flat = taus.reshape(taus.shape[0], -1)
-    _, shared, unique = shared_and_unique(changed(flat, eps))
+    _, shared, unique = shared_and_unique(changed_by(flat, eps, None if base is None else base.reshape(-1), dtype))
     return torch.stack([shared.sum(1), unique.sum(1)], 1).to(torch.int64)
 
 

@@ -16,22 +16,22 @@ from ram_studio.api.running import prefetch
 
 
 def analyze(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, eps_ladder: Sequence[float] | str | None = None,
-            eps: float = 1e-5, json: str | os.PathLike | None = None, csv: str | os.PathLike | None = None,
+            eps: float = 1e-5, eps_steps: float | None = None, json: str | os.PathLike | None = None, csv: str | os.PathLike | None = None,
             pairs_csv: str | os.PathLike | None = None, overwrite: bool = False, device: str = "auto",
             no_cache: bool = False, on_mismatch: str = "error", progress: ProgressArg = True) -> "Analysis":
     """Analyse `agents` against `base` as `ram-studio analyze` does (keywords are its flags): every ε of
-    `eps_ladder` in one pass, cached; `json`/`csv`/`pairs_csv` write its files (placement rules checked before
+    `eps_ladder` in one pass, cached (with `eps_steps` K the ladder counts representable steps of the stored dtype
+    and the summary is at K steps); `json`/`csv`/`pairs_csv` write its files (placement rules checked before
     any work). Models: a folder, a Hub id ("org/name[@revision]") or a demo model ("demo:code").
     Returns an Analysis (tables as pandas frames, the app's figures); bad input raises RamStudioError."""
-    from analysis.ladder import DEFAULT_LADDER
     from analysis.stats import analyze as run_analysis
     from merging.reading.checkpoint import open_checkpoint
-    from ram_studio.commands.analyze import _ladder, _write_outputs, summary_eps
+    from ram_studio.commands.analyze import _write_outputs, ladder_and_unit, summary_eps
     from ram_studio.console import stop_on_signal
     from ram_studio.inputs import file_output
 
     args = parse("analyze", [*model_refs(base, "base"), *model_refs(agents, "agents")],
-                 dict(eps_ladder=eps_ladder, eps=eps, json=json, csv=csv, pairs_csv=pairs_csv, overwrite=overwrite,
+                 dict(eps_ladder=eps_ladder, eps=eps, eps_steps=eps_steps, json=json, csv=csv, pairs_csv=pairs_csv, overwrite=overwrite,
                       device=device, no_cache=no_cache, on_mismatch=on_mismatch))
     to = sink(progress)
     with stop_on_signal() as stop:
@@ -40,11 +40,11 @@ def analyze(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, eps
         agent_ckpts = [open_checkpoint(a) for a in args.agents]
         outputs = {flag: file_output(getattr(args, flag), [base_ckpt, *agent_ckpts], args.overwrite)
                    for flag in ("json", "csv", "pairs_csv")}
-        ladder = _ladder(args.eps_ladder) if args.eps_ladder else list(DEFAULT_LADDER)
+        ladder, unit = ladder_and_unit(args)
         result = run_analysis(base_ckpt, agent_ckpts, ladder=ladder, device=args.device, policy=args.on_mismatch,
                               use_cache=not args.no_cache, progress=engine(to, "analyze"), cancel=stop,
-                              warn=lambda text: warnings.warn(text, stacklevel=3))
-    at = summary_eps(result, args.eps)
+                              warn=lambda text: warnings.warn(text, stacklevel=3), unit=unit)
+    at = summary_eps(result, args.eps, args.eps_steps)
     from analysis import agreement
 
     _write_outputs(outputs, result, at, agreement.reading(result, at))
@@ -89,7 +89,15 @@ class Analysis(Shown):
         at = self._at(eps)
         g = unique_vs_chance(self.result, at).merge(rho_table(self.result, at)[["agent", "rho"]], on="agent")
         return g[["agent", "changed", "shared", "unique", "density", "rho", "unique_share", "chance_unique_share",
-                  "chance_unique_share_tensor"]]
+                  "chance_unique_share_tensor", "chance_unique_share_binade"]]
+
+    def precision(self, eps: float | None = None):
+        """Per agent at ε, the number format's view: density, density at ε = 0 (stored value changed at all), the
+        share of the changed elements one representable step from the base and their share of Σ τ², and the
+        share of weights where ε is below one step."""
+        from analysis.tables import precision_view
+
+        return precision_view(self.result, self._at(eps))
 
     def pairs(self, eps: float | None = None):
         """Per pair at ε, on the elements both changed: count against chance, same sign (± s.e.), cosine."""

@@ -18,6 +18,11 @@ def add_parser(sub) -> None:
     add_model_arguments(sp)
     sp.add_argument("--eps-ladder", help="comma-separated ε values (default 0,1e-7,1e-6,3e-6,1e-5,3e-5,1e-4,1e-3)")
     sp.add_argument("--eps", type=float, default=1e-5, help="ε for the printed summary")
+    sp.add_argument("--eps-steps", type=float, metavar="K",
+                    help="count an element as changed when |τ| exceeds K representable steps of the base's stored "
+                         "dtype at the base weight (K > 0; our extension, not the paper's absolute ε): the ladder "
+                         "(--eps-ladder, default 0,0.5,1,2,4,8,16, plus K) is then in steps and the summary, "
+                         "\"density\" and the shared/unique counts are at K steps")
     sp.add_argument("--json", help="write per-agent summaries for every ε as JSON")
     sp.add_argument("--csv", help="write the full per-tensor table as CSV (one row per agent × tensor × ε)")
     sp.add_argument("--pairs-csv", help="write the per-tensor pair diagnostics as CSV (one row per pair of agents "
@@ -31,7 +36,6 @@ def add_parser(sub) -> None:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Analyse the base and agents, print the summary at --eps, and write the files asked for."""
-    from analysis.ladder import DEFAULT_LADDER
     from analysis.stats import analyze, size_note
     from merging.reading.checkpoint import open_checkpoint
 
@@ -41,22 +45,39 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     agents = [open_checkpoint(a) for a in args.agents]
     outputs = {flag: file_output(getattr(args, flag), [base, *agents], args.overwrite)
                for flag in ("json", "csv", "pairs_csv")}
-    ladder = _ladder(args.eps_ladder) if args.eps_ladder else list(DEFAULT_LADDER)
+    ladder, unit = ladder_and_unit(args)
     note = size_note(base, len(agents), ladder)
     if note and not args.quiet:
         say(f"note: {note}", file=sys.stderr)
     with stop_on_signal() as stop:
         result = analyze(base, agents, ladder=ladder, device=args.device, policy=args.on_mismatch,
                          use_cache=not args.no_cache, progress=None if args.quiet else progress_printer("analyze"),
-                         cancel=stop, warn=lambda text: say(f"warning: {text}", file=sys.stderr))
-    eps = summary_eps(result, args.eps)
+                         cancel=stop, warn=lambda text: say(f"warning: {text}", file=sys.stderr), unit=unit)
+    eps = summary_eps(result, args.eps, args.eps_steps)
     read = _print_summary(result, eps)
     _write_outputs(outputs, result, eps, read)
     return 0
 
 
-def summary_eps(result, eps: float) -> float:
-    """The ε the summary is given at: the one asked for when it was analysed, else 1e-5, else the ladder's last."""
+def ladder_and_unit(args: argparse.Namespace) -> tuple[list[float], str]:
+    """The ladder to analyse and its unit: ε values, or with --eps-steps K counts of representable steps (the
+    default step ladder, or --eps-ladder read in steps, with K added)."""
+    from analysis.ladder import DEFAULT_LADDER, STEP_LADDER
+
+    k = getattr(args, "eps_steps", None)
+    if k is None:
+        return (_ladder(args.eps_ladder) if args.eps_ladder else list(DEFAULT_LADDER)), "abs"
+    if not 0 < k < float("inf"):
+        raise RamStudioError(f"--eps-steps {k:g}: K must be a finite number > 0.",
+                             "E.g. --eps-steps 1 (changed when |τ| exceeds one step of the stored dtype).")
+    return sorted(set(_ladder(args.eps_ladder) if args.eps_ladder else STEP_LADDER) | {float(k)}), "steps"
+
+
+def summary_eps(result, eps: float, steps: float | None = None) -> float:
+    """The ε the summary is given at: K with --eps-steps; else the one asked for when it was analysed, else 1e-5,
+    else the ladder's last."""
+    if steps is not None:
+        return float(steps)
     return eps if eps in result.ladder else (1e-5 if 1e-5 in result.ladder else result.ladder[-1])
 
 
@@ -67,8 +88,8 @@ def json_document(result, eps: float, read) -> dict:
 
     fields = agreement.agent_fields(result)
     records = [{**rec, **fields[(rec["name"], rec["eps"])]} for rec in agents_json(result)]
-    return {"eps": list(result.ladder), "total_params": result.total_params, "base": result.base,
-            "agents": records, "pairs": agreement.pairs_json(result),
+    return {"eps": list(result.ladder), "eps_unit": result.unit, "total_params": result.total_params,
+            "base": result.base, "agents": records, "pairs": agreement.pairs_json(result),
             "reading": {"eps": eps, "regime": read.regime, "text": read.text},
             "fingerprint": result.fingerprint, "seconds": result.seconds}
 
@@ -80,9 +101,11 @@ def _print_summary(result, eps: float):
 
     summary = global_density(result, eps).merge(rho_table(result, eps)[["agent", "rho"]], on="agent")
     summary["density"] = (100 * summary["density"]).map("{:.3f} %".format)
-    say(f"ε = {eps:g}; {result.total_params:,} parameters; "
+    rule = f"ε = {eps:g}" if result.unit == "abs" else f"ε = {eps:g} steps of the stored dtype"
+    say(f"{rule}; {result.total_params:,} parameters; "
           f"{'from cache' if result.from_cache else f'{result.seconds:.1f} s'}")
     say(table(summary[["agent", "changed", "shared", "unique", "density", "rho"]]))
+    say("\n" + _precision_lines(result, eps))
     read = agreement.reading(result, eps)
     if len(result.agents) > 1:
         say("\nIs the overlap real? (elements both changed; chance: 50 % same sign, cosine 0)")
@@ -113,6 +136,21 @@ def _ladder(text: str) -> list[float]:
         raise RamStudioError(f"cannot read --eps-ladder {text!r}.", "Use comma-separated numbers, e.g. 0,1e-6,1e-5.")
 
 
+def _precision_lines(result, eps: float) -> str:
+    """The precision view at `eps`: stored value changed at all, one-step changes and their energy, and
+    where ε sits against one step of the stored dtype."""
+    from analysis.tables import precision_view
+
+    pv = precision_view(result, eps)
+    lines = [f"Precision: ε is below one step of the stored dtype for {_pct(pv['eps_below_step_share'].iloc[0])} "
+             "of the weights" if result.unit == "abs" else "Precision (thresholds in steps of the stored dtype):"]
+    for r in pv.itertuples():
+        lines.append(f"  {printable(r.agent, 200)}: stored value changed {_pct(r.density_eps0)}; of the changed, "
+                     f"{_pct(r.one_step_share)} moved exactly one representable step ({_pct(r.one_step_energy_share)}"
+                     " of their Σ τ²)")
+    return "\n".join(lines)
+
+
 def _pct(v: float) -> str:
     return "–" if v != v else f"{100 * v:.1f} %"
 
@@ -140,6 +178,7 @@ def _agent_summary(ag):
         "shared energy": [_pct(v) for v in ag["shared_energy_share"]],
         "partners < 10 % / 30 %": [f"{_pct(a)} / {_pct(b)}" for a, b in
                                    zip(ag["dominated_10_share"], ag["dominated_30_share"])],
-        "unique (chance: model / tensor)": [f"{_pct(u)} ({_pct(c)} / {_pct(t)})" for u, c, t in
-                                            zip(ag["unique_share"], ag["chance_unique_share"],
-                                                ag["chance_unique_share_tensor"])]})
+        "unique (chance: model / tensor / binade)": [
+            f"{_pct(u)} ({_pct(c)} / {_pct(t)} / {_pct(b)})" for u, c, t, b in
+            zip(ag["unique_share"], ag["chance_unique_share"], ag["chance_unique_share_tensor"],
+                ag["chance_unique_share_binade"])]})
