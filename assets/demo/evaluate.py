@@ -62,11 +62,13 @@ def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
     counts outputs that are the careless habit answer; a suite with an answer envelope adds
     `format_slip` (wrong only for the missing envelope: the answer or habit written bare).
     `tasks` defaults to the suite's; `progress` is told after each task, `cancel` is checked
-    before each task (Cancelled when set)."""
+    before each task (Cancelled when set). `df.attrs["outcomes"]` holds each task's per-example results
+    (1 right, 0 wrong, in the evaluation set's order): what paired comparisons of two models need."""
     tasks = suite.tasks if tasks is None else tuple(tasks)
     sets = {task: suite.eval_set(task, split, limit) for task in tasks}
     total, done = sum(len(v) for v in sets.values()), 0
     rows = []
+    outcomes: dict[str, list[int]] = {}
     torch.manual_seed(0)
     for task in tasks:
         if cancel is not None and cancel.is_set():
@@ -78,6 +80,7 @@ def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
                               "habit": [is_habit(e, o) for e, o in zip(examples, outputs)],
                               "format_slip": [suite.is_format_slip(e, o)
                                               for e, o in zip(examples, outputs)]})
+        outcomes[task] = [int(bool(v)) for v in frame["ok"]]
         groups = [("all", frame)]
         if task in suite.subset_tasks:
             groups += sorted(frame.groupby("subset"), key=lambda kv: _subset_key(kv[0]))
@@ -91,6 +94,7 @@ def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
     columns = ["task", "subset", "n", "correct", "habit"] + (["format_slip"] if suite.enveloped else [])
     df = pd.DataFrame(rows, columns=columns)
     df["accuracy"] = df["correct"] / df["n"]
+    df.attrs["outcomes"] = outcomes
     return df
 
 
