@@ -48,7 +48,7 @@ class Scores:
     @property
     def average_stderr(self) -> float | None:
         """The standard error of `average`: √(Σ se²)/k over the tasks (independent examples per task)."""
-        from .noise import average_se
+        from analysis.noise import average_se
 
         return average_se(self.stderr.get(t) for t in self.scores) if self.scores else None
 

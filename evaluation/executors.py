@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import merging
+from analysis.noise import pack_outcomes
 from merging.common.errors import Cancelled, RamStudioError
 
 from .base import Evaluator
-from .noise import pack_outcomes
 from .sweep import Executor, Job, SweepProgressFn, SweepResult, SweepSpec, run_sweep
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.noise import Z, pack_outcomes
 from merging.common.errors import printable
 
-from .noise import Z, pack_outcomes
 from .sweep import CANDIDATE, Entry, SweepResult
 
 

@@ -18,12 +18,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from analysis.noise import average_se, unpack_outcomes
 from merging.common.errors import Cancelled, RamStudioError, printable
 
 from . import verdicts
 from .base import Evaluator
 from .grid import Candidate, Grid, stages
-from .noise import average_se, unpack_outcomes
 from .store import ScoreStore, score_key
 
 CANDIDATE, REFERENCE = "candidate", "reference"

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
+from analysis.noise import Z, beyond_noise, paired, unpaired_se
 from merging.common.errors import RamStudioError
 from merging.methods import get_method
 
-from .noise import Z, beyond_noise, paired, unpaired_se
 
 EDGE_STEPS = 2  # how many values past an edge to suggest
 

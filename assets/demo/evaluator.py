@@ -11,7 +11,7 @@ from typing import Sequence
 import pandas as pd
 
 from evaluation.base import EvalProgress, LoadedModel, Scores
-from evaluation.noise import binomial_se
+from analysis.noise import binomial_se
 from evaluation.quiet import quiet_libraries
 from merging.common.errors import RamStudioError, first_line
 
