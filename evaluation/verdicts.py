@@ -61,9 +61,12 @@ def mark_within_noise(valid: list, chosen: dict[str, Any], best) -> list[str]:
         mine = [e for e in valid if e.method == method and e.ok]
         tied = [e for e in mine if e is not ce and e.within_noise_method]
         if ce is not None and tied:
-            notes.append(f"{method}: {len(tied)} of the other {len(mine) - 1} settings are within noise of the chosen "
-                         f"{ce.candidate.settings or ce.label} on validation (paired difference under {Z:g} standard "
-                         "errors): the choice among them is a coin toss")
+            others = len(mine) - 1
+            what = ("the other setting is" if others == 1 else
+                    f"{len(tied)} of the other {others} settings {'is' if len(tied) == 1 else 'are'}")
+            notes.append(f"{method}: {what} within noise of the chosen {ce.candidate.settings or ce.label} on "
+                         f"validation (paired difference under {Z:g} standard errors): the choice among them is a "
+                         "coin toss")
     if best_e is not None:
         rivals = [by_cand[c] for m, c in chosen.items() if c != best and c in by_cand and by_cand[c].within_noise]
         if rivals:
