@@ -109,14 +109,21 @@ def _bound(method: str, name: str, high: bool) -> float | None:
     return decl.high if high else decl.low
 
 
+def _spread(vs: list[float]) -> float:
+    """How unevenly `vs` are spaced: the coefficient of variation of their steps (0 for an even grid)."""
+    steps = [b - a for a, b in zip(vs, vs[1:])]
+    mean = sum(steps) / len(steps)
+    return math.sqrt(sum((d - mean) ** 2 for d in steps) / len(steps)) / mean if mean else 0.0
+
+
 def next_values(method: str, name: str, values: list[float], high: bool) -> list[float]:
     """Up to EDGE_STEPS values past the edge of `values` (high or low end): the grid's own spacing continued
-    (geometric when the values span a factor of 10 or more, else the mean step rounded to one significant
-    figure); where that leaves the parameter's allowed range, halfway to its bound instead; [] when nothing
+    (geometric when the values are more evenly spaced on a log scale and span a factor of 10 or more, else the
+    mean step rounded to one significant figure); where that leaves the parameter's allowed range, halfway to its bound instead; [] when nothing
     lies beyond."""
     vs = sorted(values)
     edge = vs[-1] if high else vs[0]
-    geometric = vs[0] > 0 and vs[-1] / vs[0] >= 10
+    geometric = vs[0] > 0 and _spread([math.log(v) for v in vs]) < _spread(vs) and vs[-1] / vs[0] >= 10
     if geometric:
         ratio = (vs[-1] / vs[0]) ** (1 / (len(vs) - 1))
         steps = [edge * ratio ** k if high else edge / ratio ** k for k in range(1, EDGE_STEPS + 1)]
