@@ -89,11 +89,12 @@ def beyond_noise(diff: float, se: float | None) -> bool:
     return se is not None and math.isfinite(diff) and abs(diff) > Z * se
 
 
-def plus_minus(value: float | None, se: float | None, digits: int = 1) -> str:
-    """`33.2 ± 1.4` (or just the value when the s.e. is unknown; `–` for no value)."""
+def plus_minus(value: float | None, se: float | None, digits: int = 1, signed: bool = False) -> str:
+    """`33.2 ± 1.4` (`+1.6 ± 1.0` when `signed`; just the value when the s.e. is unknown; `–` for no value)."""
     if value is None or not math.isfinite(value):
         return "–"
-    return f"{value:.{digits}f}" + ("" if se is None or not math.isfinite(se) else f" ± {se:.{digits}f}")
+    return (f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}") + (
+        "" if se is None or not math.isfinite(se) else f" ± {se:.{digits}f}")
 
 
 def compare_text(a: str, b: str, diff: float, se: float | None, digits: int = 1) -> str:

@@ -51,8 +51,27 @@ def export_picker(res: SweepResult) -> None:
         fill_merge_page(pick.method, pick.param_dict)
 
 
+SCORES_KEY = "sweep_score_tables"  # selection key → (Table-1-like scores, paired comparisons, agents) of its last sweep
+
+
+def session_evidence(sel: state.Selection) -> str:
+    """For the overlap reading: a sentence citing this session's last finished sweep of these same models (their
+    report split), or ""."""
+    from analysis.regimes import evidence, read_table1
+
+    got = st.session_state.get(SCORES_KEY, {}).get(sel.key)
+    if got is None:
+        return ""
+    table, pairs, agents = got
+    return evidence(read_table1(table, agents, pairs), "this session's sweep, test split, settings chosen on "
+                                                       "validation")
+
+
 def results(res: SweepResult, sel: state.Selection) -> None:
     """The finished sweep: what was chosen, the export picker, the charts and every score with downloads."""
+    from evaluation.report import score_table
+
+    st.session_state.setdefault(SCORES_KEY, {})[sel.key] = (*score_table(res), res.context["labels"][1:])
     spec = res.spec
     valid, test = res.candidates(spec.select_on), res.candidates(spec.report_on)
     stored = sum(e.resumed for e in res.entries)

@@ -152,3 +152,21 @@ def comparison_lines(res: SweepResult) -> list[str]:
         verdict = ("beyond noise" if c["beyond_noise"] else "within noise") + ("" if c["paired"] else " (unpaired)")
         out.append(f"  {printable(c['a'], 50)} − {printable(c['b'], 50)}: {c['diff']:+.2f} ± {se}  {verdict}")
     return out
+
+
+def score_table(res: SweepResult) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The report split as a Table 1 (rows: the base, the agents and each method's chosen candidate by method
+    name; columns: each task, `avg`, and their `<column>_se`) and its paired comparisons (a, b by method, diff,
+    stderr, `<task>_diff`, `<task>_se`): what analysis.regimes reads."""
+    rows = {}
+    report = [e for e in res.entries if e.split == res.spec.report_on and e.ok]
+    for e in report:
+        name = e.method if e.kind == CANDIDATE else e.label
+        rows[name] = {**e.scores, "avg": e.average, **{f"{t}_se": e.stderr.get(t) for t in e.scores},
+                      "avg_se": e.average_stderr}
+    method = {e.label: e.method for e in report if e.kind == CANDIDATE}
+    pairs = [{"a": method.get(c["a"], c["a"]), "b": method.get(c["b"], c["b"]), "diff": c["diff"],
+              "stderr": c["stderr"], **{f"{t}_{k}": d["diff" if k == "diff" else "stderr"]
+                                         for t, d in c["tasks"].items() for k in ("diff", "se")}}
+             for c in res.comparisons if c["paired"]]
+    return pd.DataFrame(rows).T, pd.DataFrame(pairs, columns=["a", "b", "diff", "stderr"] if not pairs else None)

@@ -119,8 +119,8 @@ def _spread(vs: list[float]) -> float:
 def next_values(method: str, name: str, values: list[float], high: bool) -> list[float]:
     """Up to EDGE_STEPS values past the edge of `values` (high or low end): the grid's own spacing continued
     (geometric when the values are more evenly spaced on a log scale and span a factor of 10 or more, else the
-    mean step rounded to one significant figure); where that leaves the parameter's allowed range, halfway to its bound instead; [] when nothing
-    lies beyond."""
+    mean step rounded to one significant figure); where that leaves the parameter's allowed range, halfway to
+    its bound instead; [] when nothing lies beyond."""
     vs = sorted(values)
     edge = vs[-1] if high else vs[0]
     geometric = vs[0] > 0 and _spread([math.log(v) for v in vs]) < _spread(vs) and vs[-1] / vs[0] >= 10

@@ -92,36 +92,39 @@ def comparisons(res: SweepResult) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def caption(t: pd.DataFrame, model_col: str, agents: list[str]) -> str:
-    """What the mini Table 1 shows, read from its own numbers (test accuracy, %): the best merge, where RAM and
-    RAM+ stand against averaging and it, and the task where RAM+ keeps least of its agent's score."""
+def caption(t: pd.DataFrame, model_col: str, agents: list[str], pairs: pd.DataFrame | None = None) -> str:
+    """What the mini Table 1 shows, read from its own numbers (test accuracy, %) and their noise
+    (analysis/regimes.py: a difference counts only beyond two standard errors, paired where `pairs` has it)."""
+    from analysis.regimes import read_table1
+
     rows = t.set_index(t[model_col].astype(str))
+    out = ("Test accuracy (%) ± one standard error; each merge's settings were chosen on the validation split."
+           if "avg_se" in rows else "Test accuracy (%); each merge's settings were chosen on the validation split.")
     if "avg" not in rows:
-        return "Test accuracy (%) of every model; each merge's settings were chosen on the validation split."
-    merges = [m for m in rows.index if m not in ("base", *agents)]
-    avg = rows["avg"]
-    out = "Test accuracy (%); each merge's settings were chosen on the validation split."
-    if not merges:
         return out
-    best = max(merges, key=lambda m: avg[m])
-    out += f" Best average: {best} {avg[best]:.1f}."
-    ours = [m for m in ("ram_plus", "ram") if m in avg]
-    if ours and "average" in avg:
-        beat = "above" if all(avg[m] > avg["average"] for m in ours) else "not above"
-        out += (" " + " and ".join(f"{'RAM+' if m == 'ram_plus' else 'RAM'} {avg[m]:.1f}" for m in ours)
-                + f": {beat} averaging ({avg['average']:.1f})")
-        below = [m for m in dict.fromkeys([best, "task_arithmetic"]) if m in avg and m not in ours
-                 and avg[m] > max(avg[o] for o in ours)]
-        out += (", below " + " and ".join(f"{m} ({avg[m]:.1f})" for m in below) if below else "") + "."
-    ram = ours[0] if ours else None
-    tasks = [a for a in agents if a in rows.columns and a in rows.index]
-    if ram and tasks:
-        worst = min(tasks, key=lambda a: rows.at[ram, a] - rows.at[a, a])
-        out += (f" On {worst}, {'RAM+' if ram == 'ram_plus' else 'RAM'} keeps {rows.at[ram, worst]:.1f} of the "
-                f"{worst} agent's {rows.at[worst, worst]:.1f}"
-                + (f" (task arithmetic {rows.at['task_arithmetic', worst]:.1f})" if "task_arithmetic" in rows.index
-                   else "") + ".")
-    return out
+    return out + " " + read_table1(rows, agents, pairs).text
+
+
+RESULTS = {"demo:": "results", "demo-shared:": "results-shared"}  # each trio's results folder, next to its models
+
+
+def evidence_for(base: str, agents: list[str]) -> str:
+    """For the overlap reading: one sentence citing the committed Table 1 when `base` and `agents` are exactly a
+    demo trio (its base and its three agents, as `demo:NAME` references); "" otherwise or when it is not built."""
+    from analysis.regimes import evidence, read_table1
+    from merging.reading.refs import demo_prefix, demo_root
+
+    from .evaluate import results_comparisons
+
+    prefix = demo_prefix(base)
+    if prefix is None or base != f"{prefix}base" or sorted(agents) != sorted(f"{prefix}{a}" for a in AGENTS):
+        return ""
+    results = demo_root(prefix).parent / RESULTS[prefix]
+    if not (results / "table1.csv").exists():
+        return ""
+    t = pd.read_csv(results / "table1.csv")
+    reading = read_table1(t.set_index(t[t.columns[0]].astype(str)), list(AGENTS), results_comparisons(results))
+    return evidence(reading, f"the demo's mini Table 1 of `{prefix}`, test split, settings chosen on validation")
 
 
 def trio_name(models: Path) -> str:
@@ -155,6 +158,9 @@ def markdown(table: pd.DataFrame, trio: str, shown: list[str], pairs: pd.DataFra
              notes: list[str]) -> str:
     """table1.md: the table with `score ± s.e.` cells, the chosen settings, every pairwise difference of the
     chosen merges (paired), and the sweep's notes (coin tosses, grid edges)."""
+    def edge(r) -> bool:
+        return isinstance(r.grid_edge, str) and bool(r.grid_edge)
+
     cells = pd.DataFrame({c: [plus_minus(v, se, 2) for v, se in zip(table[c], table[f"{c}_se"])] for c in shown},
                          index=table["model"])
     n = table["n"].dropna().astype(str).unique()
@@ -162,14 +168,14 @@ def markdown(table: pd.DataFrame, trio: str, shown: list[str], pairs: pd.DataFra
            f"validation)\n\n" + format_table(cells)
            + f"\n\nStandard errors: binomial √(p(1−p)/n) per task (n = {', '.join(n)} examples per task; 100 per "
              "memory length), √(Σ se²)/3 for the average of the three tasks.\n\nChosen settings:\n"
-           + "\n".join(f"- {r.model}: {r.params}" + (f" (on the grid's edge: {r.grid_edge})" if isinstance(
-               r.grid_edge, str) and r.grid_edge else "") for r in table.itertuples() if r.params) + "\n")
+           + "\n".join(f"- {r.model}: {r.params}" + (f" (on the grid's edge: {r.grid_edge})" if edge(r) else "")
+                       for r in table.itertuples() if r.params) + "\n")
     if pairs is not None and len(pairs):
+        rows = [f"| {r.a} − {r.b} | {plus_minus(r.diff, r.stderr, 2, signed=True)} | "
+                f"{'yes' if r.beyond_noise else 'no'} |" for r in pairs.itertuples()]
         out += ("\nDifferences of the chosen merges (test, average of the three tasks, points; standard error paired "
                 "per example; beyond noise = more than two standard errors):\n\n| a − b | difference | beyond noise |\n"
-                "|---|---:|---|\n" + "\n".join(
-                    f"| {r.a} − {r.b} | {plus_minus(r.diff, r.stderr, 2)} | {'yes' if r.beyond_noise else 'no'} |"
-                    for r in pairs.itertuples()) + "\n")
+                "|---|---:|---|\n" + "\n".join(rows) + "\n")
     if notes:
         out += "\nThe sweep's notes:\n" + "\n".join(f"- {x}" for x in notes) + "\n"
     return out
