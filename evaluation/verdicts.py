@@ -92,7 +92,8 @@ def comparisons(report: list, split: str) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- grid edges
 
 def _round(v: float) -> float:
-    return float(f"{v:.6g}")
+    """Two significant figures: a suggestion to type, not a computed optimum."""
+    return float(f"{v:.2g}")
 
 
 def _allowed(method: str, name: str, value: float) -> bool:
@@ -131,12 +132,13 @@ def next_values(method: str, name: str, values: list[float], high: bool) -> list
         step = (vs[-1] - vs[0]) / (len(vs) - 1)
         step = float(f"{step:.1g}") or step
         steps = [edge + k * step if high else edge - k * step for k in range(1, EDGE_STEPS + 1)]
-    out = [_round(v) for v in steps if _allowed(method, name, _round(v))]
+    beyond = [_round(v) for v in steps if (_round(v) > edge if high else _round(v) < edge)]
+    out = [v for v in dict.fromkeys(beyond) if _allowed(method, name, v)]
     if not out:
         bound = _bound(method, name, high)
         if bound is not None and math.isfinite(bound):
             mid = _round((edge + bound) / 2)
-            if mid != edge and _allowed(method, name, mid):
+            if (mid > edge if high else mid < edge) and _allowed(method, name, mid):
                 out = [mid]
     return out
 
