@@ -90,7 +90,7 @@ def sweep_param_lines(df: pd.DataFrame, param: str, tasks: list[str], agents: li
         fig.add_scatter(x=xs, y=d[t], mode="lines+markers", name=short_text(t, 24),
                         line=dict(color=colors[t], width=3 if t == "average" else 2,
                                   dash="dash" if t == "average" else "solid"), marker=marker,
-                        error_y=error_bars(se),
+                        error_y=error_bars(se, colors[t]),
                         customdata=list(zip(d["candidate"], _pm_text(se) or [""] * len(d))),
                         hovertemplate=f"{t}: %{{y:.2f}}%%{{customdata[1]}}<br>%{{customdata[0]}}<extra></extra>")
     best = d.loc[d["average"].idxmax()] if len(d) else None
@@ -117,7 +117,7 @@ def sweep_time_scatter(df: pd.DataFrame) -> go.Figure:
         fig.add_scatter(x=part["merge_s"], y=part["average"], mode="markers", name=METHOD_SHORT.get(m, short_text(m)),
                         marker=dict(size=11, color=AGENT_PALETTE[i % len(AGENT_PALETTE)], line=dict(color="white", width=1),
                                     symbol=["star" if s else "circle" for s in part["selected"]]),
-                        error_y=error_bars(se),
+                        error_y=error_bars(se, AGENT_PALETTE[i % len(AGENT_PALETTE)]),
                         customdata=list(zip(part["candidate"], _pm_text(se) or [""] * len(part))),
                         hovertemplate="%{customdata[0]}<br>merge %{x:.3f} s · average %{y:.2f}%%{customdata[1]}"
                                       "<extra></extra>")

@@ -234,6 +234,9 @@ def measured_table(ea, eb) -> None:
     rows["verdict"] = [("B higher" if x["diff"] > 0 else "A higher") if beyond_noise(x["diff"], x["stderr"])
                        else "within noise" for x in per]
     st.table(pd.DataFrame(rows, index=names))
+    st.caption(f"B − A is paired per example{'' if d['paired'] else ' (unpaired: per-example outcomes missing)'}: "
+               f"a difference counts only beyond {Z:g} standard errors; within that, these scores cannot tell A "
+               "from B.")
     bars = pd.DataFrame({"task": names, "A": [*ea.scores.values(), ea.average],
                          "A_se": [*(ea.stderr.get(t) for t in ea.scores), ea.average_stderr],
                          "B": [*(eb.scores.get(t) for t in ea.scores), eb.average],
@@ -241,9 +244,6 @@ def measured_table(ea, eb) -> None:
     charts.show(charts.measured_bars(bars, res.agents), bars,
                 "Validation accuracy of A and B (hatched) ± one standard error per task and on average.",
                 "measured_a_b", title="Settings A and B, measured")
-    st.caption(f"B − A is paired per example{'' if d['paired'] else ' (unpaired: per-example outcomes missing)'}: "
-               f"a difference counts only beyond {Z:g} standard errors; within that, these scores cannot tell A "
-               "from B.")
 
 
 @st.fragment

@@ -50,7 +50,11 @@ def server(tmp_path_factory):
             time.sleep(0.3)
     yield {"url": url, "folders": paper_named_copies(tmp / "paper-names")}
     proc.terminate()
-    proc.wait(10)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
     log.close()
 
 
