@@ -1,6 +1,6 @@
 """Every bad input gets one clear message naming the file/tensor, a non-zero exit, and no output.
 
-Each test id here is a row of the README's "Bad inputs and faults" table.
+Each test id here is a row of the "Bad inputs and faults" table in docs/security.md.
 """
 from __future__ import annotations
 

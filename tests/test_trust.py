@@ -1,6 +1,6 @@
 """A merge never destroys inputs, never reads or leaks files from outside a model folder, never lets two
-writers race, and never writes a wrong model with exit 0 (issue 10). Each test is a row of the README's
-"Bad inputs and faults" table; inputs are copies, hashed before and after where it matters."""
+writers race, and never writes a wrong model with exit 0. Each test is a row of the "Trust" table in
+docs/security.md; inputs are copies, hashed before and after where it matters."""
 from __future__ import annotations
 
 import json
