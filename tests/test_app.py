@@ -1040,8 +1040,13 @@ def test_overlap_panel_shows_the_diagnostics_next_to_chance(env):
     at = new_app().run()
     no_problems(at)
     assert "Is the overlap real?" in [h.value for h in at.subheader]
-    res = state.cached_analysis(state.demo_selection())
-    read = agreement.reading(res, 1e-5)
+    from assets.demo.table1 import evidence_for
+
+    sel = state.demo_selection()
+    res = state.cached_analysis(sel)
+    scores = evidence_for(sel.base, list(sel.agents))  # the demo trio's committed Table 1, cited by the reading
+    assert scores.startswith("Measured on these models (the demo's mini Table 1 of `demo:`")
+    read = agreement.reading(res, 1e-5, scores)
     assert read.regime == "chance"  # the bundled demo: coincidental overlap
     assert [w.value for w in at.warning if "chance" in w.value] == [agreement.markdown_text(read.text)]
     pa = agreement.pair_agreement(res, 1e-5)

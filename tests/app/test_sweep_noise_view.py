@@ -87,3 +87,14 @@ def test_the_sweep_page_shows_the_noise(env):
     assert list(table["a − b"]) == [f"{c['diff']:.2f} ± {c['stderr']:.2f}"]
     assert list(table["verdict"]) == ["a beats b" if c["beyond_noise"] and c["diff"] > 0 else
                                       "b beats a" if c["beyond_noise"] else "within noise"]
+
+    # the overlap reading of these same models now cites this session's sweep (its test split), not the weights
+    at.switch_page("views/heterogeneity.py").run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    from analysis.noise import plus_minus
+
+    ta, ram = (next(e for e in report if e.kind == "candidate" and e.method == m) for m in ("task_arithmetic", "ram"))
+    boxes = [b.value for b in [*at.warning, *at.success, *at.info] if "Measured on these models" in b.value]
+    assert len(boxes) == 1 and "this session's sweep, test split" in boxes[0]
+    assert plus_minus(ram.average - ta.average, c["stderr"], signed=True) in boxes[0].replace("\\", "") or \
+        f"{abs(ram.average - ta.average):.1f} ± {c['stderr']:.1f}" in boxes[0].replace("\\", "")
