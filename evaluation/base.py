@@ -27,7 +27,7 @@ class LoadedModel:
 class Scores:
     """One model's scores on one split: accuracy in % per task, examples per task, and extra detail
     (e.g. per-subset accuracies); `seconds` is the scoring time. `stderr`: each task's standard error in points
-    (evaluation/noise.py); `outcomes`: each task's per-example results in [0, 1], in a fixed example order (their
+    (analysis/noise.py); `outcomes`: each task's per-example results in [0, 1], in a fixed example order (their
     mean × 100 is the score), so that two models scored on the same examples can be compared pair by pair;
     `detail_stderr`: standard errors of `detail` entries where known (same units as the entry)."""
 

@@ -4,7 +4,7 @@ JSON: `{"candidates": [{"id", "candidate", "method", "params", "split", "scores"
 "merge_s", "eval_s", "selected", "best", "within_noise" (validation), "grid_edge" (chosen), …}, …],
 "references": […], "comparisons": [{"a", "b", "split", "diff", "stderr", "paired", "tasks"}, …],
 "selected": {method: label}, "best": label, "sweep": {…}}`, one candidate entry per candidate per split scored.
-`stderr` maps each task and "average" to its standard error in points (evaluation/noise.py); `outcomes` holds
+`stderr` maps each task and "average" to its standard error in points (analysis/noise.py); `outcomes` holds
 the per-example results (a string of 0/1 per task) the paired comparisons were computed from. The CSV holds the
 same rows (references too, kind `reference`), one column per parameter and per task, and each task's `… se`.
 """

@@ -1,5 +1,5 @@
 """What a finished sweep may claim: which candidates its validation data cannot tell from the best (paired
-per example, evaluation/noise.py), when a choice is a coin toss, how the chosen candidates differ on the report
+per example, analysis/noise.py), when a choice is a coin toss, how the chosen candidates differ on the report
 split (every pair, with the paired standard error), and which chosen values sit on the edge of what was tried
 (with the next values to try).
 
