@@ -64,7 +64,8 @@ def table1_bars(df: pd.DataFrame, model_col: str, metrics: list[str], agents: li
 
 def fig3_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     """Paper Fig. 3 on the demo: for each agent, its own task's accuracy with only its unique region kept,
-    whole (unique) and divided by N (unique ÷ N), between the base and the full agent."""
+    whole (unique) and divided by N (unique ÷ N), between the base and the full agent; ± one standard error
+    where `df` has `se`."""
     colors = agent_colors(agents)
     fig = go.Figure()
     variants = [("base", "base", NEUTRAL, ""), ("unique", "unique region only", None, ""),
@@ -74,6 +75,7 @@ def fig3_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
         if part["accuracy"].isna().all():
             continue
         fig.add_bar(x=agent_ticks(agents), y=part["accuracy"], name=name,
+                    error_y=error_bars(part["se"]) if "se" in part.columns and part["se"].notna().any() else None,
                     marker=dict(color=[fixed or colors[a] for a in agents], pattern_shape=pattern,
                                 pattern_fillmode="overlay", line=dict(color=NEUTRAL, width=1),
                                 opacity=0.55 if variant == "agent" else 1.0),

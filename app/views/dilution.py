@@ -84,9 +84,9 @@ def fig3_chart(tidy: pd.DataFrame, agents: list[str], source: str, name: str) ->
         st.caption(f"{md(source)}: no agent is named after one of the tasks, so all rows are listed.")
         return
     charts.show(charts.fig3_bars(view, agents), tidy,
-                "Only the agent's unique region is added to the base. Whole (solid) it carries part of the skill; "
-                "divided by N (hatched), as averaging does, that part shrinks — the paper's signal dilution. Grey: "
-                "the base; faint: the full agent. " + md(source) + ".", name,
+                "Only the agent's unique region is added to the base (± one standard error). Whole (solid) it carries "
+                "part of the skill; divided by N (hatched), as averaging does, that part shrinks — the paper's signal "
+                "dilution. Grey: the base; faint: the full agent. " + md(source) + ".", name,
                 title="Fig. 3 on the demo: unique region only, whole and ÷ N", params={"agents": agents, "split": "test"})
 
 
