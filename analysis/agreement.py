@@ -202,8 +202,12 @@ def reading(result: AnalysisResult, eps: float, scores: str = "") -> Reading:
     standard errors (classify_pair). Whether RAM's averaging pays off is never read from the weights alone:
     `scores` is a sentence citing scores of these same models (a sweep or Table 1: analysis/regimes.evidence),
     quoted when given; without it the reading says that scores are needed."""
+    from analysis.lineage import lineage_sentences
+
+    lineage = lineage_sentences(result, eps)  # an agent from another base first: it distorts everything below
     if len(result.agents) < 2:
-        return Reading("single", "With one agent nothing is shared: RAM keeps its whole update (RAM = the agent).")
+        return Reading("single", " ".join([*lineage, "With one agent nothing is shared: RAM keeps its whole update "
+                                                     "(RAM = the agent)."]))
     pa = pair_agreement(result, eps)
     ag = agent_agreement(result, eps)
     verdicts = {f"{r.a}|{r.b}": classify_pair(int(r.both_changed), float(r.sign_agreement), float(r.cosine))
@@ -213,7 +217,7 @@ def reading(result: AnalysisResult, eps: float, scores: str = "") -> Reading:
                     if np.nan_to_num(r.shared_energy_share * getattr(r, f"{DOMINATED_COLUMNS[-1]}_share")) >= DILUTED]
     diluted = [r.agent for r in diluted_rows]
     regime = _regime(set(verdicts[f"{r.a}|{r.b}"] for r in measured))
-    parts = _regime_sentences(regime, eps, measured, verdicts)
+    parts = lineage + _regime_sentences(regime, eps, measured, verdicts)
     parts += [_dilution_sentence(r) for r in diluted_rows]
     if regime == "shared" and not diluted:
         parts.append("Agreement is a premise, not a result: whether averaging the shared region beats summing it "
@@ -366,13 +370,16 @@ def overlap_summary(result: AnalysisResult, eps: float) -> dict:
 def merge_statistics(result: AnalysisResult, method: str, params: dict) -> tuple[dict | None, dict | None]:
     """What a merge takes from an analysis of its inputs: whole-model shared/unique counts at the method's ε
     (saves the counting pass global ρ needs; None when the method needs none or ε was not analysed) and the
-    shared-region diagnostics for its card and recipe (at the method's ε if analysed, else 1e-5)."""
+    shared-region diagnostics for its card and recipe (at the method's ε if analysed, else 1e-5). The analysis
+    counts stored tensors once: a merge that counts tied aliases too (count_tied_twice) makes its own counts."""
+    from merging.engine.counts import counts_tied_twice
     from merging.methods import get_method
 
     m = get_method(method)
     resolved = m.resolve_params(params)
     eps = m.global_counts_eps(resolved)
-    counts = result.counts_at(eps) if eps is not None and eps in result.ladder else None
+    usable = eps is not None and eps in result.ladder and not counts_tied_twice(resolved)
+    counts = result.counts_at(eps) if usable else None
     card_eps = resolved.get("eps", 1e-5)
     if card_eps not in result.ladder:
         card_eps = 1e-5 if 1e-5 in result.ladder else result.ladder[-1]

@@ -6,13 +6,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
 
-from merging.reading.checkpoint import Checkpoint, open_checkpoint, unique_labels
-from merging.reading.compat import ModelHeaders, check_compatibility
+from merging.reading.checkpoint import Checkpoint, open_checkpoint
+from merging.reading.prepare import prepare_inputs
 from merging.common.device import gpu_style, pick_device
 from merging.common.dtypes import FLOAT_CODES
 from merging.passes import ProgressFn, check_finite, float_chunks, locate_nonfinite, uses_kernels
@@ -49,6 +49,8 @@ class AnalysisResult:
     fingerprint: str = ""
     from_cache: bool = False
     refs: list[str] = field(default_factory=list)
+    # lineage warnings measured before the pass ({"agent", "reason", "text"}: merging/reading/lineage.py), not cached
+    lineage: list[dict] = field(default_factory=list)
 
     def counts_at(self, eps: float) -> dict[str, list[int]]:
         """Whole-model shared/unique counts per agent at ε (what global ρ_t needs)."""
@@ -121,16 +123,21 @@ def _open_all(base: Checkpoint | str, agents: Sequence[Checkpoint | str]) -> tup
 def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
             ladder: Sequence[float] = DEFAULT_LADDER, device: str = "auto",
             chunk_elems: int = DEFAULT_CHUNK_ELEMS, policy: str = "error", use_cache: bool = True,
-            progress: ProgressFn | None = None, cancel: threading.Event | None = None) -> AnalysisResult:
-    """Compute overlap statistics for every agent × tensor × ε in one streaming pass (cached on disk)."""
+            progress: ProgressFn | None = None, cancel: threading.Event | None = None,
+            warn: Callable[[str], None] | None = None) -> AnalysisResult:
+    """Compute overlap statistics for every agent × tensor × ε in one streaming pass (cached on disk); `warn`
+    hears each lineage warning (a line naming the agent) before the pass starts."""
     ladder = validate_ladder(ladder)
     check_agent_count(len(agents))  # before anything is opened
     b, ags = _open_all(base, agents)
     if not ags:
         raise RamStudioError("no agents given.", "Give the base and at least one agent.")
-    report = check_compatibility(ModelHeaders.from_checkpoint(b), [ModelHeaders.from_checkpoint(a) for a in ags])
-    report.enforce(policy)
-    labels = unique_labels([a.label for a in ags])
+    prep = prepare_inputs(b, ags, policy=policy)  # tied heads, added tokens, lineage: merging/reading/prepare.py
+    prep.enforce(policy)
+    labels = prep.labels
+    lineage = [w.__dict__ for w in prep.lineage]
+    for w in prep.lineage if warn is not None else []:
+        warn(w.text)
     key = cache.fingerprint(b, ags, ladder, policy)
     if use_cache:
         cache.check_location([b, *ags])
@@ -139,12 +146,14 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
             try:
                 result = AnalysisResult.from_payload(payload, key)
                 result.agents = labels
+                result.lineage = lineage
                 return result
             except (KeyError, ValueError, TypeError):
                 pass  # a damaged entry is rebuilt below
     result = _run_pass(b, ags, labels, ladder, pick_device(device), chunk_elems, progress, cancel)
     result.fingerprint = key
     result.refs = [b.ref.raw] + [a.ref.raw for a in ags]
+    result.lineage = lineage
     if use_cache:
         cache.save(key, result.to_payload())
     return result

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from merging.reading.checkpoint import Checkpoint
-from merging.engine.counts import count_overlaps
+from merging.engine.counts import count_overlaps, stored_tensor_weights
 from merging.common.device import pick_device
 from merging.common.dtypes import ST_TO_TORCH
 from merging.passes import ProgressFn
@@ -123,23 +123,28 @@ class CandidateInputs:
         found = prints.finish()
         refuse_identical_agents(self.labels, found[1:])
         self.fingerprints = [f["weights_xxh3_128"] for f in found]
-        self._counts: dict[float, dict[str, list[int]]] = {CHECK_EPS: checked.as_lists()}
+        self._counts: dict[tuple[float, bool], dict[str, list[int]]] = {(CHECK_EPS, False): checked.as_lists()}
         self._lock = threading.Lock()
 
-    def counts(self, eps: float) -> dict[str, list[int]]:
+    def counts(self, eps: float, params: dict[str, Any] | None = None) -> dict[str, list[int]]:
         """Whole-model shared/unique counts at ε (global ρ): from the analysis cache when it has them (as the
-        CLI's merge takes them), else one counting pass over the inputs; kept for later candidates."""
+        CLI's merge takes them), else one counting pass over the inputs; kept for later candidates. With
+        `params` asking for count_tied_twice, tied aliases count too (the analysis cache counts stored tensors
+        once, so it is not used then)."""
+        weights = stored_tensor_weights(self.base, params or {})
+        key = (eps, weights is not None)
         with self._lock:
-            hit = self._counts.get(eps)
+            hit = self._counts.get(key)
             if hit is None:
                 from analysis.stats import cached_result
 
-                cached = cached_result(self.spec.base, self.spec.agents, self.spec.on_mismatch)
+                cached = cached_result(self.spec.base, self.spec.agents, self.spec.on_mismatch) \
+                    if weights is None else None
                 hit = cached.counts_at(eps) if cached is not None and eps in cached.ladder else None
                 if hit is None:
-                    hit = count_overlaps(self.base, self.agents, eps, device=self.device,
-                                         chunk_elems=self.chunk_elems, reader=self.reader).as_lists()
-                self._counts[eps] = hit
+                    hit = count_overlaps(self.base, self.agents, eps, device=self.device, chunk_elems=self.chunk_elems,
+                                         reader=self.reader, weights=weights).as_lists()
+                self._counts[key] = hit
             return hit
 
     def merge_into(self, module: torch.nn.Module, method_name: str, params: dict[str, Any], *,
@@ -152,7 +157,7 @@ class CandidateInputs:
         if len(self.agents) < method.min_agents:
             raise RamStudioError(f"{method.name} needs at least {method.min_agents} agents.", "Add agents.")
         eps = method.global_counts_eps(p)
-        counts = self.counts(eps) if eps is not None else None
+        counts = self.counts(eps, p) if eps is not None else None
         shared = method.prepare(p, counts, self.labels)
         sink = ModuleSink(module, output_plan(self.base, None))
         result = stream_merge(self.base, self.agents, method, p, shared, sink, out_dtype=None, device=self.device,

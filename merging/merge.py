@@ -18,12 +18,15 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from merging.reading.checkpoint import Checkpoint, open_checkpoint, unique_labels
-from merging.reading.compat import AgentLoss, ModelHeaders, check_compatibility, estimate_bytes
-from merging.engine.counts import count_overlaps
+from merging.reading.checkpoint import Checkpoint, open_checkpoint
+from merging.reading.compat import AgentLoss, ModelHeaders, estimate_bytes
+from merging.reading.prepare import prepare_inputs
+from merging.reading.vocab import VocabPlan, with_vocab_size
+from merging.engine.counts import count_overlaps, counts_tied_twice, stored_tensor_weights
 from merging.common.device import pick_device
 from merging.passes import ProgressFn
 from merging.engine.loop import output_plan, stream_merge
+from merging.engine.vocab_rows import widen_plan, write_vocab_rows
 from merging.common.errors import RamStudioError
 from merging.reading.fingerprint import Fingerprinter, refuse_identical_agents
 from merging.interop.mergekit import to_mergekit_yaml
@@ -60,6 +63,9 @@ class MergeResult:
     written: WrittenFolder | None = None  # what was committed, for reading it back safely (merging.writing.written)
     warnings: list[str] = field(default_factory=list)
     overlap: dict[str, Any] | None = None  # the shared-region diagnostics recorded with the merge, if given
+    precision: list[str] = field(default_factory=list)  # per agent stored finer than the output: what it loses
+    handling: list[str] = field(default_factory=list)  # how tied heads and added tokens were handled
+    lineage: list[str] = field(default_factory=list)  # agents that may not descend from the base (each named)
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,8 @@ class MergeOptions:
 
 @dataclass
 class _Inputs:
-    """The opened base and agents (headers only), their labels and what the mismatch policy cost."""
+    """The opened base and agents (headers only, as the merge reads them: merging/reading/prepare.py), their
+    labels, what the mismatch policy cost, the union vocabulary's plan and the lineage warnings."""
 
     base: Checkpoint
     agents: list[Checkpoint]
@@ -98,6 +105,9 @@ class _Inputs:
     losses: list[AgentLoss]
     notes: list[str]
     side_files: list[FileIdentity] = field(default_factory=list)
+    vocab: VocabPlan | None = None
+    warnings: list[str] = field(default_factory=list)  # lineage: each names its agent
+    handling: list[str] = field(default_factory=list)  # how tied heads and added tokens are handled
 
 
 @dataclass(frozen=True)
@@ -126,7 +136,7 @@ def merge_to_folder(spec: MergeSpec, options: MergeOptions | None = None, **keyw
     run = _resolve(spec, options if options is not None else MergeOptions(**keywords))
     inputs = protected_paths([(c.ref.raw, c.folder) for c in run.models])
     target = check_output_folder(spec.out, inputs, overwrite=run.options.overwrite, side_file_ok=is_side_file)
-    for message in target.warnings:
+    for message in [*run.ins.warnings, *target.warnings]:  # said before any pass
         if run.options.warn is not None:
             run.options.warn(message)
     create_parents(target)
@@ -135,13 +145,14 @@ def merge_to_folder(spec: MergeSpec, options: MergeOptions | None = None, **keyw
             # Checked again under the lock: another writer may have finished in the meantime.
             target.replaces = check_output_folder(spec.out, inputs, overwrite=run.options.overwrite,
                                                   side_file_ok=is_side_file).replaces
-            lambdas, notes, written = _merge_into(target, run)
+            lambdas, notes, written, precision = _merge_into(target, run)
     except BaseException:
         discard(None, target)  # the parent folders this merge created (the lock file is gone now)
         raise
     files = [target.path / f.name for f in written.files]
     return MergeResult(target.path, files, written.bytes, time.perf_counter() - t0, lambdas, notes, run.ins.losses,
-                       written, list(target.warnings), run.options.overlap)
+                       written, list(target.warnings), run.options.overlap, precision, run.ins.handling,
+                       run.ins.warnings)
 
 
 def _resolve(spec: MergeSpec, options: MergeOptions) -> _Run:
@@ -171,18 +182,20 @@ def open_inputs(spec: MergeSpec, min_agents: int) -> _Inputs:
                              "Add another agent (a single agent merged with itself is just that agent).")
     base = open_checkpoint(spec.base)
     agents = [open_checkpoint(a) for a in spec.agents]
-    headers = ModelHeaders.from_checkpoint(base)
-    report = check_compatibility(headers, [ModelHeaders.from_checkpoint(a) for a in agents])
-    report.enforce(spec.on_mismatch)
+    prep = prepare_inputs(base, agents, policy=spec.on_mismatch, untie=spec.untie, vocab=spec.vocab)
+    report = prep.report
+    prep.enforce(spec.on_mismatch)
     losses = [loss for loss in report.losses() if loss.dropped or loss.padded]
     notes = [f"{m.agent}: {m.kind} {m.tensor or ''} ({m.detail}) — handled by policy '{spec.on_mismatch}'"
              for m in report.mismatches]
     notes += [f"mismatch policy '{spec.on_mismatch}': {loss.describe()}" for loss in losses]
-    return _Inputs(base, agents, unique_labels([a.label for a in agents]), headers, losses, notes,
-                   plan_side_files(base))
+    notes += prep.notes + [w.text for w in prep.lineage]
+    return _Inputs(prep.base_view, prep.agent_views, prep.labels, report.base, losses, notes, plan_side_files(base),
+                   prep.vocab_plan, [w.text for w in prep.lineage], prep.notes)
 
 
-def _merge_into(target: FolderTarget, run: _Run) -> tuple[list[dict[str, Any]] | None, list[str], WrittenFolder]:
+def _merge_into(target: FolderTarget, run: _Run
+                ) -> tuple[list[dict[str, Any]] | None, list[str], WrittenFolder, list[str]]:
     """The merge proper, with the target locked: counts (if needed), stream, check, write, commit."""
     _check_disk(target, estimate_bytes(run.ins.headers, run.spec.out_dtype))
     prints = Fingerprinter(run.models)
@@ -193,11 +206,13 @@ def _merge_into(target: FolderTarget, run: _Run) -> tuple[list[dict[str, Any]] |
     tmp = None
     try:
         tmp = make_temp_folder(target)
-        sink = ShardSetWriter(tmp, plan_shards(output_plan(run.ins.base, run.spec.out_dtype),
-                                               parse_size(run.spec.shard_size)), {"format": "pt"})
+        planned = widen_plan(output_plan(run.ins.base, run.spec.out_dtype), run.ins.vocab)
+        sink = ShardSetWriter(tmp, plan_shards(planned, parse_size(run.spec.shard_size)), {"format": "pt"})
         engine = stream_merge(run.ins.base, run.ins.agents, run.method, run.params, shared, sink,
                               out_dtype=run.spec.out_dtype, device=run.device, chunk_elems=run.spec.chunk_elems,
                               progress=run.options.progress, cancel=run.options.cancel, fingerprinter=prints)
+        write_vocab_rows(sink, planned, run.ins.vocab, run.ins.agents)
+        notes += engine.precision
         refuse_idle_agents(run.ins.labels, engine.max_abs_tau)
         if identities is None:
             identities = _identities(run.models, prints.finish(), run.ins.labels, run.options.expected_inputs)
@@ -208,7 +223,7 @@ def _merge_into(target: FolderTarget, run: _Run) -> tuple[list[dict[str, Any]] |
     except BaseException:
         discard(tmp, target)
         raise
-    return lambdas, notes, written
+    return lambdas, notes, written, engine.precision
 
 
 def _global_counts(run: _Run, prints: Fingerprinter
@@ -221,7 +236,8 @@ def _global_counts(run: _Run, prints: Fingerprinter
     if run.options.counts is not None:
         return run.options.counts, None
     oc = count_overlaps(run.ins.base, run.ins.agents, eps, device=run.device, chunk_elems=run.spec.chunk_elems,
-                        progress=run.options.count_progress, cancel=run.options.cancel, fingerprinter=prints)
+                        progress=run.options.count_progress, cancel=run.options.cancel, fingerprinter=prints,
+                        weights=stored_tensor_weights(run.ins.base, run.params))
     refuse_idle_agents(run.ins.labels, oc.max_abs_tau)
     identities = _identities(run.models, prints.finish(), run.ins.labels, run.options.expected_inputs)
     return oc.as_lists(), identities
@@ -236,7 +252,22 @@ def _merge_notes(run: _Run) -> list[str]:
         notes.append(f"Preset {preset['name']}{factor}: {preset['summary']}")
     if run.params.get("rho_scope") == "tensor":
         notes.append("ρ_t and λ_t are computed per tensor (mergekit ramplus_tl style), so they vary by tensor.")
+    elif counts_tied_twice(run.params) and run.method.global_counts_eps(run.params) is not None:
+        notes.append(_counting_note(run))
     return notes
+
+
+def _counting_note(run: _Run) -> str:
+    """How the whole-model counts behind ρ_t were made with count_tied_twice: as `state_dict()` lists tensors."""
+    from merging.reading.tied import tied_aliases
+
+    aliases = tied_aliases(run.ins.base)
+    if not aliases:
+        return ("Shared and unique counts are over the loaded model's state_dict(), as the authors' script counts; "
+                "the base has no tied alias, so that is every stored tensor once.")
+    listed = ", ".join(f"{alias} (= {source})" for alias, source in aliases.items())
+    return ("Shared and unique counts are over the loaded model's state_dict(), as the authors' script counts: "
+            f"the tied alias {listed} is counted too, so the embedding counts twice.")
 
 
 def _check_change(engine: EngineResult, run: _Run, notes: list[str]) -> None:
@@ -265,7 +296,12 @@ def _write_folder(tmp: Path, sink: ShardSetWriter, run: _Run, identities: list[d
     index = sink.finish()
     if len(sink.names) > 1:
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-    copy_side_files(run.ins.base, tmp, run.spec.out_dtype, run.ins.side_files)
+    config = run.ins.base.config  # the view's: tie_word_embeddings false under --untie
+    vocab = run.ins.vocab
+    if config is not None and vocab is not None:
+        config = with_vocab_size(config, vocab.base_rows, vocab.rows)
+    copy_side_files(run.ins.base, tmp, run.spec.out_dtype, run.ins.side_files, config=config,
+                    replace=vocab.files if vocab is not None else None)
     recorded = spec_with(run.spec, run.params)
     mergekit = to_mergekit_yaml(recorded, {c.ref.raw: str(c.folder) for c in run.models if c.ref.kind == "demo"},
                                 run.spec.out_dtype or base_float_dtype(run.ins.base))
@@ -277,7 +313,7 @@ def _write_folder(tmp: Path, sink: ShardSetWriter, run: _Run, identities: list[d
         extra["overlap"] = {k: v for k, v in overlap.items() if k != "markdown"}
     recipe_path = write_recipe(tmp, recipe_document(recorded, identities, extra))
     (tmp / "README.md").write_text(render_card(recorded, run.ins.labels, lambdas, recipe_path.read_text(), notes,
-                                               mergekit, (overlap or {}).get("markdown")))
+                                               mergekit, (overlap or {}).get("markdown"), run.ins.headers.config))
 
 
 def _check_disk(target: FolderTarget, needed: int) -> None:

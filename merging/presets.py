@@ -5,9 +5,10 @@ The RAM authors' public script (xiangchi-yuan/mrl, `ram-main.py`) does not use t
 mode, `arm-r-v2`, scales unique updates by λ_t = 1 + (R − 1)·min(1, ρ_t) with ρ_t = shared_t / unique_t over the
 whole model (R = `--rescale_factor`, 1.05 by default, 1.2 in the repository's README): our `ram_plus` with
 r = R − 1, α = 1. Its older mode, `arm-r`, uses shared_t / changed_t = ρ_t / (1 + ρ_t): our `ram_plus_soft`
-(Eq. 8) with r = R − 1. Where they differ from us: the script replaces R ≤ 1 by 1 (we refuse R < 1), and in
-`arm-r-v2` an agent with no unique element divides by zero (we use the limit, λ_t = R, which multiplies
-nothing).
+(Eq. 8) with r = R − 1. The script counts over the loaded model's `state_dict()`, which lists a tied embedding
+twice (once more as `lm_head.weight`): both presets count so too (`count_tied_twice`). Where they differ from
+the script: it replaces R ≤ 1 by 1 (we refuse R < 1), and in `arm-r-v2` an agent with no unique element divides
+by zero (we use the limit, λ_t = R, which multiplies nothing).
 """
 from __future__ import annotations
 
@@ -49,11 +50,13 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            {"r": 0.1, "alpha": 2.0, "rho_scope": "global"}),
     Preset("authors-default", "ram_plus", "authors' script, default mode (arm-r-v2)",
            "The RAM authors' public script, default mode arm-r-v2: λ_t = 1 + (R − 1)·min(1, ρ_t), ρ_t = shared_t / "
-           "unique_t over the whole model; ram_plus with r = R − 1, α = 1 (R = 1.05 by default, 1.2 in its README).",
-           {"alpha": 1.0, "rho_scope": "global"}, uses_r=True),
+           "unique_t over the whole model, counted as the script counts (over the loaded model's state_dict(), a tied "
+           "embedding twice); ram_plus with r = R − 1, α = 1 (R = 1.05 by default, 1.2 in its README).",
+           {"alpha": 1.0, "rho_scope": "global", "count_tied_twice": True}, uses_r=True),
     Preset("authors-soft", "ram_plus_soft", "authors' script, older mode (arm-r)",
            "The RAM authors' public script, older mode arm-r: λ_t = 1 + (R − 1)·shared_t / changed_t (= Eq. 8), over "
-           "the whole model; ram_plus_soft with r = R − 1.", {"rho_scope": "global"}, uses_r=True),
+           "the whole model, counted as the script counts (over the loaded model's state_dict(), a tied embedding "
+           "twice); ram_plus_soft with r = R − 1.", {"rho_scope": "global", "count_tied_twice": True}, uses_r=True),
     Preset("mergekit-ramplus-tl", "ram_plus", "mergekit ramplus_tl defaults (r 0.1, α 0.2, per tensor)",
            "mergekit 0.1.5's ramplus_tl defaults: λ = 1 + 0.1·clip(ρ, 0, 0.2) with ρ counted per tensor.",
            {"r": 0.1, "alpha": 0.2, "rho_scope": "tensor"}),

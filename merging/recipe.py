@@ -26,6 +26,7 @@ MAX_AGENTS = 64
 MAX_FILES_PER_INPUT = 100_000  # shards a recorded input may list (real models: 1–200)
 DEVICE_NAMES = ("auto", "cpu", "cuda")
 POLICY_NAMES = ("error", "base")
+VOCAB_NAMES = ("base", "union")
 
 
 @dataclass
@@ -42,6 +43,8 @@ class MergeSpec:
     device: str = "auto"
     chunk_elems: int = 1 << 23
     on_mismatch: str = "error"
+    vocab: str = "base"  # "union": keep the tokens agents add (merging/reading/vocab.py)
+    untie: bool = False  # write an untied head for a tied base (merging/reading/heads.py)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,7 +102,14 @@ class MergeSpec:
         policy = data.get("on_mismatch", "error")
         if policy not in POLICY_NAMES:
             raise bad("on_mismatch", f"must be one of {', '.join(POLICY_NAMES)}")
-        return cls(data["base"], list(agents), data["method"], params, out, out_dtype, shard, device, chunk, policy)
+        vocab = data.get("vocab", "base")
+        if vocab not in VOCAB_NAMES:
+            raise bad("vocab", f"must be one of {', '.join(VOCAB_NAMES)}")
+        untie = data.get("untie", False)
+        if not isinstance(untie, bool):
+            raise bad("untie", "must be true or false")
+        return cls(data["base"], list(agents), data["method"], params, out, out_dtype, shard, device, chunk, policy,
+                   vocab, untie)
 
 
 def check_agent_count(n: int, where: str = "") -> None:

@@ -115,7 +115,7 @@ def join_safetensors(shard: Path, header: object, data: bytes) -> None:
     Path(shard).write_bytes(struct.pack("<Q", len(new)) + new + data)
 
 
-# Names that would be markup, links, images, templates, formulas or terminal controls if shown raw (issue 20).
+# Names that would be markup, links, images, templates, formulas or terminal controls if shown raw.
 # Folder names cannot hold '/', so their URLs use the slash-less form browsers still load (https:host).
 HOSTILE_FOLDERS = ["base <a href=https:127.0.0.2:9>b", "![x](https:127.0.0.2:9)[Click to fix](https:127.0.0.2:9)",
                    "<img src=https:127.0.0.2:9> www.evil.example %{x} $x$ :red[x]",
@@ -141,3 +141,62 @@ def make_hostile_family(root: Path, nan_in: int | None = None) -> tuple[Path, li
         tensors[HOSTILE_TENSOR] = t.to(torch.bfloat16)
         save_file(tensors, shard, metadata={"format": "pt"})
     return base, agents
+
+
+def make_vocab_agent(base: Path, dst: Path, tokens: Sequence[str], *, seed: int, density: float = 0.1,
+                     scale: float = 0.002, special: bool = False) -> Path:
+    """An agent whose tokenizer extends the base's with `tokens` (appended after the base's ids, as
+    `add_tokens` / `add_special_tokens` do) and whose vocabulary tensors have a trained row for each: a sparse
+    update on every float tensor of the base, new rows drawn at random, config vocab_size updated."""
+    from transformers import PreTrainedTokenizerFast
+
+    agent = make_agent(base, dst, density, seed=seed, scale=scale)
+    tok = PreTrainedTokenizerFast.from_pretrained(base)  # the saved tokenizer as it is (AutoTokenizer would pick
+    # Qwen2's class from the config, which appends its own end-of-text token)
+    if special:
+        tok.add_special_tokens({"additional_special_tokens": list(tokens)})
+    else:
+        tok.add_tokens(list(tokens))
+    tok.save_pretrained(agent)
+    rows = len(tok)
+    g = torch.Generator().manual_seed(seed + 1)
+    tensors = state(agent)
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        if name in tensors and tensors[name].shape[0] < rows:
+            t = tensors[name]
+            extra = torch.randn(rows - t.shape[0], *t.shape[1:], generator=g) * 0.02
+            tensors[name] = torch.cat([t, extra.to(t.dtype)])
+    for f in Path(agent).glob("*.safetensors"):
+        f.unlink()
+    (Path(agent) / "model.safetensors.index.json").unlink(missing_ok=True)
+    save_file({n: t.contiguous() for n, t in tensors.items()}, Path(agent) / "model.safetensors",
+              metadata={"format": "pt"})
+    cfg = json.loads((Path(agent) / "config.json").read_text())
+    cfg["vocab_size"] = rows
+    (Path(agent) / "config.json").write_text(json.dumps(cfg, indent=2))
+    return agent
+
+
+def make_head_agent(base: Path, dst: Path, *, seed: int, head_noise: float = 0.0, density: float = 0.1,
+                    scale: float = 0.002) -> Path:
+    """An agent of a tied base saved with an explicit lm_head.weight and tie_word_embeddings false, as some RL
+    exports write it: equal to its embeddings (`head_noise` 0) or untied by training (noise of that scale on
+    a random half of the head's elements)."""
+    agent = make_agent(base, dst, density, seed=seed, scale=scale)
+    tensors = state(agent)
+    embed = tensors["model.embed_tokens.weight"]
+    head = embed.clone()
+    if head_noise:
+        g = torch.Generator().manual_seed(seed + 2)
+        mask = torch.rand(head.shape, generator=g) < 0.5
+        head = (head.float() + mask * torch.randn(head.shape, generator=g) * head_noise).to(embed.dtype)
+    tensors["lm_head.weight"] = head
+    for f in Path(agent).glob("*.safetensors"):
+        f.unlink()
+    (Path(agent) / "model.safetensors.index.json").unlink(missing_ok=True)
+    save_file({n: t.contiguous() for n, t in tensors.items()}, Path(agent) / "model.safetensors",
+              metadata={"format": "pt"})
+    cfg = json.loads((Path(agent) / "config.json").read_text())
+    cfg["tie_word_embeddings"] = False
+    (Path(agent) / "config.json").write_text(json.dumps(cfg, indent=2))
+    return agent

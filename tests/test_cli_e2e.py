@@ -54,7 +54,7 @@ def test_cli_subprocess_merge_loads_in_transformers(family, tmp_path):
     logits = model(ids).logits
     assert logits.shape[-1] == model.config.vocab_size and torch.isfinite(logits.float()).all()
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["torch_dtype"] == "bfloat16"
+    assert cfg["dtype"] == "bfloat16" and "torch_dtype" not in cfg  # one dtype key, as transformers 5 writes
 
     card = (out / "README.md").read_text()
     front = card.split("---")[1]
@@ -115,7 +115,7 @@ def test_out_dtype_float32_and_config(family, tmp_path):
     out = tmp_path / "f32"
     assert merge(family, out, "--method", "ram", "--out-dtype", "float32") == 0
     assert all(t.dtype == torch.float32 for t in state(out).values())
-    assert json.loads((out / "config.json").read_text())["torch_dtype"] == "float32"
+    assert json.loads((out / "config.json").read_text())["dtype"] == "float32"
 
 
 def test_existing_output_refused_unless_overwrite(family, tmp_path, capsys):

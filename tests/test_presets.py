@@ -60,9 +60,10 @@ def test_presets_reproduce_the_scripts_lambda(preset, script, R):
 
 def test_preset_parameters():
     assert apply_preset("authors-default", None, {}) == ("ram_plus", {"r": SCRIPT_DEFAULT_R - 1, "alpha": 1.0,
-                                                                       "rho_scope": "global"})
+                                                                       "rho_scope": "global",
+                                                                       "count_tied_twice": True})
     assert apply_preset("authors-soft", None, {"eps": "1e-6"}, 1.2) == \
-        ("ram_plus_soft", {"eps": "1e-6", "r": 1.2 - 1.0, "rho_scope": "global"})
+        ("ram_plus_soft", {"eps": "1e-6", "r": 1.2 - 1.0, "rho_scope": "global", "count_tied_twice": True})
     assert apply_preset("paper", "ram_plus", {})[1] == {"r": 0.1, "alpha": 2.0, "rho_scope": "global"}
     assert apply_preset("mergekit-ramplus-tl", None, {})[1]["rho_scope"] == "tensor"
     for p in PRESETS.values():  # every preset's parameters are valid for its method

@@ -33,3 +33,11 @@ def test_docs_list_every_method_and_subcommand():
 
     for param in all_params().values():
         assert param.flag in text, param.flag  # every generated method flag is documented
+    import argparse
+
+    full = next(a for a in build_parser(True)._actions if isinstance(a, argparse._SubParsersAction))
+    for command, parser in full.choices.items():  # and every flag --help lists, of every command
+        for action in parser._actions:
+            if action.help != argparse.SUPPRESS:
+                assert all(f in text for f in action.option_strings if f.startswith("--") and f != "--help"), \
+                    (command, action.option_strings)

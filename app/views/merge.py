@@ -15,6 +15,7 @@ from app.mergekit_panel import mergekit_panel
 from app.markup import md, md_code
 from app.tables import fitted_columns
 from merging.reading.compat import POLICIES, POLICY_HELP
+from merging.reading.vocab import VOCAB_CHOICES, VOCAB_HELP
 from merging.common.errors import RamStudioError
 from merging.methods import METHODS, get_method
 from merging.presets import provenance as preset_provenance
@@ -36,7 +37,8 @@ def default_method(p: dict) -> str:
     return "ram_plus_soft" if p.get("rule") == "soft" else "ram_plus"
 
 
-def default_out(sel: state.Selection, method: str, params: dict, dtype: str | None, policy: str) -> str:
+def default_out(sel: state.Selection, method: str, params: dict, dtype: str | None, policy: str,
+                vocab: str = "base", untie: bool = False) -> str:
     """./merged-models/<base>-<method>-<hash of the settings>: one folder per distinct merge."""
     from merging.writing.placement import suggest_output_name
     from merging.reading.refs import parse_ref
@@ -46,7 +48,8 @@ def default_out(sel: state.Selection, method: str, params: dict, dtype: str | No
     except RamStudioError:
         label = "model"
     fields = {"base": sel.base, "agents": list(sel.agents), "method": method, "params": params,
-              "out_dtype": dtype, "on_mismatch": policy}
+              "out_dtype": dtype, "on_mismatch": policy,
+              **({"vocab": vocab} if vocab != "base" else {}), **({"untie": True} if untie else {})}
     return str(Path.cwd() / DEFAULT_ROOT / suggest_output_name(label, fields))
 
 
@@ -89,7 +92,7 @@ def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
 
 
 def start(sel: state.Selection, method: str, params: dict, out: str, shard: str, dtype: str | None,
-          overwrite: bool, policy: str = "error") -> None:
+          overwrite: bool, policy: str = "error", vocab: str = "base", untie: bool = False) -> None:
     """Validate (parameters and the output placement rules), then hand the merge to the job manager."""
     from merging.writing.placement import check_output_folder, input_folders
     from merging.writing.side_files import is_side_file
@@ -98,8 +101,9 @@ def start(sel: state.Selection, method: str, params: dict, out: str, shard: str,
     target = check_output_folder(out, input_folders([sel.base, *sel.agents]), overwrite=overwrite,
                                  side_file_ok=is_side_file)
     st.session_state[START_WARNING_KEY] = target.warnings  # e.g. an output inside the Hugging Face cache
-    spec = MergeSpec(sel.base, list(sel.agents), method, params, out.strip(), dtype, shard, on_mismatch=policy)
-    counts, overlap = state.cached_statistics(sel, spec)
+    spec = MergeSpec(sel.base, list(sel.agents), method, params, out.strip(), dtype, shard, on_mismatch=policy,
+                     vocab=vocab, untie=untie)
+    counts, overlap = state.cached_statistics(sel, spec) if not untie else (None, None)
     chosen = st.session_state.get("merge_preset", presets.CUSTOM)
     provenance = None if chosen == presets.CUSTOM else preset_provenance(chosen, method, params)
     job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite, counts=counts, overlap=overlap,
@@ -149,6 +153,8 @@ def results(job: jobs.Job, sel: state.Selection) -> None:
         if res.lambdas:
             st.markdown("**λ_t used**")
             st.dataframe(pd.DataFrame(res.lambdas), hide_index=True, width="stretch")
+        for line in res.lineage:
+            st.warning(md(line), icon=":material/family_history:")
         for note in res.notes:
             st.caption(md(note))
     stats = {"out": str(res.out), "seconds": res.seconds, "bytes_written": res.bytes_written,
@@ -312,7 +318,8 @@ if st.session_state.get("merge_preset", presets.CUSTOM) != presets.CUSTOM:
 init("merge_shard", "5GB")
 init("merge_dtype", "as base")
 init("merge_policy", "error")
-suggested = default_out(sel, method, params, DTYPES[st.session_state["merge_dtype"]], st.session_state["merge_policy"])
+suggested = default_out(sel, method, params, DTYPES[st.session_state["merge_dtype"]], st.session_state["merge_policy"],
+                        st.session_state.get("merge_vocab", "base"), bool(st.session_state.get("merge_untie")))
 custom = st.session_state.get(OUT_CUSTOM)
 st.session_state[OUT_KEY] = custom or suggested
 
@@ -330,6 +337,13 @@ out = c[0].text_input("Output folder", key=OUT_KEY, on_change=_typed_out, disabl
 shard = c[1].selectbox("Shard size", SHARD_SIZES, key="merge_shard", disabled=mine_running)
 dtype = c[2].selectbox("Output dtype", list(DTYPES), key="merge_dtype", disabled=mine_running)
 policy = c[3].selectbox("On mismatch", list(POLICIES), key="merge_policy", disabled=mine_running, help=POLICY_HELP)
+v = st.columns([3.2, 1.8], vertical_alignment="bottom")
+vocab = v[0].radio("Vocabulary", list(VOCAB_CHOICES), key="merge_vocab", horizontal=True, disabled=mine_running,
+                   format_func=lambda c: {"base": "the base's", "union": "union (keep added tokens)"}[c],
+                   help=VOCAB_HELP + ".")
+untie = v[1].checkbox("Untie the head", key="merge_untie", disabled=mine_running,
+                      help="For a tied base whose agents stored an lm_head untied by training: write an untied head, "
+                           "merged from the base's embeddings and each agent's head (tie_word_embeddings false).")
 if custom:
     note = st.container(horizontal=True, vertical_alignment="center")
     note.caption(f"Your folder. Suggested for these settings: {md_code(suggested)}")
@@ -354,14 +368,14 @@ if other is not None and not mine_running:
     st.warning(f"Busy: another session is {what} right now ({format_seconds(other.elapsed)} so far). "
                "One merge runs at a time per server.", icon=":material/hourglass_top:")
 mergekit_panel(MergeSpec(sel.base, list(sel.agents), method, params, out.strip(), DTYPES[dtype], shard,
-                         on_mismatch=policy))
+                         on_mismatch=policy, vocab=vocab, untie=untie))
 if go:
     st.session_state.pop(START_ERROR_KEY, None)  # a new attempt replaces the last error, never stacks on it
     try:
         if hub:
             raise RamStudioError(f"{len(hub)} Hub model(s) are not downloaded yet.",
                                  "Start the download above; the merge reads them from the local cache.")
-        start(sel, method, params, out, shard, DTYPES[dtype], overwrite, policy)
+        start(sel, method, params, out, shard, DTYPES[dtype], overwrite, policy, vocab, untie)
     except RamStudioError as exc:
         st.session_state[START_ERROR_KEY] = (exc.message, exc.hint)
     else:

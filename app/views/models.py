@@ -43,6 +43,25 @@ def headers_for(ref: str) -> tuple[ModelHeaders, str, bool]:
     return ModelHeaders(r.label, tensors, meta["config"], size, f"{r.repo_id}@{meta['revision']}"), "hub", True
 
 
+@st.cache_data(show_spinner=False, ttl=900, max_entries=16)
+def agent_checks(base: str, agents: tuple[str, ...]):
+    """For models on disk: the compatibility report with tied heads and added tokens resolved, the notes on
+    them, the lineage warnings (a sample of each model's weights) and why added tokens would be refused."""
+    from merging.reading.checkpoint import open_checkpoint
+    from merging.reading.prepare import prepare_inputs
+
+    b = open_checkpoint(base, download=False)
+    ags = [open_checkpoint(a, download=False) for a in agents]
+    try:
+        prep = prepare_inputs(b, ags)
+    finally:
+        for c in [b, *ags]:
+            c.release()
+    refusal = prep.vocab.refusal if prep.vocab else None
+    return (prep.report, prep.notes, [w.text for w in prep.lineage],
+            (refusal.message, refusal.hint) if refusal else None)
+
+
 def draft_refs(source: str) -> tuple[str, list[str]]:
     """The base and agents currently entered on this page (not yet in use)."""
     if source in DEMO_SOURCES:
@@ -146,7 +165,16 @@ def report(base: str, agents: list[str]) -> bool:
             h, _kind, needs = headers_for(ref)
             heads.append(h)
             download += h.bytes_on_disk if needs else 0
-    rep = check_compatibility(heads[0], heads[1:])
+    notes: list[str] = []
+    if not download:  # every model on disk: heads, tokenizers and lineage can be checked (a small read)
+        with st.spinner("Checking heads, tokenizers and lineage (a sample of each model's weights)…"):
+            rep, notes, lineage, refusal = agent_checks(base, tuple(agents))
+        for line in lineage:
+            st.warning(f"**warning:** {md(line)}", icon=":material/family_history:")
+        if refusal:
+            st.warning(f"{md(refusal[0])} {md(refusal[1])}", icon=":material/translate:")
+    else:
+        rep = check_compatibility(heads[0], heads[1:])
     frame = rep.models_frame()
     frame["params"] = frame["params"].map(state.fmt_count)
     frame["size on disk"] = frame.pop("bytes_on_disk").map(format_bytes)
@@ -155,6 +183,8 @@ def report(base: str, agents: list[str]) -> bool:
     st.dataframe(frame, hide_index=True, width="stretch", column_config=fitted_columns(frame),
                  column_order=["role", "model", "source", "architecture", "params", "tensors", "dtypes",
                                "size on disk", "tied_embeddings"])
+    for note in notes:
+        st.caption(md(note))
     if rep.ok:
         st.success(f"Compatible: {len(agents)} agents share the base's {len(heads[0].tensors)} tensors, shapes and "
                    "dtypes.", icon=":material/check_circle:")
@@ -176,7 +206,8 @@ def report(base: str, agents: list[str]) -> bool:
 
 st.title("Models")
 st.markdown("Choose a base model and its RL-trained agents. The report below comes from the safetensors "
-            "**headers only** — for Hub repos from the remote metadata — so nothing is downloaded or read yet.")
+            "**headers** — for Hub repos from the remote metadata, so nothing is downloaded yet; for models on disk "
+            "also from their tokenizers and a small sample of their weights (is each agent a fine-tune of this base?).")
 
 current = state.selection()
 demo_source = {prefix.rstrip(":"): label for label, prefix in DEMO_SOURCES.items()}

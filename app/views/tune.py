@@ -94,13 +94,15 @@ def _apply_preset() -> None:
         values["alpha"] = float(params["alpha"])
     for k, v in values.items():
         st.session_state[f"tune_{'scope' if k == 'rho_scope' else k}"] = v
-    state.tuned().update(values, preset=preset.name, rescale_factor=st.session_state.get("tune_rescale"))
+    # The Merge form takes the counting convention from here (the authors' presets count tied embeddings twice).
+    state.tuned().update(values, preset=preset.name, rescale_factor=st.session_state.get("tune_rescale"),
+                         count_tied_twice=bool(params.get("count_tied_twice", False)))
 
 
 def _custom() -> None:
-    """A control moved by hand: the setting is no longer the preset."""
+    """A control moved by hand: the setting is no longer the preset (nor its counting convention)."""
     st.session_state["tune_preset"] = presets.CUSTOM
-    state.tuned().update(preset=presets.CUSTOM)
+    state.tuned().update(preset=presets.CUSTOM, count_tied_twice=False)
 
 
 def preset_row() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -35,8 +36,12 @@ class OverlapCounts:
 def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, device: torch.device,
                    chunk_elems: int = DEFAULT_CHUNK_ELEMS, progress: ProgressFn | None = None,
                    cancel: threading.Event | None = None, fingerprinter: Fingerprinter | None = None,
-                   read_threads: int | None = None, reader=None) -> OverlapCounts:
+                   read_threads: int | None = None, reader=None,
+                   weights: Mapping[str, int] | None = None) -> OverlapCounts:
     """Stream every float tensor once and count, per agent, its shared and unique elements at ε.
+
+    `weights`: how many times to count a tensor (default once); a tied embedding counted twice gives the
+    counts of code that counts over a loaded model's `state_dict()` (`stored_tensor_weights`).
 
     On the CPU one fused kernel gives counts and max |τ| per chunk. On the torch path (a GPU) both are
     summed on the device and read once at the end, so no chunk waits for the device; a NaN or Inf
@@ -56,6 +61,7 @@ def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, de
                                                   kernels=("count_and_peak",), reader=reader):
         if not chunk.numel:
             continue
+        times = 1 if weights is None else weights.get(data.span.tensor, 1)
         if fused:  # counts and max |τ| in one pass over the chunk
             from merging.kernels.common import parts
             from merging.kernels.statistics import count_and_peak
@@ -63,11 +69,11 @@ def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, de
             base_raw, agents_raw = chunk.raw()
             with one_thread_for(parts(base_raw.size)):
                 part, peak_parts = count_and_peak(base_raw, agents_raw, np.float32(eps), parts(base_raw.size))
-            host_total += torch.from_numpy(part)
+            host_total += torch.from_numpy(part) * times
             peak = check_finite(data, max_over_parts(peak_parts), labels, base.label)
             host_peaks = torch.maximum(host_peaks, peak)
         else:
-            total += regions.counts(chunk.taus, eps)
+            total += regions.counts(chunk.taus, eps) * times
             peaks = torch.maximum(peaks, chunk.peak_abs_tau(False))  # NaN propagates
     total = total.cpu() + host_total
     peaks_host = torch.maximum(peaks.cpu(), host_peaks).double()
@@ -75,3 +81,19 @@ def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: float, *, de
         locate_nonfinite(base, agents, device, chunk_elems, read_threads)
     return OverlapCounts(eps, total[:, 0].tolist(), total[:, 1].tolist(), peaks_host.tolist())
 
+
+
+def counts_tied_twice(params: Mapping[str, Any]) -> bool:
+    """Whether a method's parameters ask for whole-model counts over `state_dict()`, tied aliases included
+    (`count_tied_twice`, as the RAM authors' script counts), rather than over the stored tensors once."""
+    return bool(params.get("count_tied_twice", False))
+
+
+def stored_tensor_weights(base: Checkpoint, params: Mapping[str, Any]) -> dict[str, int] | None:
+    """The `weights` count_overlaps takes for these parameters: None (every stored tensor once) unless
+    `count_tied_twice`, then each tensor as often as the loaded base's `state_dict()` lists it."""
+    if not counts_tied_twice(params):
+        return None
+    from merging.reading.tied import count_multiplicity
+
+    return count_multiplicity(base)

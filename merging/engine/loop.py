@@ -10,7 +10,7 @@ the chunk size: at most a few chunks of (1 + N) models are alive at once.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Iterator
 
@@ -28,6 +28,7 @@ from merging.writing.background import BackgroundWriter
 from merging.reading.chunk_inputs import ChunkInputs
 from merging.engine.output import (Peaks, check_equal_non_float, emit_from_device, raise_nonfinite, submit_host,
                                    take_buffer)
+from merging.engine.precision import PrecisionProbe
 from merging.engine.tensor_merge import TensorMerger
 from merging.passes import (GUARD_KERNELS, ProgressFn, ProgressTracker, build_inputs, check_finite, fused_now,
                             open_reader, prepare_kernels, uses_kernels)
@@ -43,6 +44,7 @@ class EngineResult:
     max_abs_tau: list[float]
     changed: bool
     beyond_rounding: bool = True  # some value differs from the base's by more than one step of its dtype
+    precision: list[str] = field(default_factory=list)  # per agent stored finer than the output (engine/precision.py)
 
 
 def output_plan(base: Checkpoint, out_dtype: str | None) -> list[PlannedTensor]:
@@ -129,7 +131,8 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
         if own_reader:
             reader.close()
     run.tracker.advance(0, "", force=True)
-    return EngineResult(run.peaks.values(), run.guard.changed, run.guard.beyond_rounding)
+    return EngineResult(run.peaks.values(), run.guard.changed, run.guard.beyond_rounding,
+                        run.probe.notes() if run.probe else [])
 
 
 class _MergeRun:
@@ -162,6 +165,8 @@ class _MergeRun:
         self.merger: TensorMerger | None = None
         self.held: tuple[ChunkData, ChunkInputs, Any] | None = None
         self.whole: torch.Tensor | None = None  # the tensor being assembled on the device, (1 + N, numel) float32
+        probe = PrecisionProbe(base, agents, self.labels, out_dtype)
+        self.probe = probe if probe.active else None
 
     def whole_on_device(self, name: str) -> bool:
         """Methods with passes on a GPU: each tensor read once, all its rounds there (when it fits)."""
@@ -171,6 +176,8 @@ class _MergeRun:
     def step(self, step: Step, data: ChunkData | None) -> None:
         if step.path is TensorPath.COPY:
             return self.copy_non_float(step, data)
+        if self.probe is not None and data is not None and step.round == 0:
+            self.probe.add(data)
         self._merger_for(step)
         if step.path is TensorPath.WHOLE_ON_DEVICE:
             return self.whole_tensor(step, data)

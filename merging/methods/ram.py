@@ -5,6 +5,8 @@ Choices where public implementations differ (see docs/methods.md, "Where our mat
 - ρ_t is counted over the whole model by default (`rho_scope="global"`, the paper); `"tensor"` counts
   per tensor like mergekit's `ramplus_tl`.
 - λ_t edge cases (no change; unique_t = 0) follow `merging.methods.regions.lambda_for`.
+- Whole-model counts count each stored tensor once by default; `count_tied_twice` counts a tied embedding
+  twice, as code counting over a loaded model's `state_dict()` does (the RAM authors' script).
 """
 from __future__ import annotations
 
@@ -100,6 +102,11 @@ ALPHA = Param("alpha", float, 2.0, "Clip bound α on ρ_t in λ_t = 1 + r·clip(
               "ramplus_tl: 0.2).", low=0.0, float32=True, step=0.1, label="α (clip bound on ρ)")
 SCOPE = Param("rho_scope", str, "global", "Count ρ_t over the whole model (global, the paper) or per tensor "
               "(tensor, like mergekit's ramplus_tl).", choices=SCOPES, label="ρ scope")
+COUNT_TIED = Param("count_tied_twice", bool, False,
+                   "Count a tied embedding twice in the whole-model counts, as the loaded model's state_dict() lists "
+                   "it (once more as lm_head.weight): the RAM authors' script counts so. Off: every stored tensor "
+                   "once. Changes nothing for an untied model or per-tensor ρ.",
+                   label="count tied ×2")
 
 
 # ---------------------------------------------------------------- mergekit 0.1.5 (merge_methods/ram.py)
@@ -143,9 +150,9 @@ register(MergeMethod(
     _merge, (EPS,), fused=_fused, kernels=("ram",), mergekit=RAM_MERGEKIT))
 register(MergeMethod(
     "ram_plus", "RAM+ (Eq. 6-7): RAM, with each agent's unique updates scaled by λ_t = 1 + r·clip(ρ_t, 0, α).",
-    _merge, (EPS, R, ALPHA, SCOPE), fused=_fused, kernels=("ram", "count_and_peak"), mergekit=RAM_PLUS_MERGEKIT,
-    **_plus("clip")))
+    _merge, (EPS, R, ALPHA, SCOPE, COUNT_TIED), fused=_fused, kernels=("ram", "count_and_peak"),
+    mergekit=RAM_PLUS_MERGEKIT, **_plus("clip")))
 register(MergeMethod(
     "ram_plus_soft", "RAM+s (Eq. 8): unique updates scaled by λ_t = 1 + r·ρ_t/(1+ρ_t).",
-    _merge, (EPS, R, SCOPE), fused=_fused, kernels=("ram", "count_and_peak"),
+    _merge, (EPS, R, SCOPE, COUNT_TIED), fused=_fused, kernels=("ram", "count_and_peak"),
     mergekit=Mergekit(_ram_plus_to_mergekit("soft")), **_plus("soft")))

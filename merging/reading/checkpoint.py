@@ -49,9 +49,10 @@ class Checkpoint:
         if handle is None:
             handle = safe_open(str(entry.file), framework="pt", device="cpu")
             self._handles[entry.file] = handle
+        # A view (merging/reading/heads.py) may show a tensor under another name: read the stored one.
         if start is None or len(entry.shape) == 0:
-            return handle.get_tensor(name)
-        return handle.get_slice(name)[start:stop]
+            return handle.get_tensor(entry.name)
+        return handle.get_slice(entry.name)[start:stop]
 
     def release(self) -> None:
         """Close open files (unmapping them) so finished shards stop counting towards resident memory."""

@@ -260,7 +260,8 @@ class ChunkReader:
         if out.numel():
             self.files.read_into(entry, first * rb if entry.shape else 0, memoryview(out.numpy()))
         if self.fingerprinter is not None:
-            self.fingerprinter.add_bytes(m, span.tensor, first, stop - first, out)
+            # By the stored name: a view may read one stored tensor under two names (an untied head).
+            self.fingerprinter.add_bytes(m, entry.name, first, stop - first, out)
         return out
 
     def _jobs(self, span: Span) -> tuple[Callable[[], ChunkData], list[tuple[int, Callable[[], Any]]]]:

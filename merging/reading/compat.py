@@ -83,7 +83,7 @@ class Mismatch:
     """One difference between the base and an agent; `fatal` ones no policy can repair."""
 
     agent: str
-    kind: str  # architecture | missing | extra | shape | dtype | tied_embeddings | duplicate
+    kind: str  # architecture | missing | extra | shape | dtype | tied_embeddings | untied_head | duplicate
     tensor: str | None
     detail: str
     fatal: bool = False
@@ -118,6 +118,9 @@ class CompatReport:
     base: ModelHeaders
     agents: list[ModelHeaders]
     mismatches: list[Mismatch] = field(default_factory=list)
+    # (agent, tensor) → why: an agent's extra tensor or rows that are explained, not dropped (a head equal to its
+    # embeddings, rows of a union vocabulary; merging/reading/prepare.py)
+    handled: dict[tuple[str, str], str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -149,6 +152,8 @@ class CompatReport:
         for a in self.agents:
             dropped = padded = dropped_t = padded_t = 0
             for name, (_dtype, shape) in a.tensors.items():
+                if (a.label, name) in self.handled:
+                    continue
                 base = self.base.tensors.get(name)
                 if base is None:
                     dropped += math.prod(shape)
@@ -179,7 +184,9 @@ class CompatReport:
         repairable = not any(m.fatal for m in blocking)
         kinds = {m.kind for m in blocking if m.fatal}
         if repairable:
-            fix = "Pass --on-mismatch base to keep the base's tensors and shapes."
+            fix = "Pass --on-mismatch base to keep the base's tensors and shapes." + (
+                " For an untied head, --untie (merge) keeps it." if any(m.kind == "untied_head" for m in blocking)
+                else "")
         elif kinds == {"duplicate"}:  # the architecture is fine: the same model was given twice
             fix = "Give each agent once, and not the base as an agent."
         else:

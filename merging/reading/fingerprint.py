@@ -66,7 +66,8 @@ class Fingerprinter:
         """Per model: {"weights_xxh3_128", "files": {file name: xxh3_128 of header + tensors}}."""
         out = []
         for i, ckpt in enumerate(self.models):
-            digests = {name: self._complete(i, ckpt, name) for name in ckpt.tensors}
+            # Stored tensors only: a view's second name for one stored tensor is not part of the content.
+            digests = {name: self._complete(i, ckpt, name) for name, e in ckpt.tensors.items() if e.name == name}
             weights = xxhash.xxh3_128()
             for name in sorted(digests):
                 weights.update(name.encode() + b"\0" + digests[name])

@@ -32,15 +32,45 @@ def hub_ids(refs: list[str]) -> list[str]:
     return out
 
 
-def card_data(spec: MergeSpec):
+# transformers' auto-class tables (model type → class name), in the order a class found in several decides its
+# task: a vision-language class is also a causal LM in some tables, and image-text-to-text is what it does.
+PIPELINE_TABLES = (("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "image-text-to-text"),
+                   ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "automatic-speech-recognition"),
+                   ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "text-generation"),
+                   ("MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES", "any-to-any"),
+                   ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "text2text-generation"),
+                   ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "text-classification"),
+                   ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES", "token-classification"))
+
+
+def pipeline_tag(config: dict | None) -> str | None:
+    """The Hub task of the base's architecture (`architectures[0]` in its config), from transformers' auto-class
+    tables; an audio-and-text model is audio-text-to-text; None when the architecture is not in them."""
+    archs = (config or {}).get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    if arch is None:
+        return None
+    from transformers.models.auto import modeling_auto
+
+    for table, tag in PIPELINE_TABLES:
+        names = getattr(modeling_auto, table, {})
+        if any(arch == v or (isinstance(v, tuple) and arch in v) for v in names.values()):
+            if tag == "any-to-any" and "audio_config" in (config or {}) and "vision_config" not in (config or {}):
+                return "audio-text-to-text"
+            return tag
+    return None
+
+
+def card_data(spec: MergeSpec, config: dict | None = None):
     """The card's metadata: the Hub parents (`base_model`, `base_model_relation: merge`) when there are any,
-    the library that loads it, the task and the tags."""
+    the library that loads it, the task (from the base's architecture; text-generation without a config) and
+    the tags."""
     from huggingface_hub import ModelCardData
 
     hub = hub_ids([spec.base, *spec.agents])
+    tag = pipeline_tag(config) if config is not None else "text-generation"
     return ModelCardData(base_model=hub or None, base_model_relation="merge" if hub else None,
-                         library_name="transformers", pipeline_tag="text-generation",
-                         tags=["merge", "ram", spec.method])
+                         library_name="transformers", pipeline_tag=tag, tags=["merge", "ram", spec.method])
 
 
 def check_card_metadata(text: str) -> None:
@@ -69,7 +99,7 @@ def check_card_metadata(text: str) -> None:
 
 def render_card(spec: MergeSpec, agent_labels: list[str], lambdas: list[dict[str, Any]] | None,
                 recipe_text: str, notes: list[str], mergekit: tuple[str | None, str] | None = None,
-                statistics: list[str] | None = None) -> str:
+                statistics: list[str] | None = None, base_config: dict | None = None) -> str:
     """Markdown model card; `lambdas` rows hold agent, shared, unique, rho, lambda when RAM+ used them;
     `statistics` are Markdown lines of the inputs' shared-region diagnostics (made by analysis.agreement,
     already escaped). References, labels, values and notes come from files or users: escaped here."""
@@ -105,11 +135,15 @@ def render_card(spec: MergeSpec, agent_labels: list[str], lambdas: list[dict[str
             lines += ["## mergekit", "", f"No mergekit config computes this merge: {markdown_text(head)}", ""]
             if nearest.strip():
                 lines += [*markdown_fence(nearest, "yaml"), ""]
-    lines += ["## Use", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
-              'model = AutoModelForCausalLM.from_pretrained("PATH_TO_THIS_FOLDER")',
-              'tokenizer = AutoTokenizer.from_pretrained("PATH_TO_THIS_FOLDER")', "```", "",
+    loader, reader = (("AutoModelForImageTextToText", "AutoProcessor")
+                      if base_config is not None and pipeline_tag(base_config) == "image-text-to-text"
+                      else ("AutoModelForCausalLM", "AutoTokenizer"))
+    lines += ["## Use", "", "```python", f"from transformers import {loader}, {reader}",
+              f'model = {loader}.from_pretrained("PATH_TO_THIS_FOLDER")',
+              f'{"processor" if reader == "AutoProcessor" else "tokenizer"} = {reader}.from_pretrained('
+              '"PATH_TO_THIS_FOLDER")', "```", "",
               "## Recipe", "", "Reproduce with `ram-studio run ram_recipe.json` (RAM Studio):", "",
               *markdown_fence(recipe_text, "json"), ""]
     # Built from the text, not from a template: ModelCard.from_template runs Jinja over its template, and this
     # body holds file-derived text (a name with `{{ … }}` must stay text).
-    return str(ModelCard(f"---\n{card_data(spec).to_yaml()}\n---\n" + "\n".join(lines)))
+    return str(ModelCard(f"---\n{card_data(spec, base_config).to_yaml()}\n---\n" + "\n".join(lines)))

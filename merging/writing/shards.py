@@ -93,8 +93,9 @@ class ShardSetWriter:
                 _pwrite_all(fd, memoryview(self._headers[shard]), 0)
             return fd
 
-    def write_at(self, name: str, byte_offset: int, data: memoryview | bytes) -> None:
-        """Write bytes of tensor `name` starting `byte_offset` bytes into its data."""
+    def write_at(self, name: str, byte_offset: int, data: memoryview | bytes, rewrite: bool = False) -> None:
+        """Write bytes of tensor `name` starting `byte_offset` bytes into its data; `rewrite` replaces bytes
+        written before (not counted again: e.g. an added token's row inside the base's vocabulary)."""
         shard, start, nbytes = self._where[name]
         view = memoryview(data).cast("B")
         if byte_offset < 0 or byte_offset + view.nbytes > nbytes:
@@ -102,6 +103,8 @@ class ShardSetWriter:
         fd = self._fd(shard)
         _pwrite_all(fd, view, start + byte_offset)
         _start_writeback(fd, start + byte_offset, view.nbytes)
+        if rewrite:
+            return
         with self._lock:
             self._written[name] = self._written.get(name, 0) + view.nbytes
 

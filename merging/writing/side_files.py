@@ -22,7 +22,9 @@ from merging.reading.model_folder import FileIdentity, check_file, open_checked
 
 SIDE_FILE_PATTERNS = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                       "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
-                      "*.tiktoken", "chat_template.json", "chat_template.jinja", "preprocessor_config.json")
+                      "*.tiktoken", "chat_template.json", "chat_template.jinja", "preprocessor_config.json",
+                      "processor_config.json", "video_preprocessor_config.json", "image_processor_config.json",
+                      "feature_extractor_config.json", "audio_processor_config.json")
 MAX_SIDE_FILE = 64 << 20
 
 
@@ -50,22 +52,43 @@ def plan_side_files(base: Checkpoint) -> list[FileIdentity]:
     return planned
 
 
+def output_config(config: dict, dtype: str | None, nested: str | None = None) -> dict:
+    """The merged model's config with one dtype key, `dtype` (transformers 5 writes and reads it; transformers 4
+    reads `torch_dtype`, and under dtype="auto" without it takes the weights' own dtype): `dtype` at the top;
+    in nested configs (a vision-language model's text_config…) `nested` when given (an explicit output dtype),
+    else their own value under the one key."""
+    cfg = {k: v for k, v in config.items() if k != "torch_dtype"}
+    own = config.get("dtype", config.get("torch_dtype"))
+    if dtype or own is not None:
+        cfg["dtype"] = dtype or own
+    for key, sub in cfg.items():
+        if isinstance(sub, dict) and ("torch_dtype" in sub or "dtype" in sub):
+            cfg[key] = output_config(sub, nested, nested)
+    return cfg
+
+
 def copy_side_files(base: Checkpoint, folder: Path, out_dtype: str | None,
-                    planned: list[FileIdentity] | None = None) -> list[str]:
-    """Write config.json (dtype set to the output's) and copy the planned allow-listed files (checked again:
-    each must still be the file that was checked); return their names."""
+                    planned: list[FileIdentity] | None = None, *, config: dict | None = None,
+                    replace: dict[str, bytes] | None = None) -> list[str]:
+    """Write config.json (`config`, else the base's, with the output's dtype) and copy the planned allow-listed
+    files (checked again: each must still be the file that was checked), except those `replace` gives new
+    contents for (a union tokenizer); return their names."""
     written = []
-    cfg = dict(base.config or {})
+    cfg = dict(base.config or {}) if config is None else dict(config)
     if cfg:
-        dtype = CODE_TO_NAME.get(out_dtype or base_float_dtype(base) or "", None)
-        if dtype:
-            cfg["torch_dtype"] = dtype
-            if "dtype" in cfg:
-                cfg["dtype"] = dtype
+        cfg = output_config(cfg, CODE_TO_NAME.get(out_dtype or base_float_dtype(base) or "", None),
+                            CODE_TO_NAME.get(out_dtype or "", None))
         (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         written.append("config.json")
+    replace = replace or {}
+    for name, data in replace.items():
+        with open(folder / name, "xb") as dst:
+            dst.write(data)
+        written.append(name)
     for ident in plan_side_files(base) if planned is None else planned:
         name = ident.path.name
+        if name in replace:
+            continue
         try:
             with open_checked(ident) as src, open(folder / name, "xb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)

@@ -70,12 +70,14 @@ def _json_output(args: argparse.Namespace, ckpt) -> Path | None:
     return check_output_file(args.json, protected_paths(inputs), overwrite=args.overwrite)
 
 
-def _score(evaluator, loaded, args: argparse.Namespace):
-    """The per-subset frame (the demo's tasks; else None) and the scores of the loaded model on --split."""
+def _score(evaluator, loaded, args: argparse.Namespace, progress=None):
+    """The per-subset frame (the demo's tasks; else None) and the scores of the loaded model on --split;
+    progress to `progress` (examples done, in all, what), else to stderr unless --quiet."""
     from ram_studio.commands.evaluator_options import progress_printer
 
     with stop_on_signal() as stop:
-        progress = None if args.quiet else progress_printer("evaluate")
+        if progress is None and not args.quiet:
+            progress = progress_printer("evaluate")
         if hasattr(evaluator, "frame"):  # the demo's tasks: the per-subset table too
             t0 = time.perf_counter()
             frame = evaluator.frame(loaded, args.split, limit=args.limit, cancel=stop, progress=progress)
@@ -102,6 +104,13 @@ def _write_json(out: Path, args: argparse.Namespace, ckpt, evaluator, frame, sco
     """The scores, what was scored and how, and (demo tasks) every per-subset row, as JSON."""
     from merging.writing.placement import write_file_atomically
 
+    doc = json_document(args, ckpt, evaluator, frame, scores)
+    write_file_atomically(out, (json.dumps(doc, indent=2) + "\n").encode())
+
+
+def json_document(args: argparse.Namespace, ckpt, evaluator, frame, scores) -> dict:
+    """What --json writes: the model, the evaluator and its fingerprint, the split, the scores with their standard
+    errors and detail, one result entry per task (and subset) with its n and stderr, and the per-example outcomes."""
     from analysis.noise import pack_outcomes
 
     suite = getattr(evaluator, "suite", None)
@@ -112,7 +121,7 @@ def _write_json(out: Path, args: argparse.Namespace, ckpt, evaluator, frame, sco
            "stderr": {**{t: scores.stderr.get(t) for t in scores.scores}, "average": scores.average_stderr},
            "detail": scores.detail, "detail_stderr": scores.detail_stderr, "seconds": round(scores.seconds, 3),
            "results": result_records(frame, scores), "outcomes": pack_outcomes(scores.outcomes)}
-    write_file_atomically(out, (json.dumps(doc, indent=2) + "\n").encode())
+    return doc
 
 
 def result_records(frame, scores) -> list[dict]:

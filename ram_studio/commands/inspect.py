@@ -19,9 +19,12 @@ def add_parser(sub) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    """Open the base and agents, print the compatibility table and the differences, apply --on-mismatch."""
+    """Open the base and agents, print the compatibility table, the differences, how tied heads and added tokens
+    are handled and the lineage warnings, then apply --on-mismatch."""
+    import sys
+
     from merging.reading.checkpoint import open_checkpoint
-    from merging.reading.compat import ModelHeaders, check_compatibility
+    from merging.reading.prepare import prepare_inputs
     from merging.writing.placement import write_file_atomically
 
     with stop_on_signal() as stop:
@@ -29,24 +32,35 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     base = open_checkpoint(args.base)
     agents = [open_checkpoint(a) for a in args.agents]
     out = file_output(args.json, [base, *agents], args.overwrite)
-    report = check_compatibility(ModelHeaders.from_checkpoint(base), [ModelHeaders.from_checkpoint(a) for a in agents])
+    prep = prepare_inputs(base, agents, policy=args.on_mismatch)
+    for line in prep.warnings():  # before the tables: they decide whether the rest means anything
+        say(line, file=sys.stderr)
+    report = prep.report
     if out:
         doc = {"models": report.models_frame().to_dict(orient="records"),
                "mismatches": report.mismatches_frame().to_dict(orient="records"),
-               "losses": [loss.__dict__ for loss in report.losses()]}
+               "losses": [loss.__dict__ for loss in report.losses()],
+               "notes": prep.notes, "warnings": [w.__dict__ for w in prep.lineage],
+               "lineage_samples": [{"agent": label, "elements": s.elements, "density": s.density,
+                                    "rel_norm": s.rel_norm} for label, s in zip(prep.labels, prep.samples)]}
         write_file_atomically(out, (json.dumps(doc, indent=2, default=str) + "\n").encode())
     frame = report.models_frame()
     frame["GB"] = (frame.pop("bytes_on_disk") / 1e9).round(3)
     say(table(frame))
-    if report.ok:
+    for note in prep.notes:
+        say(f"note: {printable(note)}")
+    refusal = prep.vocab.refusal if prep.vocab else None
+    if report.ok and refusal is None:
         say("\ncompatible: same architecture, tensor names, shapes and dtypes.")
         return 0
-    say(f"\n{len(report.mismatches)} difference(s) from the base:")
-    say(table(report.mismatches_frame()))
+    if not report.ok:
+        say(f"\n{len(report.mismatches)} difference(s) from the base:")
+        mm = report.mismatches_frame()
+        say(table(mm.assign(tensor=mm["tensor"].fillna("—"))))  # a whole-model difference names no tensor
     if args.on_mismatch == "base":
         for loss in report.losses():
             if loss.dropped or loss.padded:
                 say(f"  policy 'base': {printable(loss.describe())}")
-    report.enforce(args.on_mismatch)
+    prep.enforce(args.on_mismatch)
     say(f"\nall differences are handled by --on-mismatch {args.on_mismatch}.")
     return 0

@@ -33,6 +33,15 @@ def add_parser(sub, method_flags_for_merge: bool = True) -> None:
                     help="largest weight file of the output: shards of at most SIZE (e.g. 500MB, 2GB) with a model.safetensors.index.json; default 5GB, as transformers' save_pretrained")
     sp.add_argument("--out-dtype", help="output dtype (default: the base's): bfloat16, float16, float32, float64")
     sp.add_argument("--chunk-elems", type=int, default=1 << 23, help=argparse.SUPPRESS)
+    sp.add_argument("--vocab", choices=["base", "union"], default="base",
+                    help="base: keep the base's vocabulary (an agent that adds tokens is refused, or its tokens "
+                         "dropped under --on-mismatch base); union: when every agent's tokenizer extends the base's, "
+                         "keep every added token (its rows from the agents that added it) and write the union "
+                         "tokenizer")
+    sp.add_argument("--untie", action="store_true",
+                    help="for a tied base whose agents stored an explicit lm_head untied by training: write an "
+                         "untied head (merged from the base's embeddings and each agent's head) and "
+                         "tie_word_embeddings false")
     add_writing_options(sp)
     sp.set_defaults(func=cmd_merge)
 
@@ -107,13 +116,15 @@ def _spec_from_args(args: argparse.Namespace):
     return MergeSpec(base=args.base, agents=list(args.agents), method=method, params=params,
                      out=args.out, out_dtype=parse_out_dtype(args.out_dtype) if args.out_dtype else None,
                      shard_size=args.shard_size, device=args.device, on_mismatch=args.on_mismatch,
-                     chunk_elems=args.chunk_elems)
+                     chunk_elems=args.chunk_elems, vocab=args.vocab, untie=args.untie)
 
 
 def _cached_statistics(spec) -> tuple[dict | None, dict | None]:
     """Counts for global ρ and the diagnostics for the card, from a cached analysis of the same inputs."""
     from analysis.stats import cached_result
 
+    if spec.untie:  # an analysis covers the base's tensors: the untied head's counts are not among them
+        return None, None
     result = cached_result(spec.base, spec.agents, spec.on_mismatch)
     if result is None:
         return None, None
@@ -136,6 +147,8 @@ def run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=No
                                  count_progress=None if args.quiet else progress_printer("count"), cancel=stop)
     say(f"wrote {result.out} ({format_bytes(result.bytes_written)} in {len(result.files)} files, "
           f"{result.seconds:.1f} s)")
+    for note in [*result.handling, *result.precision]:
+        say(f"note: {printable(note)}", file=sys.stderr)
     for loss in result.losses:
         say(f"  mismatch policy '{spec.on_mismatch}': {printable(loss.describe())}")
     if result.lambdas:
