@@ -25,6 +25,7 @@ import pandas as pd
 from merging.methods.regions import chance_unique_share
 
 from .ladder import DOMINANCE
+from .noise import Z
 from .stats import DOMINATED_COLUMNS, AnalysisResult
 from .tables import module_ordered, per_tensor_chance, with_parts
 
@@ -162,15 +163,27 @@ class Reading:
     diluted: list[str] = field(default_factory=list)  # agents whose update averaging mostly dilutes
 
 
+def sign_se(both: int, sign_agreement: float) -> float:
+    """The binomial standard error √(p(1−p)/n) of a pair's sign agreement p on its n shared elements."""
+    p = min(max(sign_agreement, 0.0), 1.0)
+    return math.sqrt(p * (1.0 - p) / both) if both > 0 else float("nan")
+
+
 def classify_pair(both: int, sign_agreement: float, cosine: float) -> str:
-    """One pair's verdict: too_few elements, agree (a common direction), oppose, chance level, or weak."""
+    """One pair's verdict: too_few elements, agree (a common direction), oppose, chance level, or weak.
+
+    The sign-agreement thresholds are bands of Z standard errors (analysis/noise.py): a pair agrees when its
+    sign agreement is above chance beyond noise and reaches 60 % within noise (so 59.8 ± 0.2 % counts), with a
+    cosine of at least 0.1; it opposes when below chance beyond noise and down to 40 % within noise, or with a
+    cosine of −0.1 or less; it is at chance level when within 5 points (plus noise) of 50 % with |cosine| ≤ 0.05."""
     if both < MIN_ELEMENTS or not math.isfinite(sign_agreement):
         return "too_few"
-    if sign_agreement >= AGREE[0] and cosine >= AGREE[1]:
+    band = Z * sign_se(both, sign_agreement)
+    if sign_agreement + band >= AGREE[0] and sign_agreement - band > 0.5 and cosine >= AGREE[1]:
         return "agree"
-    if sign_agreement <= OPPOSE[0] or cosine <= OPPOSE[1]:
+    if (sign_agreement - band <= OPPOSE[0] and sign_agreement + band < 0.5) or cosine <= OPPOSE[1]:
         return "oppose"
-    if abs(sign_agreement - 0.5) <= CHANCE_BAND and abs(cosine) <= CHANCE_BAND:
+    if abs(sign_agreement - 0.5) <= CHANCE_BAND + band and abs(cosine) <= CHANCE_BAND:
         return "chance"
     return "weak"
 
@@ -179,9 +192,17 @@ def _pct(v: float) -> str:
     return f"{100 * v:.1f} %"
 
 
-def reading(result: AnalysisResult, eps: float) -> Reading:
+def _sign(r) -> str:
+    """`59.8 ± 0.2 % same sign` for a pair row (one binomial standard error)."""
+    return f"{100 * r.sign_agreement:.1f} ± {100 * sign_se(int(r.both_changed), r.sign_agreement):.1f} % same sign"
+
+
+def reading(result: AnalysisResult, eps: float, scores: str = "") -> Reading:
     """The plain-language reading of the diagnostics at ε: whether shared updates agree beyond chance, which
-    agent averaging mostly dilutes, and what to compare. The thresholds are this module's constants."""
+    agent averaging mostly dilutes, and what to compare. The thresholds are this module's constants, as bands of
+    standard errors (classify_pair). Whether RAM's averaging pays off is never read from the weights alone:
+    `scores` is a sentence citing scores of these same models (a sweep or Table 1: analysis/regimes.evidence),
+    quoted when given; without it the reading says that scores are needed."""
     from analysis.lineage import lineage_sentences
 
     lineage = lineage_sentences(result, eps)  # an agent from another base first: it distorts everything below
@@ -199,12 +220,14 @@ def reading(result: AnalysisResult, eps: float) -> Reading:
     regime = _regime(set(verdicts[f"{r.a}|{r.b}"] for r in measured))
     parts = lineage + _regime_sentences(regime, eps, measured, verdicts)
     parts += [_dilution_sentence(r) for r in diluted_rows]
-    if regime in ("chance", "opposed", "mixed") or diluted:
+    if regime == "shared" and not diluted:
+        parts.append("Agreement is a premise, not a result: whether averaging the shared region beats summing it "
+                     "(task arithmetic) is for scores on your tasks to say.")
+    elif regime in ("chance", "opposed", "mixed") or diluted:
         parts.append("Compare RAM with task arithmetic (λ = 1), which keeps every update whole, on your tasks "
                      "before choosing.")
-    elif regime == "shared":
-        parts.append("RAM's averaging of the shared region is justified here; measure it against task arithmetic "
-                     "on your tasks all the same.")
+    parts.append(scores or "No scores of these models are at hand: a sweep (Sweep page, `ram-studio sweep`) "
+                 "measures RAM against task arithmetic on your tasks.")
     return Reading(regime, " ".join(parts), verdicts, diluted)
 
 
@@ -227,13 +250,15 @@ def _pair_name(r) -> str:
 
 def _regime_sentences(regime: str, eps: float, measured: list, verdicts: dict[str, str]) -> list[str]:
     """What the regime says, with every measured pair's sign agreement and cosine."""
-    stats = "; ".join(f"{_pair_name(r)} {_pct(r.sign_agreement)} same sign, cosine {r.cosine:+.3f}" for r in measured)
+    stats = "; ".join(f"{_pair_name(r)} {_sign(r)}, cosine {r.cosine:+.3f}" for r in measured)
     if regime == "too_few":
         return [f"At ε = {eps:g} the agents share fewer than {MIN_ELEMENTS} changed elements per pair: too few "
                 "to tell shared knowledge from coincidence."]
     if regime == "chance":
-        return [f"Shared updates agree in sign no more than chance ({stats}; unrelated updates give 50 % and "
-                "0): the shared region is coincidental overlap of unrelated updates, not shared knowledge."]
+        return [f"Shared updates agree in sign practically no more than chance (every pair within "
+                f"{100 * CHANCE_BAND:.0f} points of 50 % and |cosine| ≤ {CHANCE_BAND:g}: {stats}; unrelated updates "
+                "give 50 % and 0): the shared region is coincidental overlap of unrelated updates, not shared "
+                "knowledge."]
     if regime == "opposed":
         return [f"Shared updates tend to oppose each other ({stats}; chance 50 % and 0): averaging cancels "
                 "them, which task arithmetic's sum would do too; TIES-style sign election may keep more."]
@@ -243,9 +268,14 @@ def _regime_sentences(regime: str, eps: float, measured: list, verdicts: dict[st
     parts = [f"Shared updates point the same way for {', '.join(by_verdict['agree'])} ({stats}; chance 50 % and 0): "
              "there the shared region carries a common direction, which averaging keeps — RAM's premise "
              "holds for these agents."]
+    close = [r for r in measured if verdicts[f"{r.a}|{r.b}"] == "agree" and r.sign_agreement < AGREE[0]]
+    if close:
+        parts.append(f"{', '.join(_pair_name(r) for r in close)} {'is' if len(close) == 1 else 'are'} within "
+                     f"{Z:g} standard errors of the {100 * AGREE[0]:.0f} % threshold, so counted as agreeing.")
     if by_verdict["weak"]:
         parts.append(f"For {', '.join(by_verdict['weak'])} the updates are beyond chance but below the thresholds for "
-                     f"agreement ({100 * AGREE[0]:.0f} % same sign and cosine {AGREE[1]:g}).")
+                     f"agreement ({100 * AGREE[0]:.0f} % same sign within {Z:g} standard errors, and cosine "
+                     f"{AGREE[1]:g}).")
     if by_verdict["chance"]:
         parts.append(f"For {', '.join(by_verdict['chance'])} the overlap is close to chance.")
     return parts
@@ -316,12 +346,13 @@ def overlap_summary(result: AnalysisResult, eps: float) -> dict:
              "From RAM Studio's analysis of these inputs, on the elements two agents both changed. Unrelated "
              "updates would agree in sign 50 % of the time with cosine 0; the chance count is what independent "
              "random masks of each tensor's densities would share.", "",
-             "| pair | both changed | chance | same sign | cosine |", "|---|---:|---:|---:|---:|"]
+             "| pair | both changed | chance | same sign (± s.e.) | cosine |", "|---|---:|---:|---:|---:|"]
     for r in pa.itertuples():
         cos = "–" if not math.isfinite(r.cosine) else f"{r.cosine:+.3f}"
         pair = f"{markdown_text(r.a, 200)} – {markdown_text(r.b, 200)}"
-        lines.append(f"| {pair} | {int(r.both_changed):,} | {r.expected_both_tensor:,.0f} | {pct(r.sign_agreement)} | "
-                     f"{cos} |")
+        se = sign_se(int(r.both_changed), r.sign_agreement) if math.isfinite(r.sign_agreement) else float("nan")
+        same = pct(r.sign_agreement) + ("" if not math.isfinite(se) else f" (± {100 * se:.1f})")
+        lines.append(f"| {pair} | {int(r.both_changed):,} | {r.expected_both_tensor:,.0f} | {same} | {cos} |")
     top = DOMINATED_COLUMNS[-1]
     lines += ["", f"| agent | shared energy | of it, partners < {round(100 * DOMINANCE[-1])} % | cosine vs others | "
                   "unique share | chance (model / per tensor) |", "|---|---:|---:|---:|---:|---:|"]

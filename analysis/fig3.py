@@ -56,17 +56,23 @@ def normalise(frame: pd.DataFrame) -> pd.DataFrame:
         "split": df[split_col].astype(str) if split_col else "test",
         "accuracy": pd.to_numeric(df[acc_col], errors="coerce"),
     })
+    n_col = _pick(df, ("n",))
+    if n_col is not None:  # examples per row: the accuracy's standard error can be drawn
+        out["n"] = pd.to_numeric(df[n_col], errors="coerce").to_numpy()
     out = out.dropna(subset=["accuracy"])
     if len(out) and out["accuracy"].max() <= 1.0:
         out["accuracy"] = 100 * out["accuracy"]
     # 'agent' rows may name the agent in the variant column's model field (e.g. model=code): keep them.
     out.loc[(out["variant"] == "agent") & (out["agent"] == ""), "agent"] = out["task"]
-    return out.reset_index(drop=True)[COLUMNS]
+    return out.reset_index(drop=True)[COLUMNS + (["n"] if n_col is not None else [])]
 
 
 def own_task(tidy: pd.DataFrame, agents: list[str], split: str = "test") -> pd.DataFrame:
     """For each agent, its own task's rows (the task named like the agent): base, unique, unique ÷ N and the
-    full agent, one row per variant, ready to draw. Agents without a task of their name are left out."""
+    full agent, one row per variant, ready to draw, with the accuracy's binomial standard error `se` where the
+    rows say how many examples (`n`). Agents without a task of their name are left out."""
+    from .noise import binomial_se
+
     part = tidy[tidy["split"] == split] if (tidy["split"] == split).any() else tidy
     rows = []
     for agent in agents:
@@ -78,6 +84,9 @@ def own_task(tidy: pd.DataFrame, agents: list[str], split: str = "test") -> pd.D
             if variant != "base":
                 sel = sel[sel["agent"] == agent]
             if len(sel):
-                rows.append({"agent": agent, "variant": variant, "task": task,
-                             "accuracy": float(sel["accuracy"].iloc[-1])})
-    return pd.DataFrame(rows, columns=["agent", "variant", "task", "accuracy"])
+                acc = float(sel["accuracy"].iloc[-1])
+                n = sel["n"].iloc[-1] if "n" in sel.columns else None
+                se = binomial_se(acc, int(n)) if n is not None and n == n else None
+                rows.append({"agent": agent, "variant": variant, "task": task, "accuracy": acc,
+                             "se": float("nan") if se is None else se})
+    return pd.DataFrame(rows, columns=["agent", "variant", "task", "accuracy", "se"])

@@ -104,6 +104,13 @@ def demo_accuracy(prefix: str = DEMO_PREFIX) -> tuple["pd.DataFrame | None", str
     return results_table(demo_results(prefix))
 
 
+def demo_comparisons(prefix: str = DEMO_PREFIX) -> "pd.DataFrame | None":
+    """The demo's paired comparisons of Table 1's chosen merges (table1_comparisons.csv), or None."""
+    from assets.demo.evaluate import results_comparisons
+
+    return results_comparisons(demo_results(prefix))
+
+
 def demo_fig3(prefix: str = DEMO_PREFIX) -> tuple["pd.DataFrame | None", str]:
     """The demo's Fig. 3 experiment (results/fig3.csv: unique-only merges with and without 1/N, scored, plus
     base and full-agent rows) as tidy rows [agent, variant, task, split, accuracy %]; (None, why) when the

@@ -26,18 +26,31 @@ class LoadedModel:
 @dataclass
 class Scores:
     """One model's scores on one split: accuracy in % per task, examples per task, and extra detail
-    (e.g. per-subset accuracies); `seconds` is the scoring time."""
+    (e.g. per-subset accuracies); `seconds` is the scoring time. `stderr`: each task's standard error in points
+    (analysis/noise.py); `outcomes`: each task's per-example results in [0, 1], in a fixed example order (their
+    mean × 100 is the score), so that two models scored on the same examples can be compared pair by pair;
+    `detail_stderr`: standard errors of `detail` entries where known (same units as the entry)."""
 
     split: str
     scores: dict[str, float]
     n: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     detail: dict[str, float] = field(default_factory=dict)
+    stderr: dict[str, float] = field(default_factory=dict)
+    outcomes: dict[str, list[float]] = field(default_factory=dict)
+    detail_stderr: dict[str, float] = field(default_factory=dict)
 
     @property
     def average(self) -> float:
         """Mean accuracy (%) over the tasks (unweighted, as in the paper's tables)."""
         return sum(self.scores.values()) / len(self.scores) if self.scores else float("nan")
+
+    @property
+    def average_stderr(self) -> float | None:
+        """The standard error of `average`: √(Σ se²)/k over the tasks (independent examples per task)."""
+        from analysis.noise import average_se
+
+        return average_se(self.stderr.get(t) for t in self.scores) if self.scores else None
 
 
 # (examples scored so far, examples in all, a line of text)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import merging
+from analysis.noise import pack_outcomes
 from merging.common.errors import Cancelled, RamStudioError
 
 from .base import Evaluator
@@ -118,7 +119,9 @@ class Worker:
         t1 = time.perf_counter()
         scores = self.evaluator.score(loaded, job.split, limit=self.setup.limit, progress=examples, cancel=cancel)
         out.update(scores=dict(scores.scores), detail=dict(scores.detail), n=dict(scores.n),
-                   average=scores.average, eval_s=scores.seconds or (time.perf_counter() - t1))
+                   average=scores.average, eval_s=scores.seconds or (time.perf_counter() - t1),
+                   stderr=dict(scores.stderr), detail_stderr=dict(scores.detail_stderr),
+                   outcomes=pack_outcomes(scores.outcomes))
         return out
 
 

@@ -10,7 +10,10 @@ validation split to select on and `splits()` leaves it out.
 Differences from `lm_eval` on the command line, on purpose: the tasks' `max_gen_toks` governs how many tokens
 are generated (lm-eval lets a model's `generation_config.max_new_tokens` win; here that field is cleared on the
 in-memory model only), the task index skips lm-eval's ~14,000 built-in task files when every task asked for is
-in the include path, and no stderr bootstrap is run.
+in the include path, and no stderr bootstrap is run: a task's standard error is lm-eval's own closed form for
+mean-aggregated metrics (`lm_eval.api.metrics.mean_stderr`, sample sd / √n) computed from the per-sample log,
+which also gives the per-example outcomes that paired comparisons use. A metric aggregated otherwise (BLEU,
+F1, …) gets neither: its score is shown without a standard error and never compared pair by pair.
 """
 from __future__ import annotations
 
@@ -225,7 +228,7 @@ class LmEvalEvaluator:
             lm.watch(progress, cancel)
         try:
             with quiet_libraries():
-                out = evaluate(lm=lm, task_dict=loaded, limit=limit, bootstrap_iters=0, log_samples=False)
+                out = evaluate(lm=lm, task_dict=loaded, limit=limit, bootstrap_iters=0, log_samples=True)
         finally:
             if hasattr(lm, "watch"):
                 lm.watch(None, None)
@@ -236,6 +239,8 @@ class LmEvalEvaluator:
         renamed = {k: (k[:-len(suffix)] if k.endswith(suffix) and k not in drop_test else k) for k in scores.scores}
         scores.scores = {renamed[k]: v for k, v in scores.scores.items()}
         scores.n = {renamed.get(k, k): v for k, v in scores.n.items()}
+        scores.stderr = {renamed.get(k, k): v for k, v in scores.stderr.items()}
+        scores.outcomes = {renamed.get(k, k): v for k, v in scores.outcomes.items()}
         return scores
 
 
@@ -244,6 +249,8 @@ def _scores(out: dict, tasks: dict, split: str, seconds: float) -> Scores:
     scores: dict[str, float] = {}
     n: dict[str, int] = {}
     detail: dict[str, float] = {}
+    stderr: dict[str, float] = {}
+    outcomes: dict[str, list[float]] = {}
     for name, task in tasks.items():
         res = out["results"].get(name, {})
         metric = task.config.metric_list[0]["metric"] if task.config.metric_list else None
@@ -256,7 +263,35 @@ def _scores(out: dict, tasks: dict, split: str, seconds: float) -> Scores:
         for k in keys:
             if isinstance(res[k], (int, float)):
                 detail[f"{name}/{k}"] = float(res[k])
-    return Scores(split=split, scores=scores, n=n, seconds=seconds, detail=detail)
+        values = _sample_values(out.get("samples", {}).get(name, []), task, main)
+        if values is not None:
+            from lm_eval.api.metrics import mean_stderr
+
+            outcomes[name] = values
+            if len(values) > 1:
+                stderr[name] = 100.0 * float(mean_stderr(values))
+    return Scores(split=split, scores=scores, n=n, seconds=seconds, detail=detail, stderr=stderr, outcomes=outcomes)
+
+
+def _sample_values(samples: list, task, main: str) -> list[float] | None:
+    """The per-sample values of the task's main metric (`metric,filter`), in doc_id order, when lm-eval
+    aggregates it by its mean and every value lies in [0, 1]; else None (no closed-form standard error)."""
+    from lm_eval.api.metrics import mean
+
+    metric, _, filter_key = main.partition(",")
+    try:
+        if task.aggregation().get(metric) is not mean:
+            return None
+    except Exception:  # noqa: BLE001 — a task without aggregations: no standard error
+        return None
+    rows = sorted((s for s in samples if s.get("filter") == filter_key and metric in s), key=lambda s: s["doc_id"])
+    values = []
+    for s in rows:
+        v = s[metric]
+        if not isinstance(v, (int, float)) or not 0.0 <= float(v) <= 1.0:  # bools count as 0 / 1
+            return None
+        values.append(float(v))
+    return values or None
 
 
 _PROGRESS_CLASS: Any = None

@@ -1,9 +1,12 @@
 """A sweep's results as the JSON document, the tidy table (CSV) and the terminal summary.
 
-JSON: `{"candidates": [{"candidate", "method", "params", "split", "scores", "average", "merge_s", "eval_s",
-"selected", "best", …}, …], "references": […], "selected": {method: label}, "best": label, "sweep": {…}}`,
-one candidate entry per candidate per split scored. The CSV holds the same rows (references too, kind
-`reference`), one column per parameter and per task.
+JSON: `{"candidates": [{"id", "candidate", "method", "params", "split", "scores", "stderr", "average", "n",
+"merge_s", "eval_s", "selected", "best", "within_noise" (validation), "grid_edge" (chosen), …}, …],
+"references": […], "comparisons": [{"a", "b", "split", "diff", "stderr", "paired", "tasks"}, …],
+"selected": {method: label}, "best": label, "sweep": {…}}`, one candidate entry per candidate per split scored.
+`stderr` maps each task and "average" to its standard error in points (analysis/noise.py); `outcomes` holds
+the per-example results (a string of 0/1 per task) the paired comparisons were computed from. The CSV holds the
+same rows (references too, kind `reference`), one column per parameter and per task, and each task's `… se`.
 """
 from __future__ import annotations
 
@@ -12,24 +15,34 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.noise import Z, pack_outcomes
 from merging.common.errors import printable
 
 from .sweep import CANDIDATE, Entry, SweepResult
 
 
-def _num(x: float) -> float | None:
+def _num(x: float | None) -> float | None:
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
 
-def entry_json(e: Entry) -> dict[str, Any]:
-    """One scored entry as JSON (scores in %; NaN becomes null)."""
-    doc: dict[str, Any] = {"candidate": e.label} if e.kind == CANDIDATE else {"model": e.label}
+def entry_json(e: Entry, select_on: str | None = None) -> dict[str, Any]:
+    """One scored entry as JSON (scores and standard errors in %; NaN becomes null); `within_noise` on the
+    `select_on` split's candidates, `grid_edge` (parameter names) and `grid_edge_next` on chosen ones."""
+    doc: dict[str, Any] = {"id": e.label, "candidate": e.label} if e.kind == CANDIDATE else {"model": e.label}
     if e.kind == CANDIDATE:
         doc.update(method=e.method, params=e.params)
-    doc.update(split=e.split, scores=e.scores, average=_num(e.average), merge_s=e.merge_s, eval_s=e.eval_s)
+    stderr = {t: _num(e.stderr.get(t)) for t in e.scores} | {"average": _num(e.average_stderr)}
+    doc.update(split=e.split, scores=e.scores, stderr=stderr, average=_num(e.average), merge_s=e.merge_s,
+               eval_s=e.eval_s)
     if e.kind == CANDIDATE:
         doc.update(selected=e.selected, best=e.best)
-    doc.update(detail=e.detail, n=e.n, resumed=e.resumed)
+        if e.split == select_on:
+            doc["within_noise"] = bool(e.within_noise)
+            doc["within_noise_of_chosen"] = bool(e.within_noise_method)
+        if e.selected:
+            doc.update(grid_edge=list(e.grid_edge), grid_edge_next=e.grid_edge)
+    doc.update(detail=e.detail, detail_stderr=e.detail_stderr, n=e.n, resumed=e.resumed,
+               outcomes=pack_outcomes(e.outcomes))
     if e.lambdas is not None:
         doc["lambdas"] = e.lambdas
     if e.error is not None:
@@ -41,8 +54,9 @@ def result_json(res: SweepResult, executor: str) -> dict[str, Any]:
     """The whole sweep as one JSON document."""
     spec, ctx = res.spec, res.context
     return {
-        "candidates": [entry_json(e) for e in res.candidates()],
+        "candidates": [entry_json(e, spec.select_on) for e in res.candidates()],
         "references": [entry_json(e) for e in res.references()],
+        "comparisons": [{**c, "diff": _num(c["diff"]), "stderr": _num(c["stderr"])} for c in res.comparisons],
         "selected": {m: c.label for m, c in res.selected.items()},
         "best": res.best.label if res.best is not None else None,
         "sweep": {"base": spec.base, "agents": list(spec.agents), "labels": ctx["labels"],
@@ -66,12 +80,15 @@ def result_frame(res: SweepResult) -> pd.DataFrame:
                                "split": e.split}
         row.update({p: e.params.get(p) for p in params})
         row.update({t: e.scores.get(t) for t in tasks})
+        row.update({f"{t} se": e.stderr.get(t) for t in tasks})
         row.update({d: e.detail.get(d) for d in detail})
-        row.update(average=_num(e.average), merge_s=e.merge_s, eval_s=e.eval_s, selected=e.selected, best=e.best,
-                   error=e.error or "")
+        row.update(average=_num(e.average), average_se=_num(e.average_stderr), merge_s=e.merge_s, eval_s=e.eval_s,
+                   selected=e.selected, best=e.best, within_noise=e.within_noise,
+                   grid_edge=" ".join(e.grid_edge), error=e.error or "")
         rows.append(row)
-    cols = ["kind", "candidate", "method", "settings", "split", *params, *tasks, *detail, "average", "merge_s",
-            "eval_s", "selected", "best", "error"]
+    cols = ["kind", "candidate", "method", "settings", "split", *params, *tasks, *[f"{t} se" for t in tasks],
+            *detail, "average", "average_se", "merge_s", "eval_s", "selected", "best", "within_noise", "grid_edge",
+            "error"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -95,21 +112,61 @@ def summary_lines(res: SweepResult) -> list[str]:
     cols = {t: max(6, len(printable(t, 24))) for t in tasks}
 
     def line(e: Entry) -> str:
-        mark = "*" if e.best else ("+" if e.selected else " ")
+        mark = "*" if e.best else ("+" if e.selected else ("~" if e.within_noise else " "))
         if e.error:
             return f"{mark} {printable(e.label, 60):{width}s}  failed: {printable(e.error, 160)}"
-        cells = "  ".join(f"{e.scores.get(t, float('nan')):{cols[t]}.2f}" for t in tasks)
-        return (f"{mark} {printable(e.label, 60):{width}s}  {cells}  {e.average:6.2f}  "
+        cells = "  ".join(_pm(e.scores.get(t, float("nan")), e.stderr.get(t), cols[t]) for t in tasks)
+        return (f"{mark} {printable(e.label, 60):{width}s}  {cells}  {_pm(e.average, e.average_stderr, 6)}  "
                 f"{e.merge_s:6.2f} s  {e.eval_s:6.2f} s{'  (stored)' if e.resumed else ''}")
 
-    head = f"  {'':{width}s}  " + "  ".join(f"{printable(t, 24):>{cols[t]}s}" for t in tasks) + \
-        "     avg   merge     eval"
+    head = f"  {'':{width}s}  " + "  ".join(f"{printable(t, 24):>{cols[t] + 7}s}" for t in tasks) + \
+        "            avg   merge     eval"
     out = []
     for split in dict.fromkeys(e.split for e in res.entries):
         rows = [e for e in res.entries if e.split == split]
-        out += ["", f"{split} split ({len(rows)} scored; + chosen for its method, * best overall):", head]
+        out += ["", f"{split} split ({len(rows)} scored; accuracy % ± standard error; + chosen for its method, "
+                    f"* best overall, ~ within noise of the best):", head]
         out += [line(e) for e in rows]
     if res.best is not None:
         out += ["", f"best overall (by {res.spec.select_on} average): {printable(res.best.label, 120)}"]
-    out += [f"note: {printable(n, 200)}" for n in res.notes]
+    out += comparison_lines(res)
+    out += [f"note: {printable(n, 240)}" for n in res.notes]
     return out
+
+
+def _pm(value: float, se: float | None, width: int) -> str:
+    """`30.67 ±2.66` in a fixed width (`±  –` when the standard error is unknown)."""
+    err = "  –  " if se is None or not math.isfinite(se) else f"{se:5.2f}"
+    return f"{value:{width}.2f} ±{err}"
+
+
+def comparison_lines(res: SweepResult) -> list[str]:
+    """The chosen candidates pair by pair on the report split: difference of averages ± its standard error, and
+    whether it exceeds Z standard errors."""
+    if not res.comparisons:
+        return []
+    out = ["", f"{res.spec.report_on} split, chosen against chosen (difference of averages ± standard error, "
+               f"paired per example; a difference counts beyond {Z:g} standard errors):"]
+    for c in res.comparisons:
+        se = "–" if c["stderr"] is None else f"{c['stderr']:.2f}"
+        verdict = ("beyond noise" if c["beyond_noise"] else "within noise") + ("" if c["paired"] else " (unpaired)")
+        out.append(f"  {printable(c['a'], 50)} − {printable(c['b'], 50)}: {c['diff']:+.2f} ± {se}  {verdict}")
+    return out
+
+
+def score_table(res: SweepResult) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The report split as a Table 1 (rows: the base, the agents and each method's chosen candidate by method
+    name; columns: each task, `avg`, and their `<column>_se`) and its paired comparisons (a, b by method, diff,
+    stderr, `<task>_diff`, `<task>_se`): what analysis.regimes reads."""
+    rows = {}
+    report = [e for e in res.entries if e.split == res.spec.report_on and e.ok]
+    for e in report:
+        name = e.method if e.kind == CANDIDATE else e.label
+        rows[name] = {**e.scores, "avg": e.average, **{f"{t}_se": e.stderr.get(t) for t in e.scores},
+                      "avg_se": e.average_stderr}
+    method = {e.label: e.method for e in report if e.kind == CANDIDATE}
+    pairs = [{"a": method.get(c["a"], c["a"]), "b": method.get(c["b"], c["b"]), "diff": c["diff"],
+              "stderr": c["stderr"], **{f"{t}_{k}": d["diff" if k == "diff" else "stderr"]
+                                         for t, d in c["tasks"].items() for k in ("diff", "se")}}
+             for c in res.comparisons if c["paired"]]
+    return pd.DataFrame(rows).T, pd.DataFrame(pairs, columns=["a", "b", "diff", "stderr"] if not pairs else None)

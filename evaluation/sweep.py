@@ -18,8 +18,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from analysis.noise import average_se, unpack_outcomes
 from merging.common.errors import Cancelled, RamStudioError, printable
 
+from . import verdicts
 from .base import Evaluator
 from .grid import Candidate, Grid, stages
 from .store import ScoreStore, score_key
@@ -62,6 +64,14 @@ class Entry:
     error: str | None = None
     lambdas: list[float] | None = None
     candidate: Candidate | None = field(default=None, repr=False, compare=False)
+    # noise (evaluation/verdicts.py): s.e. in points, per-example outcomes, within noise, a chosen one's grid edges
+    stderr: dict[str, float] = field(default_factory=dict)
+    average_stderr: float | None = None  # √(Σ se²)/k over the tasks
+    detail_stderr: dict[str, float] = field(default_factory=dict)
+    outcomes: dict[str, list[float]] = field(default_factory=dict, repr=False)
+    within_noise: bool | None = None
+    within_noise_method: bool | None = None
+    grid_edge: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -122,6 +132,7 @@ class SweepResult:
     context: dict[str, Any]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    comparisons: list[dict[str, Any]] = field(default_factory=list)  # chosen vs chosen on the report split
 
     def candidates(self, split: str | None = None) -> list[Entry]:
         return [e for e in self.entries if e.kind == CANDIDATE and (split is None or e.split == split)]
@@ -180,6 +191,9 @@ def _entry(job: Job, result: dict[str, Any], labels: list[str], resumed: bool) -
     e.scores = dict(result.get("scores", {}))
     e.detail = dict(result.get("detail", {}))
     e.n = dict(result.get("n", {}))
+    e.stderr, e.detail_stderr = dict(result.get("stderr", {})), dict(result.get("detail_stderr", {}))
+    e.outcomes = unpack_outcomes(result.get("outcomes"))
+    e.average_stderr = average_se(e.stderr.get(t) for t in e.scores) if e.scores else None
     e.average = float(result["average"]) if result.get("average") is not None else float("nan")
     e.merge_s = float(result.get("merge_s", 0.0))
     e.eval_s = float(result.get("eval_s", 0.0))
@@ -246,6 +260,8 @@ class Scoring:
         todo = []
         for job in jobs:
             hit = self.store.get(self.key(job))
+            if hit is not None and "outcomes" not in hit and "error" not in hit:
+                hit = None  # stored before per-example outcomes were kept: scored again to have them
             if hit is not None:
                 self.entries.append(_entry(job, hit, labels, resumed=True))
                 self.done += 1
@@ -315,10 +331,11 @@ def run_sweep(spec: SweepSpec, executor: Executor, *, store: ScoreStore | None =
     finally:
         executor.close()
     _mark_and_order(run.entries, spec, set(selected.values()), best, seen, labels)
+    comparisons = verdicts.judge(run.entries, spec.select_on, spec.report_on, selected, best, notes)
     run.phase, run.current = "done", ""
     run.report()
     return SweepResult(spec, run.entries, selected, best, run.context, time.perf_counter() - run.t0,
-                       notes + run.context.get("notes", []))
+                       notes + run.context.get("notes", []), comparisons)
 
 
 def _grid_order(spec: SweepSpec) -> list[str]:

@@ -69,6 +69,9 @@ def cases(res) -> dict[str, tuple[object, str, float]]:
         "lambda_curve": (charts.lambda_curve(lam, ag, 0.1, 2.0, "clip", True), "λ(ρ) with each agent's ρ_t", 0.6),
         "signal_retention": (charts.retention_bars(ret, ag), "How much of each agent's unique update survives", 1.0),
         "compare_a_b": (charts.compare_bars(cmp, ag), "Setting A | setting B", 1.0),
+        "measured_a_b": (charts.measured_bars(pd.DataFrame({
+            "task": ["code", "tool", "memory", "average"], "A": [30.0, 50.0, 40.0, 40.0], "A_se": [2.6, 2.9, 2.8, 1.6],
+            "B": [31.0, 52.0, 38.0, 40.3], "B_se": [2.7, 2.9, 2.8, 1.6]}), ag), "Settings A and B, measured", 1.0),
         "table1": (charts.table1_bars(demo, "model", ["code", "tool", "memory", "avg"], ag),
                    "Accuracy per model (mini Table 1)", 1.0),
         "fig3": (charts.fig3_bars(fig3, ag), "Is the skill in the unique region?", 1.0),

@@ -178,14 +178,23 @@ def test_dilution_page(env):
     if table1.exists():  # the caption says what the mini Table 1 shows, from its numbers
         import pandas as pd
 
+        from analysis.regimes import LABELS
+
         t = pd.read_csv(table1).set_index("model")
         text = " ".join(plain(c.value) for c in at.caption)
         assert "should survive" not in text
         best = t.drop(index=["base", "code", "tool", "memory"])["avg"].idxmax()
-        assert f"Best average: {best} {t.at[best, 'avg']:.1f}" in text
-        assert f"RAM+ {t.at['ram_plus', 'avg']:.1f}" in text and f"averaging ({t.at['average', 'avg']:.1f})" in text
-        if t.at["task_arithmetic", "avg"] > t.at["ram_plus", "avg"]:
-            assert f"task_arithmetic ({t.at['task_arithmetic', 'avg']:.1f})" in text
+        assert f"Best merge on average: {LABELS[best]} ({t.at[best, 'avg']:.1f} ± {t.at[best, 'avg_se']:.1f})" in text
+        # RAM against averaging: the paired difference the committed comparisons hold, judged at two s.e.
+        pairs = pd.read_csv(table1.parent / "table1_comparisons.csv")
+        row = pairs[(pairs["a"] == "average") & (pairs["b"] == "ram")].iloc[0]
+        verb = "beats" if -row["diff"] > 2 * row["stderr"] else "trails" if row["diff"] > 2 * row["stderr"] else None
+        pm = lambda m: f"{t.at[m, 'avg']:.1f} ± {t.at[m, 'avg_se']:.1f}"  # noqa: E731
+        if verb:
+            assert (f"RAM ({pm('ram')}) {verb} averaging ({pm('average')}) by {abs(row['diff']):.1f} ± "
+                    f"{row['stderr']:.1f} points (paired per example)") in text
+        else:
+            assert f"RAM ({pm('ram')}) and averaging ({pm('average')}) are within noise" in text
     at.slider(key="toy_n").set_value(5).run()
     no_problems(at)
     at.slider(key="toy_o0").set_value(1.0).run()
@@ -1031,8 +1040,13 @@ def test_overlap_panel_shows_the_diagnostics_next_to_chance(env):
     at = new_app().run()
     no_problems(at)
     assert "Is the overlap real?" in [h.value for h in at.subheader]
-    res = state.cached_analysis(state.demo_selection())
-    read = agreement.reading(res, 1e-5)
+    from assets.demo.table1 import evidence_for
+
+    sel = state.demo_selection()
+    res = state.cached_analysis(sel)
+    scores = evidence_for(sel.base, list(sel.agents))  # the demo trio's committed Table 1, cited by the reading
+    assert scores.startswith("Measured on these models (the demo's mini Table 1 of `demo:`")
+    read = agreement.reading(res, 1e-5, scores)
     assert read.regime == "chance"  # the bundled demo: coincidental overlap
     assert [w.value for w in at.warning if "chance" in w.value] == [agreement.markdown_text(read.text)]
     pa = agreement.pair_agreement(res, 1e-5)
@@ -1135,7 +1149,7 @@ def _table1(folder: Path, ram: float, ta: float) -> None:
                   "params": ["", "", "", "", "", "lambda=1.0", "eps=1e-05", "r=0.1"],
                   "code": [10.0, 30.0, 10.0, 10.0, 15.0, ta, ram, ram - 1], "tool": [10.0, 10.0, 40.0, 10.0, 15.0, ta, ram, ram - 1],
                   "memory": [10.0, 10.0, 10.0, 50.0, 15.0, ta, ram, ram - 1],
-                  "avg": [10.0, 16.67, 20.0, 23.33, 15.0, ta, ram, ram - 1],
+                  "avg": [10.0, 16.67, 20.0, 23.33, 15.0, ta, ram, ram - 1], "avg_se": [1.0] * 8,
                   "val_avg": [10.0, 16.0, 20.0, 23.0, 15.0, ta, ram, ram - 1]}).to_csv(folder / "table1.csv", index=False)
 
 
@@ -1158,18 +1172,19 @@ def test_dilution_two_regimes_side_by_side(tmp_path, monkeypatch):
         at.switch_page("views/dilution.py").run()
         no_problems(at)
         frames = [d.value for d in at.dataframe][-6:]  # per trio (left, then right): Table 1, pairs, agents
-        for table, ram in ((frames[0], 30.0), (frames[3], 45.0)):
-            assert table.loc["ram", "avg"] == ram and table.loc["task_arithmetic", "avg"] == 40.0
+        for table, ram in ((frames[0], 30.0), (frames[3], 45.0)):  # scores ± standard error
+            assert table.loc["ram", "avg"] == f"{ram:.2f} ± 1.00" and table.loc["task_arithmetic", "avg"] == "40.00 ± 1.00"
         assert all(sorted(f["agent"]) == ["code", "memory", "tool"] for f in (frames[2], frames[5]))
         pairs = frames[1]
         assert list(pairs["pair"]) == ["code–memory", "code–tool", "memory–tool"]
         from app.charts import pct
         assert set(pairs["chance"]) == {pct(0.5)}
         text = " ".join(plain(m.value) for m in at.markdown)
-        assert "RAM (30.0): RAM trails task arithmetic (40.0) by 10.0 points" in text
-        assert "RAM (45.0): RAM beats task arithmetic (40.0) by 5.0 points" in text
-        assert "RAM is behind task arithmetic (-10.0 points)" in text
-        assert "RAM is ahead of task arithmetic (+5.0 points)" in text
+        # judged against the noise: no paired comparisons here, so √(1.0² + 1.0²) = 1.4 points
+        assert "RAM (30.0 ± 1.0) trails task arithmetic (40.0 ± 1.0) by 10.0 ± 1.4 points (unpaired)" in text
+        assert "RAM (45.0 ± 1.0) beats task arithmetic (40.0 ± 1.0) by 5.0 ± 1.4 points (unpaired)" in text
+        assert "RAM is behind task arithmetic (-10.0 ± 1.4 points)" in text
+        assert "RAM is ahead of task arithmetic (+5.0 ± 1.4 points)" in text
         assert "Reading across the two trios" in text
         assert "Shared updates" in text or "changed elements per pair" in text  # the diagnostics' own reading
 

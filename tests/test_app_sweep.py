@@ -153,8 +153,10 @@ def test_tune_scores_settings_a_and_b(env):
     wait(at, "tune_measure")
     assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
     table = at.table[-1].value
-    assert list(table.columns) == ["A", "B", "B − A"] and list(table.index) == ["code", "tool", "memory", "average"]
-    (caption,) = [c.value for c in at.caption if c.value.startswith("Accuracy (%) on the validation split")]
+    assert list(table.columns) == ["A", "B", "B − A", "verdict"]
+    assert list(table.index) == ["code", "tool", "memory", "average"]
+    (caption,) = [c.value for c in at.caption if c.value.startswith("Accuracy (%) ± one standard error on the "
+                                                                    "validation split")]
     assert "A: ram_plus eps=1e-05 r=0.1" in caption and "merged in" in caption
 
 

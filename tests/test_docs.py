@@ -353,8 +353,9 @@ def test_every_json_key_a_page_names_is_in_a_real_output(tmp_path):
 
     real = all_keys(analyze("demo:base", ["demo:code", "demo:tool"], eps_ladder=[1e-5], progress=False).to_json())
     real |= all_keys(evaluate("demo:tool", tasks="memory,tool", limit=2, progress=False).to_json())
-    real |= all_keys(sweep("demo:base", ["demo:code", "demo:tool"], try_="average", limit=2, progress=False,
-                           tasks="tool").to_json())
+    # two methods, one of them searched: the chosen are compared pair by pair and a grid edge can be named
+    real |= all_keys(sweep("demo:base", ["demo:code", "demo:tool"], try_=["average", "task_arithmetic lambda=0.5,1.0"],
+                           limit=2, progress=False, tasks="tool").to_json())
     merged = merge("demo:base", ["demo:code", "demo:tool"], method="average", out=tmp_path / "m", shard_size="300KB",
                    progress=False)
     real |= all_keys(json.loads((merged.out / "model.safetensors.index.json").read_text()))

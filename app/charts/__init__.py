@@ -6,12 +6,12 @@ from .base import (AGENT_PALETTE, TOY_PALETTE, OVERLAP_COLORS, UNIQUE_COLOR, SHA
                    FONT, THEMES, TEMPLATES, FIG_FORMAT_KEY, FIG_FORMATS, EXPORT_WIDTH, EXPORT_SCALE,
                    agent_colors, label, labels, toy_colors, short_labels, TICK_LINE, tick_label, WRAP_UP_TO,
                    agent_ticks, agent_axis, agent_names, wrap, LEGEND_LINE, Y_TITLE_LINE, LEGEND, eps_label, pct,
-                   decades, decade_text, log_ticks, LAMBDA_FLOOR, lambda_top)  # noqa: F401
+                   decades, decade_text, log_ticks, LAMBDA_FLOOR, lambda_top, error_bars)  # noqa: F401
 from .heterogeneity import (density_bars, overlap_stacked, unique_vs_chance_bars, layer_module_heatmaps,
                             unique_share_lines, eps_curve, group_lines, norms_conflicts, pair_matrix,
                             ENERGY_PARTS, energy_profile, agreement_by_group)  # noqa: F401
 from .experts import tower_bars, expert_heatmaps, expert_owner_map  # noqa: F401
-from .tune import (wants_log_rho, lambda_curve, retention_bars, compare_bars)  # noqa: F401
+from .tune import (wants_log_rho, lambda_curve, retention_bars, compare_bars, measured_bars)  # noqa: F401
 from .dilution import (toy_heatmaps, table1_bars, fig3_bars, reward_curves)  # noqa: F401
 from .sweep import (METHOD_SHORT, PARAM_SHORT, short_text, short_candidate_labels, short_candidate,
                     sweep_param_lines, sweep_time_scatter, sweep_task_bars)  # noqa: F401

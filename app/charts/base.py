@@ -243,3 +243,12 @@ def lambda_top(values) -> float:
     finite = [v for v in values if v is not None and math.isfinite(v)]
     top = max(finite + [LAMBDA_FLOOR])
     return max(top + 0.12 * (top - LAMBDA_FLOOR), LAMBDA_FLOOR + 0.05)
+
+
+def error_bars(se, color: str = NEUTRAL) -> dict | None:
+    """Plotly error bars of ± one standard error (`se`: one value per point, NaN/None for none; None: no bars),
+    in the theme's neutral ink or, on lines that share their x values, in the line's own colour."""
+    if se is None:
+        return None
+    vals = [0.0 if v is None or v != v else float(v) for v in se]
+    return dict(type="data", array=vals, visible=True, color=color, thickness=1.2, width=3)

@@ -7,8 +7,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .base import (agent_axis, agent_colors, AGENT_PALETTE, agent_ticks, label, labels, _layout, NEUTRAL,
-                   short_labels, tick_label)
+from .base import (agent_axis, agent_colors, AGENT_PALETTE, agent_ticks, error_bars, label, labels, _layout,
+                   NEUTRAL, short_labels, tick_label)
 
 
 def toy_heatmaps(panels: list[tuple[str, object]], zmax: float, colors: list[str | None],
@@ -39,17 +39,23 @@ def toy_heatmaps(panels: list[tuple[str, object]], zmax: float, colors: list[str
 
 # ---------------------------------------------------------------- Demo evidence
 
+
 def table1_bars(df: pd.DataFrame, model_col: str, metrics: list[str], agents: list[str]) -> go.Figure:
-    """Grouped bars: one group per model row, one bar per task (coloured like the agent trained on it)."""
+    """Grouped bars: one group per model row, one bar per task (coloured like the agent trained on it), with
+    ± one standard error as error bars where the table has `<metric>_se`."""
     colors = agent_colors(agents)
     spare = [c for c in ["#555555", "#999999", *AGENT_PALETTE] if c not in colors.values()]
     fig = go.Figure()
     for i, m in enumerate(metrics):
         color = colors.get(m) or (NEUTRAL if m == "avg" else spare[i % len(spare)])
         models = list(df[model_col].astype(str))
-        fig.add_bar(x=[tick_label(n, 16) for n in models], y=df[m], customdata=labels(models),
+        se = df[f"{m}_se"] if f"{m}_se" in df.columns else None
+        fig.add_bar(x=[tick_label(n, 16) for n in models], y=df[m],
+                    customdata=list(zip(labels(models), ["" if se is None or pd.isna(v) else f" ± {v:.1f}"
+                                                         for v in (se if se is not None else df[m])])),
                     name="average" if m == "avg" else f"{label(m)} task", marker_color=color,
-                    hovertemplate=f"%{{customdata}} · {label(m)}: %{{y:.1f}}<extra></extra>")
+                    error_y=error_bars(se),
+                    hovertemplate=f"%{{customdata[0]}} · {label(m)}: %{{y:.1f}}%{{customdata[1]}}<extra></extra>")
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="accuracy (%)", rangemode="tozero")
     fig.update_xaxes(title="model")
@@ -58,7 +64,8 @@ def table1_bars(df: pd.DataFrame, model_col: str, metrics: list[str], agents: li
 
 def fig3_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     """Paper Fig. 3 on the demo: for each agent, its own task's accuracy with only its unique region kept,
-    whole (unique) and divided by N (unique ÷ N), between the base and the full agent."""
+    whole (unique) and divided by N (unique ÷ N), between the base and the full agent; ± one standard error
+    where `df` has `se`."""
     colors = agent_colors(agents)
     fig = go.Figure()
     variants = [("base", "base", NEUTRAL, ""), ("unique", "unique region only", None, ""),
@@ -68,6 +75,7 @@ def fig3_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
         if part["accuracy"].isna().all():
             continue
         fig.add_bar(x=agent_ticks(agents), y=part["accuracy"], name=name,
+                    error_y=error_bars(part["se"]) if "se" in part.columns and part["se"].notna().any() else None,
                     marker=dict(color=[fixed or colors[a] for a in agents], pattern_shape=pattern,
                                 pattern_fillmode="overlay", line=dict(color=NEUTRAL, width=1),
                                 opacity=0.55 if variant == "agent" else 1.0),

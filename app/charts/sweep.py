@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from .base import (agent_colors, AGENT_PALETTE, eps_label, labels, _layout, NEUTRAL, tick_label)
+from .base import (agent_colors, AGENT_PALETTE, eps_label, error_bars, labels, _layout, NEUTRAL, tick_label)
 
 
 METHOD_SHORT = {"average": "avg", "task_arithmetic": "TA", "ties": "TIES", "dare_ta": "DARE-TA",
@@ -62,19 +62,37 @@ def _task_colors(tasks: list[str], agents: list[str]) -> dict[str, str]:
     return out | {"average": NEUTRAL}
 
 
+def _se(df: pd.DataFrame, col: str):
+    """The `<col>_se` column of `df` (None when it has none)."""
+    return df[f"{col}_se"] if f"{col}_se" in df.columns else None
+
+
+def _pm_text(se) -> list[str]:
+    return ["" if v is None or v != v else f" ± {v:.2f}" for v in se] if se is not None else []
+
+
 def sweep_param_lines(df: pd.DataFrame, param: str, tasks: list[str], agents: list[str]) -> go.Figure:
     """The paper's Table 2 view: score against one swept parameter, one line per task and the average
-    (dashed); `df` holds one method's candidates on one split, one row each, with `candidate` for hover."""
+    (dashed), ± one standard error as error bars where `df` has `<task>_se` / `average_se`; on the average,
+    a filled marker is within noise of the method's chosen candidate (`within_noise`), an open one is not. `df`
+    holds one method's candidates on one split, one row each, with `candidate` for hover."""
     colors = _task_colors(tasks, agents)
     d = df.sort_values(param, key=lambda s: s.map(lambda v: (0, v) if isinstance(v, (int, float)) else (1, str(v))))
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in d[param])
     xs = list(d[param]) if numeric else [str(v) for v in d[param]]
     fig = go.Figure()
     for t in [*tasks, "average"]:
+        se = _se(d, t)
+        marker = None
+        if t == "average" and "within_noise" in d.columns:
+            marker = dict(size=9, symbol=["circle" if w else "circle-open" for w in d["within_noise"]],
+                          line=dict(width=2, color=colors[t]))
         fig.add_scatter(x=xs, y=d[t], mode="lines+markers", name=short_text(t, 24),
                         line=dict(color=colors[t], width=3 if t == "average" else 2,
-                                  dash="dash" if t == "average" else "solid"),
-                        customdata=d["candidate"], hovertemplate=f"{t}: %{{y:.2f}}%<br>%{{customdata}}<extra></extra>")
+                                  dash="dash" if t == "average" else "solid"), marker=marker,
+                        error_y=error_bars(se, colors[t]),
+                        customdata=list(zip(d["candidate"], _pm_text(se) or [""] * len(d))),
+                        hovertemplate=f"{t}: %{{y:.2f}}%%{{customdata[1]}}<br>%{{customdata[0]}}<extra></extra>")
     best = d.loc[d["average"].idxmax()] if len(d) else None
     if best is not None:
         x = best[param] if numeric else str(best[param])
@@ -88,17 +106,21 @@ def sweep_param_lines(df: pd.DataFrame, param: str, tasks: list[str], agents: li
 
 
 def sweep_time_scatter(df: pd.DataFrame) -> go.Figure:
-    """The paper's Fig. 9 view: each candidate's average score against the seconds its merge took, one colour
-    per method (one row per candidate; `short` and `candidate` labels)."""
+    """The paper's Fig. 9 view: each candidate's average score (± one standard error where `df` has
+    `average_se`) against the seconds its merge took, one colour per method (one row per candidate; `short` and
+    `candidate` labels)."""
     fig = go.Figure()
     methods = list(dict.fromkeys(df["method"]))
     for i, m in enumerate(methods):
         part = df[df["method"] == m]
+        se = _se(part, "average")
         fig.add_scatter(x=part["merge_s"], y=part["average"], mode="markers", name=METHOD_SHORT.get(m, short_text(m)),
                         marker=dict(size=11, color=AGENT_PALETTE[i % len(AGENT_PALETTE)], line=dict(color="white", width=1),
                                     symbol=["star" if s else "circle" for s in part["selected"]]),
-                        customdata=part["candidate"],
-                        hovertemplate="%{customdata}<br>merge %{x:.3f} s · average %{y:.2f}%<extra></extra>")
+                        error_y=error_bars(se, AGENT_PALETTE[i % len(AGENT_PALETTE)]),
+                        customdata=list(zip(part["candidate"], _pm_text(se) or [""] * len(part))),
+                        hovertemplate="%{customdata[0]}<br>merge %{x:.3f} s · average %{y:.2f}%%{customdata[1]}"
+                                      "<extra></extra>")
     fig.update_xaxes(title="merge time (s, in memory)", rangemode="tozero")
     fig.update_yaxes(title="average accuracy (%)")
     return _layout(fig, height=360)
@@ -106,13 +128,15 @@ def sweep_time_scatter(df: pd.DataFrame) -> go.Figure:
 
 def sweep_task_bars(df: pd.DataFrame, tasks: list[str], agents: list[str]) -> go.Figure:
     """The chosen candidates next to the base and the agents: one group per model (short label, full name on
-    hover), one bar per task and the average; `df` has columns name, short, and the tasks."""
+    hover), one bar per task and the average, ± one standard error where `df` has `<task>_se` / `average_se`;
+    `df` has columns name, short, and the tasks."""
     colors = _task_colors(tasks, agents)
     fig = go.Figure()
     for t in [*tasks, "average"]:
+        se = _se(df, t)
         fig.add_bar(x=[tick_label(v) for v in df["short"]], y=df[t], name=short_text(t, 24), marker_color=colors[t],
-                    customdata=labels(df["name"]),
-                    hovertemplate=f"%{{customdata}}<br>{t}: %{{y:.2f}}%<extra></extra>")
+                    error_y=error_bars(se), customdata=list(zip(labels(df["name"]), _pm_text(se) or [""] * len(df))),
+                    hovertemplate=f"%{{customdata[0]}}<br>{t}: %{{y:.2f}}%%{{customdata[1]}}<extra></extra>")
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="accuracy (%)", rangemode="tozero")
     fig.update_xaxes(title="model", type="category")

@@ -9,8 +9,8 @@ from plotly.subplots import make_subplots
 
 from merging.methods import regions
 
-from .base import (agent_axis, agent_colors, agent_names, agent_ticks, decades, label, labels, LAMBDA_FLOOR,
-                   lambda_top, _layout, log_ticks, NEUTRAL, _subplot_titles, tick_label)
+from .base import (agent_axis, agent_colors, agent_names, agent_ticks, decades, error_bars, label, labels,
+                   LAMBDA_FLOOR, lambda_top, _layout, log_ticks, NEUTRAL, _subplot_titles, tick_label)
 
 
 def wants_log_rho(rhos, alpha: float) -> bool:
@@ -106,3 +106,21 @@ def compare_bars(cmp: pd.DataFrame, agents: list[str]) -> go.Figure:
     _layout(fig, height=380)
     _subplot_titles(fig, 2)
     return fig
+
+
+def measured_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
+    """Settings A and B measured: accuracy per task and on average, ± one standard error; B hatched. `df`: one
+    row per task (and `average`) with columns task, A, A_se, B, B_se."""
+    colors = {**agent_colors(agents), "average": NEUTRAL}
+    tasks = list(df["task"])
+    fig = go.Figure()
+    for tag, pattern in (("A", ""), ("B", "/")):
+        fig.add_bar(x=[tick_label(t) for t in tasks], y=df[tag], name=f"setting {tag}", offsetgroup=tag,
+                    marker=dict(color=[colors.get(t, NEUTRAL) for t in tasks], pattern_shape=pattern,
+                                pattern_fillmode="overlay", line=dict(color=NEUTRAL, width=1)),
+                    error_y=error_bars(df[f"{tag}_se"]), customdata=list(zip(labels(tasks), df[f"{tag}_se"])),
+                    hovertemplate=f"%{{customdata[0]}} · {tag}: %{{y:.2f}}% ± %{{customdata[1]:.2f}}<extra></extra>")
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title="accuracy (%, validation)", rangemode="tozero")
+    fig.update_xaxes(title="task", type="category")
+    return _layout(fig, height=320)

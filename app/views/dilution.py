@@ -13,6 +13,7 @@ from analysis import tables
 from analysis.toy import COLS, ROWS, TOY_EPS, toy_merges, toy_rho_lambda, toy_taus, unique_retention
 from app import charts, jobs, state
 from app.markup import md
+from app.tables import fitted_columns
 from merging.common.errors import RamStudioError
 from merging.common.units import format_seconds
 
@@ -83,9 +84,9 @@ def fig3_chart(tidy: pd.DataFrame, agents: list[str], source: str, name: str) ->
         st.caption(f"{md(source)}: no agent is named after one of the tasks, so all rows are listed.")
         return
     charts.show(charts.fig3_bars(view, agents), tidy,
-                "Only the agent's unique region is added to the base. Whole (solid) it carries part of the skill; "
-                "divided by N (hatched), as averaging does, that part shrinks — the paper's signal dilution. Grey: "
-                "the base; faint: the full agent. " + md(source) + ".", name,
+                "Only the agent's unique region is added to the base (± one standard error). Whole (solid) it carries "
+                "part of the skill; divided by N (hatched), as averaging does, that part shrinks — the paper's signal "
+                "dilution. Grey: the base; faint: the full agent. " + md(source) + ".", name,
                 title="Fig. 3 on the demo: unique region only, whole and ÷ N", params={"agents": agents, "split": "test"})
 
 
@@ -106,10 +107,14 @@ def trio_evidence(prefix: str) -> tuple[str, "regimes.TableReading"] | None:
         st.caption(f"Not here yet: `{prefix}` needs its models and its results ({md(source or 'table1.csv')}), "
                    "built by `python -m assets.demo.build" + ("" if prefix == "demo:" else " --suite shared") + "`.")
         return None
+    from assets.demo.evaluate import with_stderr
+
     agents = [a.split(":", 1)[-1] for a in sel.agents]
-    shown = table.drop(columns=[c for c in table.columns if "@" in str(c)]).round(1)
-    st.dataframe(shown, width="stretch", height=36 * (len(shown) + 1) + 2, key=f"regime_table_{prefix}")
-    st.caption(f"Test split, accuracy % ({md(source)}; each method's settings chosen on validation).")
+    shown = with_stderr(table.drop(columns=[c for c in table.columns if "@" in str(c)]))
+    st.dataframe(shown, width="stretch", height=36 * (len(shown) + 1) + 2, key=f"regime_table_{prefix}",
+                 column_config=fitted_columns(shown, index=True))
+    st.caption(f"Test split, accuracy % ± one standard error ({md(source)}; each method's settings chosen on "
+               "validation; binomial per task, √(Σ se²)/3 for the average).")
     res = state.run_analysis(sel)
     if res is None:
         return None
@@ -117,7 +122,9 @@ def trio_evidence(prefix: str) -> tuple[str, "regimes.TableReading"] | None:
     st.dataframe(pd.DataFrame({
         "pair": [f"{r.a}–{r.b}" for r in pairs.itertuples()],
         "both changed": pairs["both_changed"].map(state.fmt_count),
-        "same sign": pairs["sign_agreement"].map(charts.pct), "chance": pairs["chance_sign_agreement"].map(charts.pct),
+        "same sign": [f"{charts.pct(v)} ± {100 * agreement.sign_se(int(n), v):.1f}"
+                      for v, n in zip(pairs["sign_agreement"], pairs["both_changed"])],
+        "chance": pairs["chance_sign_agreement"].map(charts.pct),
         "cosine": pairs["cosine"].map("{:+.3f}".format), "chance ": pairs["chance_cosine"].map("{:+.0f}".format)}),
         hide_index=True, width="stretch", key=f"regime_pairs_{prefix}")
     ag = agreement.agent_agreement(res, REGIME_EPS)
@@ -131,8 +138,8 @@ def trio_evidence(prefix: str) -> tuple[str, "regimes.TableReading"] | None:
         "shared Σ τ²": ag["shared_energy_share"].map(charts.pct),
         "dominated": ag["dominated_30_share"].map(charts.pct)}),
         hide_index=True, width="stretch", key=f"regime_agents_{prefix}")
-    diag = agreement.reading(res, REGIME_EPS)
-    read = regimes.read_table1(table, agents)
+    read = regimes.read_table1(table, agents, state.demo_comparisons(prefix))
+    diag = agreement.reading(res, REGIME_EPS, regimes.evidence(read, f"Table 1 of `{prefix}`, test split"))
     st.caption("Per agent: share of its update energy Σ τ² in shared elements, and of that the share where the "
                "other agents together moved less than 30 % as much (what averaging divides though the partners "
                "barely moved).")
@@ -238,9 +245,10 @@ if table1.exists():
         t = pd.read_csv(table1)
         first = t.columns[0]
         metrics = [col for col in ("code", "tool", "memory", "avg") if col in t.columns] or [
-            col for col in t.columns[1:] if pd.api.types.is_numeric_dtype(t[col]) and "@" not in str(col)][:6]
+            col for col in t.columns[1:] if pd.api.types.is_numeric_dtype(t[col]) and "@" not in str(col)
+            and not str(col).endswith("_se")][:6]
         charts.show(charts.table1_bars(t, first, metrics, demo_agent_labels()), t,
-                    table1_caption(t, first, demo_agent_labels()),
+                    table1_caption(t, first, demo_agent_labels(), state.demo_comparisons()),
                     "table1", title="Accuracy per model (mini Table 1)", params={"split": "test"})
 elif acc.exists():
     with state.guard("Reading accuracy.csv"):

@@ -96,6 +96,19 @@ def fmt_rho(v: float) -> str:
     return "∞" if not math.isfinite(v) else f"{v:.4g}"
 
 
+def score_evidence() -> str:
+    """Scores of these same models for the reading: this session's last sweep of them, else (a demo trio) its
+    committed mini Table 1; "" when there are none."""
+    from app.sweep_results import session_evidence
+
+    found = session_evidence(sel)
+    if found or not sel.is_demo:
+        return found
+    from assets.demo.table1 import evidence_for
+
+    return evidence_for(sel.base, list(sel.agents))
+
+
 def overlap_panel(eps: float, view) -> None:
     """Is the overlap real? Shared updates against chance: the pair matrix, where each agent's update energy
     lies, per-tensor chance, the reading, and where agreement concentrates."""
@@ -106,7 +119,7 @@ def overlap_panel(eps: float, view) -> None:
                 "Measured on the elements both agents changed at this ε, next to those chance values.")
     pa = agreement.pair_agreement(res, eps)
     ag = agreement.agent_agreement(res, eps)
-    read = agreement.reading(res, eps)
+    read = agreement.reading(res, eps, score_evidence())
     box = st.success if read.regime == "shared" else (st.info if read.regime in ("single", "too_few") else st.warning)
     box(agreement.markdown_text(read.text), icon=":material/insights:")
     charts.show(charts.pair_matrix(pa, agents), pa,

@@ -241,12 +241,16 @@ def evaluate_section(folder: Path, method: str, trio: str | None = None) -> None
         rows[ev.label] = ev.row  # the newest evaluation goes last here, first in the table
     table = comparison_table(rows, trio)
     if table is not None:
+        from assets.demo.evaluate import with_stderr
+
+        table = with_stderr(table)
         fresh = list(reversed(rows))
         st.dataframe(table.style.apply(lambda r: ["background-color: rgba(0,114,178,0.15)" if r.name in fresh
                                                   else "" for _ in r], axis=1).format(precision=2),
                      width="stretch", height=38 + 35 * len(table),  # every row visible, no inner scrolling
                      column_config=fitted_columns(table, index=True))  # model names never cut
-        st.caption("Accuracy (%) on the demo's test split. Highlighted rows at the top come from the button above "
+        st.caption("Accuracy (%) ± one standard error on the demo's test split (binomial per task, √(Σ se²)/3 for "
+                   "the average). Highlighted rows at the top come from the button above "
                    "(newest first); the others from the demo build.")
 
 

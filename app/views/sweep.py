@@ -21,7 +21,7 @@ JOB_KEY = "sweep_job"
 GRIDS_KEY = "sweep_grids"  # the grids, in the --try form
 MSG_KEY = "sweep_grid_message"
 TABLE2 = "ram_plus r=0,0.05,0.1,0.15,0.2"  # the paper's Table 2 ablation over r
-GRID_FILE = "table1_grids.yaml"  # the demo's Table 1 search (the paper's Table 11 ranges)
+GRID_FILE = "table1_grids.yaml"  # the demo's Table 1 search (the paper's Table 11 ranges, λ past 1)
 # Value lists the value boxes start from (the paper's grids, Table 11 / Table 2); other parameters start at
 # their default.
 START_VALUES = {"lambda": "0.1, 0.3, 0.5, 0.7, 0.9, 1.0", "density": "0.1, 0.2, 0.3", "drop_rate": "0.1, 0.3, 0.5",
@@ -107,8 +107,9 @@ def candidates_section(disabled: bool, sel: state.Selection) -> None:
     c = st.container(horizontal=True)
     c.button("The paper's search (Table 11)", key="sweep_preset_table11", disabled=disabled,
              icon=":material/table_chart:", on_click=lambda: load_grids(demo_grid_texts()),
-             help=f"The demo's mini Table 1 search ({GRID_FILE}, the paper's Table 11 ranges): TA λ; TIES λ × density; "
-                  "DARE's drop rate at the chosen λ; averaging, RAM and RAM+ at their defaults. 45 candidates.")
+             help=f"The demo's mini Table 1 search ({GRID_FILE}, the paper's Table 11 ranges with λ extended past "
+                  "the paper's 1.0 to 1.2, 1.5 and 2.0): TA λ; TIES λ × density; DARE's drop rate at the chosen λ; "
+                  "averaging, RAM and RAM+ at their defaults.")
     c.button("Ablation over r (Table 2)", key="sweep_preset_table2", disabled=disabled, icon=":material/tune:",
              on_click=lambda: load_grids([TABLE2]), help=f"`{TABLE2}`: RAM (r = 0) and RAM+ at four strengths.")
     c.button("Clear", key="sweep_clear", disabled=disabled, icon=":material/delete_sweep:",

@@ -211,14 +211,41 @@ def measured(a: dict, b: dict) -> None:
         st.caption("The scores below are for earlier settings: score again to measure these. "
                    + " · ".join(f"{tag}: {printable(e.label)}" for tag, e in zip("AB", task.result)))
     ea, eb = task.result[0], task.result[1]
-    names = [*ea.scores, "average"]
-    va, vb = [*ea.scores.values(), ea.average], [*eb.scores.values(), eb.average]
-    st.table(pd.DataFrame({"A": [f"{v:.2f}" for v in va], "B": [f"{v:.2f}" for v in vb],
-                           "B − A": [f"{y - x:+.2f}" for x, y in zip(va, vb)]}, index=names))
-    st.caption(f"Accuracy (%) on the validation split ({', '.join(f'{k}: {n}' for k, n in ea.n.items())} examples). "
+    measured_table(ea, eb)
+    st.caption(f"Accuracy (%) ± one standard error on the validation split "
+               f"({', '.join(f'{k}: {n}' for k, n in ea.n.items())} examples). "
                f"A: {printable(ea.label)} — merged in {ea.merge_s:.2f} s, scored in {ea.eval_s:.1f} s"
                f"{' (stored)' if ea.resumed else ''}. B: {printable(eb.label)} — merged in {eb.merge_s:.2f} s, scored "
                f"in {eb.eval_s:.1f} s{' (stored)' if eb.resumed else ''}. Whole job: {format_seconds(task.elapsed)}.")
+
+
+def measured_table(ea, eb) -> None:
+    """A's and B's scores ± standard error per task and on average, and B − A paired per example (both were scored
+    on the same examples) with a verdict that claims a difference only beyond two standard errors."""
+    from analysis.noise import Z, beyond_noise, plus_minus
+    from evaluation.verdicts import difference
+
+    d = difference(eb, ea)
+    names = [*ea.scores, "average"]
+    rows = {"A": [plus_minus(ea.scores[t], ea.stderr.get(t), 2) for t in ea.scores]
+            + [plus_minus(ea.average, ea.average_stderr, 2)],
+            "B": [plus_minus(eb.scores.get(t), eb.stderr.get(t), 2) for t in ea.scores]
+            + [plus_minus(eb.average, eb.average_stderr, 2)]}
+    per = [d["tasks"].get(t, {"diff": float("nan"), "stderr": None}) for t in ea.scores] + [d]
+    rows["B − A"] = [plus_minus(x["diff"], x["stderr"], 2, signed=True) for x in per]
+    rows["verdict"] = [("B higher" if x["diff"] > 0 else "A higher") if beyond_noise(x["diff"], x["stderr"])
+                       else "within noise" for x in per]
+    st.table(pd.DataFrame(rows, index=names))
+    st.caption(f"B − A is paired per example{'' if d['paired'] else ' (unpaired: per-example outcomes missing)'}: "
+               f"a difference counts only beyond {Z:g} standard errors; within that, these scores cannot tell A "
+               "from B.")
+    bars = pd.DataFrame({"task": names, "A": [*ea.scores.values(), ea.average],
+                         "A_se": [*(ea.stderr.get(t) for t in ea.scores), ea.average_stderr],
+                         "B": [*(eb.scores.get(t) for t in ea.scores), eb.average],
+                         "B_se": [*(eb.stderr.get(t) for t in ea.scores), eb.average_stderr]})
+    charts.show(charts.measured_bars(bars, res.agents), bars,
+                "Validation accuracy of A and B (hatched) ± one standard error per task and on average.",
+                "measured_a_b", title="Settings A and B, measured")
 
 
 @st.fragment

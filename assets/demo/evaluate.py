@@ -62,11 +62,13 @@ def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
     counts outputs that are the careless habit answer; a suite with an answer envelope adds
     `format_slip` (wrong only for the missing envelope: the answer or habit written bare).
     `tasks` defaults to the suite's; `progress` is told after each task, `cancel` is checked
-    before each task (Cancelled when set)."""
+    before each task (Cancelled when set). `df.attrs["outcomes"]` holds each task's per-example results
+    (1 right, 0 wrong, in the evaluation set's order): what paired comparisons of two models need."""
     tasks = suite.tasks if tasks is None else tuple(tasks)
     sets = {task: suite.eval_set(task, split, limit) for task in tasks}
     total, done = sum(len(v) for v in sets.values()), 0
     rows = []
+    outcomes: dict[str, list[int]] = {}
     torch.manual_seed(0)
     for task in tasks:
         if cancel is not None and cancel.is_set():
@@ -78,6 +80,7 @@ def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
                               "habit": [is_habit(e, o) for e, o in zip(examples, outputs)],
                               "format_slip": [suite.is_format_slip(e, o)
                                               for e, o in zip(examples, outputs)]})
+        outcomes[task] = [int(bool(v)) for v in frame["ok"]]
         groups = [("all", frame)]
         if task in suite.subset_tasks:
             groups += sorted(frame.groupby("subset"), key=lambda kv: _subset_key(kv[0]))
@@ -91,6 +94,7 @@ def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
     columns = ["task", "subset", "n", "correct", "habit"] + (["format_slip"] if suite.enveloped else [])
     df = pd.DataFrame(rows, columns=columns)
     df["accuracy"] = df["correct"] / df["n"]
+    df.attrs["outcomes"] = outcomes
     return df
 
 
@@ -133,17 +137,25 @@ def suite_of_folder(model_dir: Path) -> TaskSuite:
     return SUITES[name]
 
 
-def summary_row(df: pd.DataFrame) -> dict[str, float]:
-    """One wide row: accuracy (%) per task, per memory length, and the mean over the three tasks."""
+def summary_row(df: pd.DataFrame, stderr: bool = False) -> dict[str, float]:
+    """One wide row: accuracy (%) per task, per memory length, and the mean over the three tasks; with `stderr`,
+    each one's standard error too (`<key>_se`: binomial, √(Σ se²)/k for the mean)."""
+    from analysis.noise import average_se, binomial_se
+
     row: dict[str, float] = {}
     exact: dict[str, float] = {}
+    ses: dict[str, float | None] = {}
     for rec in df.itertuples():
         key = rec.task if rec.subset == "all" else f"{rec.task}@{rec.subset}"
         exact[key] = 100.0 * rec.accuracy
         row[key] = round(exact[key], 2)
+        ses[key] = binomial_se(exact[key], int(rec.n))
     tasks = [t for t in TASKS if t in row]
     if tasks:  # mean of the unrounded accuracies, rounded once
         row["avg"] = round(sum(exact[t] for t in tasks) / len(tasks), 2)
+        ses["avg"] = average_se(ses[t] for t in tasks)
+    if stderr:
+        row.update({f"{k}_se": round(v, 2) for k, v in ses.items() if v is not None})
     return row
 
 
@@ -155,7 +167,7 @@ def summary_table(results: dict[str, pd.DataFrame]) -> pd.DataFrame:
 def score_all_tasks(model_dir: Path, split: str = "test",
                     progress: Callable[[int, int, str], None] | None = None) -> dict[str, float]:
     """Score a folder on every demo task, one task at a time so that `progress(done, total, text)` counts the
-    examples actually scored; returns its summary row (accuracy %, avg)."""
+    examples actually scored; returns its summary row (accuracy %, avg, and their standard errors `…_se`)."""
     sizes = {t: len(eval_set(t, split)) for t in TASKS}
     total, done = sum(sizes.values()), 0
     frames = []
@@ -167,22 +179,43 @@ def score_all_tasks(model_dir: Path, split: str = "test",
         done += sizes[task]
         if progress is not None:
             progress(done, total, text)
-    return summary_row(pd.concat(frames, ignore_index=True))
+    return summary_row(pd.concat(frames, ignore_index=True), stderr=True)
 
 
 def results_table(results: Path) -> tuple[pd.DataFrame | None, str]:
-    """A demo build's comparison table (rows = models, accuracy % per task + avg) and the file it came from:
-    table1.csv (base, agents and every merge) when present, else accuracy.csv (base and agents only)."""
+    """A demo build's comparison table (rows = models, accuracy % per task + avg, and each one's standard error
+    `<column>_se` where measured) and the file it came from: table1.csv (base, agents and every merge) when
+    present, else accuracy.csv (base and agents only)."""
     table1, acc = results / "table1.csv", results / "accuracy.csv"
     if table1.exists():
         t = pd.read_csv(table1)
-        return t.set_index(t.columns[0]).drop(columns=["params", "val_avg"], errors="ignore"), "table1.csv"
+        return t.set_index(t.columns[0]).drop(columns=["params", "val_avg", "val_avg_se", "n", "grid_edge"],
+                                              errors="ignore"), "table1.csv"
     if acc.exists():
         a = pd.read_csv(acc, dtype={"subset": str})
         split = "test" if (a["split"] == "test").any() else a["split"].iloc[0]
         a = a[a["split"] == split]
-        return summary_table(dict(tuple(a.groupby("model", sort=False)))), "accuracy.csv"
+        groups = dict(tuple(a.groupby("model", sort=False)))
+        return pd.DataFrame({name: summary_row(df, stderr=True) for name, df in groups.items()}).T, "accuracy.csv"
     return None, ""
+
+
+def results_comparisons(results: Path) -> pd.DataFrame | None:
+    """A demo build's paired comparisons of the chosen merges (table1_comparisons.csv), or None."""
+    path = results / "table1_comparisons.csv"
+    return pd.read_csv(path) if path.exists() else None
+
+
+def with_stderr(table: pd.DataFrame) -> pd.DataFrame:
+    """A score table for display: each column with a `<column>_se` sibling as `22.33 ± 2.40` text (the value alone
+    where its standard error is missing); the `_se` columns folded in."""
+    out = table.drop(columns=[c for c in table.columns if str(c).endswith("_se")])
+    for c in out.columns:
+        se = f"{c}_se"
+        if se in table.columns:
+            out[c] = [("–" if pd.isna(v) else f"{v:.2f}" if pd.isna(e) else f"{v:.2f} ± {e:.2f}")
+                      for v, e in zip(table[c], table[se])]
+    return out
 
 
 def comparison_table(session_rows: Mapping[str, dict], measured: pd.DataFrame | None) -> pd.DataFrame | None:

@@ -11,6 +11,7 @@ from typing import Sequence
 import pandas as pd
 
 from evaluation.base import EvalProgress, LoadedModel, Scores
+from analysis.noise import binomial_se
 from evaluation.quiet import quiet_libraries
 from merging.common.errors import RamStudioError, first_line
 
@@ -104,17 +105,27 @@ def demo_incompatibility(module, tokenizer) -> str:
 
 def scores_from_frame(df: pd.DataFrame, split: str, seconds: float) -> Scores:
     """`Scores` (accuracy in %) from a tidy evaluation frame; per-subset accuracies go into `detail` as
-    `task@subset`."""
+    `task@subset`. Standard errors are binomial, √(p(1−p)/n) (tasks and subsets); the per-example outcomes
+    come from the frame's `attrs` (evaluate_loaded)."""
     scores: dict[str, float] = {}
     n: dict[str, int] = {}
     detail: dict[str, float] = {}
+    stderr: dict[str, float] = {}
+    detail_stderr: dict[str, float] = {}
     for rec in df.itertuples():
+        se = binomial_se(100.0 * rec.accuracy, int(rec.n))
         if rec.subset == "all":
             scores[rec.task] = 100.0 * rec.accuracy
             n[rec.task] = int(rec.n)
+            if se is not None:
+                stderr[rec.task] = se
         else:
             detail[f"{rec.task}@{rec.subset}"] = 100.0 * rec.accuracy
-    return Scores(split=split, scores=scores, n=n, seconds=seconds, detail=detail)
+            if se is not None:
+                detail_stderr[f"{rec.task}@{rec.subset}"] = se
+    outcomes = {t: [float(v) for v in vals] for t, vals in df.attrs.get("outcomes", {}).items() if t in scores}
+    return Scores(split=split, scores=scores, n=n, seconds=seconds, detail=detail, stderr=stderr,
+                  outcomes=outcomes, detail_stderr=detail_stderr)
 
 
 def measure_on_demo(base: str, agents: list[str], candidates: list, split: str = "validation", *,

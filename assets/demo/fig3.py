@@ -38,8 +38,8 @@ SPLITS = ("validation", "test")
 VARIANTS = {"unique": False, "unique_div_N": True}
 # The tidy schema the app's Signal-dilution page reads (analysis/fig3.py): base rows leave `agent` empty.
 COLUMNS = ["agent", "variant", "task", "subset", "split", "n", "correct", "accuracy"]
-# The app's rows: the 'all' subset only, accuracy in %.
-PERCENT_COLUMNS = ["agent", "variant", "task", "split", "accuracy"]
+# The app's rows: the 'all' subset only, accuracy in %, and the examples behind it (its standard error).
+PERCENT_COLUMNS = ["agent", "variant", "task", "split", "accuracy", "n"]
 
 StepFn = Callable[[float, str], None]  # (fraction of the experiment done, "step k of n: what")
 
@@ -182,7 +182,7 @@ def run_experiment(base: str, agents: Sequence[str], *, tasks: dict[str, list[st
 
 
 def percent_rows(tidy: pd.DataFrame) -> pd.DataFrame:
-    """The rows the app draws: the 'all' subset, accuracy in % (PERCENT_COLUMNS)."""
+    """The rows the app draws: the 'all' subset, accuracy in % and n (PERCENT_COLUMNS)."""
     part = tidy[tidy["subset"] == "all"]
     return part.assign(accuracy=100.0 * part["accuracy"]).reset_index(drop=True)[PERCENT_COLUMNS]
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from evaluation.executors import EXECUTORS
 from evaluation.grid import read_grid_file
+from analysis.noise import plus_minus
 from evaluation.store import ScoreStore
 from evaluation.sweep import CANDIDATE, Entry, SweepProgressFn, SweepResult, SweepSpec, run_sweep
 
@@ -41,55 +42,89 @@ def sweep(models: Path, limit: int | None = None, executor: str = "local", store
     return run_sweep(spec, EXECUTORS[executor](), store=store, progress=progress)
 
 
-def row(e: Entry, prefix: str = "") -> dict[str, float]:
-    """Accuracy (%) per task and memory length, and the mean over the tasks: each rounded to 2 decimals."""
-    out = {f"{prefix}{k}": round(v, 2) for k, v in {**e.scores, **e.detail}.items()}
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 2)
+
+
+def row(e: Entry, prefix: str = "") -> dict[str, float | None]:
+    """Accuracy (%) per task and memory length, the mean over the tasks, and each one's standard error
+    (`…_se`: binomial per task and length, √(Σ se²)/k for the mean): each rounded to 2 decimals."""
+    out: dict[str, float | None] = {f"{prefix}{k}": round(v, 2) for k, v in {**e.scores, **e.detail}.items()}
     out[f"{prefix}avg"] = round(e.average, 2)
+    out.update({f"{prefix}{k}_se": _r(v) for k, v in {**e.stderr, **e.detail_stderr}.items()})
+    out[f"{prefix}avg_se"] = _r(e.average_stderr)
     return out
+
+
+def _n(e: Entry) -> str:
+    """Examples per task: one number when every task has as many, else each task's."""
+    counts = [e.n.get(t, 0) for t in e.scores]
+    return str(counts[0]) if len(set(counts)) == 1 else "/".join(f"{t}:{e.n.get(t, 0)}" for t in e.scores)
 
 
 def tables(res: SweepResult) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(table1: base, agents and each method's chosen candidate on test; every validation trial)."""
+    """(table1: base, agents and each method's chosen candidate on test, with standard errors; every validation
+    trial, with whether it is within noise of the best overall and of its method's chosen)."""
     valid = {e.candidate: e for e in res.candidates(res.spec.select_on)}
-    rows = [{"model": e.label, "params": "", **row(e)} for e in res.references()]
+    rows = [{"model": e.label, "params": "", "n": _n(e), **row(e)} for e in res.references()]
     for e in res.candidates(res.spec.report_on):
-        rows.append({"model": e.method, "params": e.settings, "val_avg": round(valid[e.candidate].average, 2),
-                     **row(e)})
-    trials = [{"method": e.method, "params": e.settings, **row(e, "val_"),
-               **{k: e.params[k] for k in e.candidate.given}} for e in valid.values() if e.kind == CANDIDATE]
+        v = valid[e.candidate]
+        rows.append({"model": e.method, "params": e.settings, "n": _n(e), "val_avg": round(v.average, 2),
+                     "val_avg_se": _r(v.average_stderr), "grid_edge": " ".join(e.grid_edge), **row(e)})
+    trials = [{"method": e.method, "params": e.settings, **row(e, "val_"), "within_noise": bool(e.within_noise),
+               "within_noise_of_chosen": bool(e.within_noise_method), **{k: e.params[k] for k in e.candidate.given}}
+              for e in valid.values() if e.kind == CANDIDATE]
     return pd.DataFrame(rows), pd.DataFrame(trials)
 
 
-def caption(t: pd.DataFrame, model_col: str, agents: list[str]) -> str:
-    """What the mini Table 1 shows, read from its own numbers (test accuracy, %): the best merge, where RAM and
-    RAM+ stand against averaging and it, and the task where RAM+ keeps least of its agent's score."""
+def comparisons(res: SweepResult) -> pd.DataFrame:
+    """Every pair of chosen merges on the report split: a − b on the average and per task, with standard errors
+    paired per example (evaluation/verdicts.py), and whether the difference exceeds two of them."""
+    label = {e.label: e.method for e in res.candidates(res.spec.report_on)}
+    rows = []
+    for c in res.comparisons:
+        rec = {"a": label.get(c["a"], c["a"]), "b": label.get(c["b"], c["b"]), "split": c["split"],
+               "diff": _r(c["diff"]), "stderr": _r(c["stderr"]), "paired": c["paired"],
+               "beyond_noise": c["beyond_noise"]}
+        for t, d in c["tasks"].items():
+            rec.update({f"{t}_diff": _r(d["diff"]), f"{t}_se": _r(d["stderr"])})
+        rows.append(rec)
+    return pd.DataFrame(rows)
+
+
+def caption(t: pd.DataFrame, model_col: str, agents: list[str], pairs: pd.DataFrame | None = None) -> str:
+    """What the mini Table 1 shows, read from its own numbers (test accuracy, %) and their noise
+    (analysis/regimes.py: a difference counts only beyond two standard errors, paired where `pairs` has it)."""
+    from analysis.regimes import read_table1
+
     rows = t.set_index(t[model_col].astype(str))
+    out = ("Test accuracy (%) ± one standard error; each merge's settings were chosen on the validation split."
+           if "avg_se" in rows else "Test accuracy (%); each merge's settings were chosen on the validation split.")
     if "avg" not in rows:
-        return "Test accuracy (%) of every model; each merge's settings were chosen on the validation split."
-    merges = [m for m in rows.index if m not in ("base", *agents)]
-    avg = rows["avg"]
-    out = "Test accuracy (%); each merge's settings were chosen on the validation split."
-    if not merges:
         return out
-    best = max(merges, key=lambda m: avg[m])
-    out += f" Best average: {best} {avg[best]:.1f}."
-    ours = [m for m in ("ram_plus", "ram") if m in avg]
-    if ours and "average" in avg:
-        beat = "above" if all(avg[m] > avg["average"] for m in ours) else "not above"
-        out += (" " + " and ".join(f"{'RAM+' if m == 'ram_plus' else 'RAM'} {avg[m]:.1f}" for m in ours)
-                + f": {beat} averaging ({avg['average']:.1f})")
-        below = [m for m in dict.fromkeys([best, "task_arithmetic"]) if m in avg and m not in ours
-                 and avg[m] > max(avg[o] for o in ours)]
-        out += (", below " + " and ".join(f"{m} ({avg[m]:.1f})" for m in below) if below else "") + "."
-    ram = ours[0] if ours else None
-    tasks = [a for a in agents if a in rows.columns and a in rows.index]
-    if ram and tasks:
-        worst = min(tasks, key=lambda a: rows.at[ram, a] - rows.at[a, a])
-        out += (f" On {worst}, {'RAM+' if ram == 'ram_plus' else 'RAM'} keeps {rows.at[ram, worst]:.1f} of the "
-                f"{worst} agent's {rows.at[worst, worst]:.1f}"
-                + (f" (task arithmetic {rows.at['task_arithmetic', worst]:.1f})" if "task_arithmetic" in rows.index
-                   else "") + ".")
-    return out
+    return out + " " + read_table1(rows, agents, pairs).text
+
+
+RESULTS = {"demo:": "results", "demo-shared:": "results-shared"}  # each trio's results folder, next to its models
+
+
+def evidence_for(base: str, agents: list[str]) -> str:
+    """For the overlap reading: one sentence citing the committed Table 1 when `base` and `agents` are exactly a
+    demo trio (its base and its three agents, as `demo:NAME` references); "" otherwise or when it is not built."""
+    from analysis.regimes import evidence, read_table1
+    from merging.reading.refs import demo_prefix, demo_root
+
+    from .evaluate import results_comparisons
+
+    prefix = demo_prefix(base)
+    if prefix is None or base != f"{prefix}base" or sorted(agents) != sorted(f"{prefix}{a}" for a in AGENTS):
+        return ""
+    results = demo_root(prefix).parent / RESULTS[prefix]
+    if not (results / "table1.csv").exists():
+        return ""
+    t = pd.read_csv(results / "table1.csv")
+    reading = read_table1(t.set_index(t[t.columns[0]].astype(str)), list(AGENTS), results_comparisons(results))
+    return evidence(reading, f"the demo's mini Table 1 of `{prefix}`, test split, settings chosen on validation")
 
 
 def trio_name(models: Path) -> str:
@@ -97,19 +132,53 @@ def trio_name(models: Path) -> str:
     return "demo-shared" if models.name == "models-shared" else "demo"
 
 
-def save(table: pd.DataFrame, trials: pd.DataFrame, out_dir: Path, trio: str = "demo") -> pd.DataFrame:
-    """table1.csv (columns in order), table1.md and table1_validation_search.csv; returns the table."""
-    memory = sorted([c for c in table.columns if c.startswith("memory@")], key=lambda c: int(c[7:]))
-    table = table[["model", "params", "code", "tool", "memory", *memory, "avg", "val_avg"]]
+SCORE_COLUMNS = ["code", "tool", "memory"]
+
+
+def save(table: pd.DataFrame, trials: pd.DataFrame, out_dir: Path, trio: str = "demo",
+         pairs: pd.DataFrame | None = None, notes: list[str] | None = None) -> pd.DataFrame:
+    """table1.csv (columns in order: scores, then their standard errors), table1.md (scores ± s.e., the chosen
+    settings, the pairwise differences and the sweep's notes), table1_validation_search.csv and
+    table1_comparisons.csv; returns the table."""
+    memory = sorted([c for c in table.columns if c.startswith("memory@") and not c.endswith("_se")],
+                    key=lambda c: int(c[7:]))
+    shown = [*SCORE_COLUMNS, *memory, "avg"]
+    table = table.reindex(columns=["model", "params", *shown, *[f"{c}_se" for c in shown], "n", "val_avg",
+                                   "val_avg_se", "grid_edge"])
     out_dir.mkdir(parents=True, exist_ok=True)
     trials.to_csv(out_dir / "table1_validation_search.csv", index=False)
     table.to_csv(out_dir / "table1.csv", index=False)
-    md = format_table(table.set_index("model").drop(columns=["params", "val_avg"]))
-    notes = "\n".join(f"- {r.model}: {r.params}" for r in table.itertuples() if r.params)
-    (out_dir / "table1.md").write_text(
-        f"Mini Table 1 ({trio}, test split, accuracy %; hyper-parameters chosen on validation)\n\n"
-        + md + "\n\nChosen settings:\n" + notes + "\n")
+    if pairs is not None:
+        pairs.to_csv(out_dir / "table1_comparisons.csv", index=False)
+    (out_dir / "table1.md").write_text(markdown(table, trio, shown, pairs, notes or []))
     return table
+
+
+def markdown(table: pd.DataFrame, trio: str, shown: list[str], pairs: pd.DataFrame | None,
+             notes: list[str]) -> str:
+    """table1.md: the table with `score ± s.e.` cells, the chosen settings, every pairwise difference of the
+    chosen merges (paired), and the sweep's notes (coin tosses, grid edges)."""
+    def edge(r) -> bool:
+        return isinstance(r.grid_edge, str) and bool(r.grid_edge)
+
+    cells = pd.DataFrame({c: [plus_minus(v, se, 2) for v, se in zip(table[c], table[f"{c}_se"])] for c in shown},
+                         index=table["model"])
+    n = table["n"].dropna().astype(str).unique()
+    out = (f"Mini Table 1 ({trio}, test split, accuracy % ± one standard error; hyper-parameters chosen on "
+           f"validation)\n\n" + format_table(cells)
+           + f"\n\nStandard errors: binomial √(p(1−p)/n) per task (n = {', '.join(n)} examples per task; 100 per "
+             "memory length), √(Σ se²)/3 for the average of the three tasks.\n\nChosen settings:\n"
+           + "\n".join(f"- {r.model}: {r.params}" + (f" (on the grid's edge: {r.grid_edge})" if edge(r) else "")
+                       for r in table.itertuples() if r.params) + "\n")
+    if pairs is not None and len(pairs):
+        rows = [f"| {r.a} − {r.b} | {plus_minus(r.diff, r.stderr, 2, signed=True)} | "
+                f"{'yes' if r.beyond_noise else 'no'} |" for r in pairs.itertuples()]
+        out += ("\nDifferences of the chosen merges (test, average of the three tasks, points; standard error paired "
+                "per example; beyond noise = more than two standard errors):\n\n| a − b | difference | beyond noise |\n"
+                "|---|---:|---|\n" + "\n".join(rows) + "\n")
+    if notes:
+        out += "\nThe sweep's notes:\n" + "\n".join(f"- {x}" for x in notes) + "\n"
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -123,8 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     t0 = time.time()
     res = sweep(args.models.resolve(), args.limit, args.executor, ScoreStore(read=not args.no_resume))
-    table = save(*tables(res), args.out.resolve(), trio_name(args.models.resolve()))
-    print(format_table(table.set_index("model").drop(columns=["params", "val_avg"])))
+    save(*tables(res), args.out.resolve(), trio_name(args.models.resolve()), comparisons(res), res.notes)
+    print((args.out.resolve() / "table1.md").read_text())
     print(f"[table1] done in {time.time() - t0:.0f} s")
     return 0
 

@@ -54,7 +54,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                          use_cache=not args.no_cache, progress=None if args.quiet else progress_printer("analyze"),
                          cancel=stop, warn=lambda text: say(f"warning: {text}", file=sys.stderr), unit=unit)
     eps = summary_eps(result, args.eps, args.eps_steps)
-    read = _print_summary(result, eps)
+    from assets.demo.table1 import evidence_for  # scores of these same models, when they are a demo trio
+
+    read = _print_summary(result, eps, evidence_for(args.base, list(args.agents)))
     _write_outputs(outputs, result, eps, read)
     return 0
 
@@ -94,8 +96,9 @@ def json_document(result, eps: float, read) -> dict:
             "fingerprint": result.fingerprint, "seconds": result.seconds}
 
 
-def _print_summary(result, eps: float):
-    """The per-agent table at `eps`, the pair and agent agreement tables, and the reading (returned)."""
+def _print_summary(result, eps: float, scores: str = ""):
+    """The per-agent table at `eps`, the pair and agent agreement tables, and the reading (returned; `scores`
+    cites scores of these models, analysis.agreement.reading)."""
     from analysis import agreement  # pandas: only once there are results
     from analysis.tables import global_density, rho_table
 
@@ -106,7 +109,7 @@ def _print_summary(result, eps: float):
           f"{'from cache' if result.from_cache else f'{result.seconds:.1f} s'}")
     say(table(summary[["agent", "changed", "shared", "unique", "density", "rho"]]))
     say("\n" + _precision_lines(result, eps))
-    read = agreement.reading(result, eps)
+    read = agreement.reading(result, eps, scores)
     if len(result.agents) > 1:
         say("\nIs the overlap real? (elements both changed; chance: 50 % same sign, cosine 0)")
         say(table(_pair_summary(agreement.pair_agreement(result, eps))))
@@ -159,11 +162,14 @@ def _pair_summary(pa):
     """The pair diagnostics as printed columns."""
     import pandas as pd
 
+    from analysis.agreement import sign_se
+
     return pd.DataFrame({
         "pair": [f"{a}–{b}" for a, b in zip(pa["a"], pa["b"])],
         "both changed": [f"{int(v):,}" for v in pa["both_changed"]],
         "chance (per tensor)": [f"{v:,.0f}" for v in pa["expected_both_tensor"]],
-        "same sign": [_pct(v) for v in pa["sign_agreement"]],
+        "same sign (± s.e.)": [_pct(v) + ("" if v != v else f" ± {100 * sign_se(int(n), v):.1f}")
+                               for v, n in zip(pa["sign_agreement"], pa["both_changed"])],
         "cosine": ["–" if v != v else f"{v:+.3f}" for v in pa["cosine"]]})
 
 

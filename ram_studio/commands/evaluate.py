@@ -95,7 +95,9 @@ def _print_scores(args: argparse.Namespace, evaluator, frame, scores) -> None:
     say(f"{printable(args.model)} · {evaluator.name}" + (f" (suite {suite.name})" if suite else "") + f" · {args.split} split"
           + (f" · first {args.limit} examples per task" if args.limit else "") + f" · {scores.seconds:.1f} s")
     say(table(display_frame(frame, scores)))
-    say(f"average over {len(scores.scores)} task(s): {scores.average:.2f} %")
+    se = scores.average_stderr
+    say(f"average over {len(scores.scores)} task(s): {scores.average:.2f} %"
+        + ("" if se is None else f" ± {se:.2f} (standard error, √(Σ se²)/{len(scores.scores)} over the tasks)"))
 
 
 def _write_json(out: Path, args: argparse.Namespace, ckpt, evaluator, frame, scores) -> None:
@@ -107,16 +109,35 @@ def _write_json(out: Path, args: argparse.Namespace, ckpt, evaluator, frame, sco
 
 
 def json_document(args: argparse.Namespace, ckpt, evaluator, frame, scores) -> dict:
-    """What --json writes: the model, the evaluator and its fingerprint, the split, the scores and their detail."""
+    """What --json writes: the model, the evaluator and its fingerprint, the split, the scores with their standard
+    errors and detail, one result entry per task (and subset) with its n and stderr, and the per-example outcomes."""
+    from analysis.noise import pack_outcomes
+
     suite = getattr(evaluator, "suite", None)
     doc = {"model": args.model, "folder": str(ckpt.folder), "evaluator": evaluator.name,
            "suite": suite.name if suite else None,
            "fingerprint": evaluator.fingerprint(), "tasks": list(evaluator.tasks), "split": args.split,
            "limit": args.limit, "scores": scores.scores, "average": scores.average, "n": scores.n,
-           "detail": scores.detail, "seconds": round(scores.seconds, 3)}
-    if frame is not None:
-        doc["results"] = frame.to_dict(orient="records")
+           "stderr": {**{t: scores.stderr.get(t) for t in scores.scores}, "average": scores.average_stderr},
+           "detail": scores.detail, "detail_stderr": scores.detail_stderr, "seconds": round(scores.seconds, 3),
+           "results": result_records(frame, scores), "outcomes": pack_outcomes(scores.outcomes)}
     return doc
+
+
+def result_records(frame, scores) -> list[dict]:
+    """One record per task (and, on the demo's tasks, per subset): n, accuracy and its standard error as
+    fractions (the demo's records also count correct and habit answers)."""
+    from analysis.noise import binomial_se
+
+    if frame is not None:
+        recs = frame.to_dict(orient="records")
+        for r in recs:
+            se = binomial_se(100.0 * r["accuracy"], int(r["n"]))
+            r["stderr"] = None if se is None else se / 100.0
+        return recs
+    return [{"task": t, "subset": "all", "n": scores.n.get(t, 0), "accuracy": v / 100.0,
+             "stderr": None if scores.stderr.get(t) is None else scores.stderr[t] / 100.0}
+            for t, v in scores.scores.items()]
 
 
 def _refuse_unless_demo_compatible(ckpt) -> None:

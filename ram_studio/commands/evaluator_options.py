@@ -101,12 +101,20 @@ def progress_printer(label: str):
 
 
 def display_frame(frame, scores):
-    """What the terminal shows: per task (and per memory length) examples, correct and accuracy in %."""
+    """What the terminal shows: per task (and per memory length) examples, correct, accuracy in % and its
+    standard error (binomial on the demo's tasks, lm-eval's own on lm-eval tasks; – where there is none)."""
     import pandas as pd
+
+    from analysis.noise import binomial_se
+
+    def se_text(se) -> str:
+        return "–" if se is None else f"{se:.2f}"
 
     if frame is not None:
         shown = frame[["task", "subset", "n", "correct"]].copy()
         shown["accuracy %"] = (100 * frame["accuracy"]).map("{:.2f}".format)
+        shown["± s.e."] = [se_text(binomial_se(100 * a, int(n))) for a, n in zip(frame["accuracy"], frame["n"])]
         return shown
     return pd.DataFrame({"task": list(scores.scores), "n": [scores.n.get(t, 0) for t in scores.scores],
-                         "score %": [f"{v:.2f}" for v in scores.scores.values()]})
+                         "score %": [f"{v:.2f}" for v in scores.scores.values()],
+                         "± s.e.": [se_text(scores.stderr.get(t)) for t in scores.scores]})

@@ -1,0 +1,142 @@
+"""In a real browser (streamlit + headless chromium): the Sweep page's charts and Tune's measured A | B draw their
+standard errors as error bars, the sweep's grid-edge warnings and pairwise comparisons show, at 1000 and 1400 px,
+light and dark, with the paper's long model names on the Sweep page. Full-page screenshots go to
+test-artifacts/noise/ (sweep-<width>-<scheme>.png, tune-ab-<width>-<scheme>.png) to be looked at."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.app_helpers import APP_MAIN, app_env
+from tests.make_screenshots import paper_named_copies, select_long_names, settle
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "noise"
+GRIDS = ("grids:\n  - task_arithmetic lambda=0.5,0.7,1.0\n  - ties lambda=0.5,1.0 density=0.1,0.2\n"
+         "  - ram_plus r=0,0.1,0.2\n")
+EXAMPLES = 40
+
+sync_api = pytest.importorskip("playwright.sync_api")
+pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("RAM_STUDIO_REQUIRE_BROWSER"),
+                                 reason="system chromium not installed"), pytest.mark.timeout(2400)]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    import socket
+
+    tmp = tmp_path_factory.mktemp("noise-browser")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, **app_env(tmp, use_real_demo=True)}
+    log = open(tmp / "streamlit.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(APP_MAIN), "--server.port", str(port),
+                             "--server.headless", "true", "--server.address", "127.0.0.1"],
+                            cwd=APP_MAIN.parent.parent, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
+                break
+        except OSError:
+            time.sleep(0.3)
+    yield {"url": url, "folders": paper_named_copies(tmp / "paper-names")}
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+    log.close()
+
+
+def error_bars(pg) -> int:
+    """How many error-bar marks plotly drew on the page."""
+    return pg.locator('[data-testid="stPlotlyChart"] g.errorbar path').count()
+
+
+def open_page(pg, title: str) -> None:
+    pg.locator('[data-testid="stSidebarNav"] a').filter(has_text=title).first.click()
+    pg.get_by_role("heading", name=title, level=1).wait_for()
+    settle(pg)
+
+
+def shoot(pg, path: Path, width: int, top_heading: str | None = None) -> None:
+    """The whole page (or from `top_heading` down), the viewport grown to the page's height."""
+    h = pg.evaluate("document.querySelector('[data-testid=stMain]').scrollHeight")
+    pg.set_viewport_size({"width": width, "height": int(h) + 20})
+    settle(pg)
+    clip = None
+    if top_heading:
+        y = pg.get_by_role("heading", name=top_heading).bounding_box()["y"] - 10
+        clip = {"x": 0, "y": y, "width": width, "height": int(h) + 20 - y}
+    pg.screenshot(path=str(path), clip=clip)
+    pg.set_viewport_size({"width": width, "height": 900})
+
+
+def tune_measured(pg) -> None:
+    """Tune on the demo trio: score settings A and B, wait for the measured table and chart."""
+    open_page(pg, "Tune")
+    pg.get_by_role("button", name="Score A and B on the demo tasks").click()
+    pg.get_by_text("B − A is paired per example").wait_for(timeout=1_500_000)
+    pg.locator('[data-testid="stPlotlyChart"] g.errorbar').first.wait_for()
+    settle(pg)
+
+
+def sweep_long_names(pg, folders) -> None:
+    """The paper-named copies, a sweep of GRIDS on the demo's tasks (EXAMPLES per task), its results."""
+    select_long_names(pg, folders)
+    open_page(pg, "Sweep")
+    if not pg.get_by_role("radio", name="Demo tasks").is_checked():
+        pg.get_by_text("Demo tasks", exact=True).first.click()
+        settle(pg)
+    pg.get_by_text("Grids as YAML").click()
+    pg.get_by_role("textbox", name="Paste grids (YAML) to replace these").fill(GRIDS)
+    pg.get_by_role("button", name="Load the pasted grids").click()
+    settle(pg)
+    pg.get_by_text("Grids as YAML").click()
+    box = pg.get_by_role("spinbutton", name="Examples per task (0: all)")
+    box.fill(str(EXAMPLES))
+    box.press("Enter")
+    settle(pg)
+    pg.get_by_role("button", name="Start sweep").click()
+    pg.get_by_text("candidates scored on validation, the").wait_for(timeout=1_500_000)
+    pg.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+    settle(pg)
+
+
+@pytest.mark.parametrize("width", [1000, 1400])
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_error_bars_on_the_sweep_page_and_tunes_a_b(server, width, scheme):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        ctx = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=scheme)
+        pg = ctx.new_page()
+        pg.set_default_timeout(180_000)
+        pg.goto(server["url"])
+        pg.wait_for_selector('[data-testid="stAppViewContainer"]')
+        settle(pg)
+        tune_measured(pg)
+        assert error_bars(pg) >= 8  # A and B, three tasks and the average
+        assert pg.locator('[data-testid="stException"]').count() == 0
+        shoot(pg, ARTIFACTS / f"tune-ab-{width}-{scheme}.png", width, "Compare two settings: A | B")
+        sweep_long_names(pg, server["folders"])
+        assert pg.locator('[data-testid="stException"]').count() == 0
+        bars = error_bars(pg)
+        assert bars > 0
+        pg.get_by_text("Score vs parameter (Table 2 view)").click()
+        settle(pg)
+        assert error_bars(pg) > 0
+        assert pg.get_by_text("The chosen candidates against each other on test").count() == 1
+        shoot(pg, ARTIFACTS / f"sweep-{width}-{scheme}.png", width)
+        ctx.close()
+        browser.close()
