@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from merging.common.errors import Cancelled, RamStudioError, first_line
+from merging.reading.transformers_load import load_causal_lm, load_tokenizer, refuse_custom_code
 
 from .base import EvalProgress, LoadedModel, Scores
 from .quiet import quiet_libraries
@@ -169,17 +170,18 @@ class LmEvalEvaluator:
         folder = Path(folder)
         with quiet_libraries():
             try:
+                refuse_custom_code(folder)  # one clear line before any loader could ask about the folder's code
                 if self.backend == "vllm":
                     from lm_eval.models.vllm_causallms import VLLM
 
-                    engine = VLLM(pretrained=str(folder), dtype=self.dtype, batch_size=self.batch_size)
+                    engine = VLLM(pretrained=str(folder), dtype=self.dtype, batch_size=self.batch_size,
+                                  trust_remote_code=False)
                     return LoadedModel(module=None, tokenizer=None, source=folder, backend=engine)
                 import torch
-                from transformers import AutoModelForCausalLM, AutoTokenizer
 
                 dtype = "auto" if self.dtype == "auto" else getattr(torch, self.dtype)
-                module = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, use_safetensors=True)
-                tokenizer = AutoTokenizer.from_pretrained(str(folder))
+                module = load_causal_lm(folder, dtype)
+                tokenizer = load_tokenizer(folder)
             except RamStudioError:
                 raise
             except Exception as exc:  # noqa: BLE001 — whatever transformers/vLLM raise, one line for the user
@@ -196,7 +198,7 @@ class LmEvalEvaluator:
             return model.backend
         with quiet_libraries():
             model.backend = _progress_hflm()(pretrained=model.module, tokenizer=model.tokenizer,
-                                             batch_size=self.batch_size)
+                                             batch_size=self.batch_size, trust_remote_code=False)
         return model.backend
 
     # ------------------------------------------------------------------ scoring
