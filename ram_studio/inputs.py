@@ -89,7 +89,8 @@ def file_output(path: str | None, checkpoints, overwrite: bool) -> Path | None:
     """Check a --json/--csv path against the placement rules before any work starts."""
     if not path:
         return None
-    from merging.writing.placement import check_output_file, protected_paths
+    from merging.writing.checked_output import check_output_file
+    from merging.writing.placement import protected_paths
 
     return check_output_file(path, protected_paths([(c.ref.raw, c.folder) for c in checkpoints]), overwrite=overwrite)
 

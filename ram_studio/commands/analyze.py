@@ -79,7 +79,7 @@ def _write_outputs(outputs: dict, result, eps: float, read) -> None:
     from analysis import agreement
     from analysis.tables import agents_json
     from merging.common.escaping import csv_bytes
-    from merging.writing.placement import write_file_atomically
+    from merging.writing.checked_output import write_file_atomically
 
     if outputs["json"]:
         fields = agreement.agent_fields(result)

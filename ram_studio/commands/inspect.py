@@ -22,7 +22,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """Open the base and agents, print the compatibility table and the differences, apply --on-mismatch."""
     from merging.reading.checkpoint import open_checkpoint
     from merging.reading.compat import ModelHeaders, check_compatibility
-    from merging.writing.placement import write_file_atomically
+    from merging.writing.checked_output import write_file_atomically
 
     with stop_on_signal() as stop:
         prefetch([args.base, *args.agents], False, stop)

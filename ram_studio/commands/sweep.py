@@ -90,7 +90,8 @@ def _checked_grids(args: argparse.Namespace) -> list:
 
 def _output_files(args: argparse.Namespace) -> dict[str, Path]:
     """The checked --json and --csv paths: never inside an input (the models, --include-path)."""
-    from merging.writing.placement import check_output_file, input_folders, protected_paths
+    from merging.writing.checked_output import check_output_file
+    from merging.writing.placement import input_folders, protected_paths
 
     protected = input_folders([args.base, *args.agents])
     if args.include_path:
@@ -132,7 +133,7 @@ def _run(spec, executor, args: argparse.Namespace, root: Path):
 def _report(res, kept: list, outputs: dict[str, Path], executor_name: str) -> None:
     """The summary, the kept folders, and the --json and --csv files."""
     from evaluation.report import csv_bytes, result_frame, result_json, summary_lines
-    from merging.writing.placement import write_file_atomically
+    from merging.writing.checked_output import write_file_atomically
 
     for line in summary_lines(res):
         print(line)
