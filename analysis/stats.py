@@ -132,9 +132,9 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
     report.enforce(policy)
     labels = unique_labels([a.label for a in ags])
     key = cache.fingerprint(b, ags, ladder, policy)
-    if use_cache:
-        cache.check_location([b, *ags])
-        payload = cache.load(key)
+    folder = cache.check_location([b, *ags]) if use_cache else None
+    if folder is not None:
+        payload = cache.load(key, folder)
         if payload is not None:
             try:
                 result = AnalysisResult.from_payload(payload, key)
@@ -145,8 +145,8 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
     result = _run_pass(b, ags, labels, ladder, pick_device(device), chunk_elems, progress, cancel)
     result.fingerprint = key
     result.refs = [b.ref.raw] + [a.ref.raw for a in ags]
-    if use_cache:
-        cache.save(key, result.to_payload())
+    if folder is not None:
+        cache.save(key, result.to_payload(), folder)
     return result
 
 

@@ -103,9 +103,9 @@ def _recheck_dir(fd: int, ident: Identity, folder: Path, inputs: list[Protected]
     refuse_inside_inputs(_where(fd, folder) / name, inputs, what)
 
 
-def _write_temp(fd: int, name: str, data: bytes) -> str:
-    """`data` in a new hidden file beside `name`, flushed to disk; its name."""
-    tmp = f".{name}{PARTIAL_MARK}{uuid.uuid4().hex[:8]}-{os.getpid()}"
+def _write_temp(fd: int, name: str, data: bytes, tmp: str | None = None) -> str:
+    """`data` in a new hidden file beside `name` (named `tmp`, else by our pattern), flushed to disk; its name."""
+    tmp = tmp or f".{name}{PARTIAL_MARK}{uuid.uuid4().hex[:8]}-{os.getpid()}"
     out = os.open(tmp, _O_TMP, 0o644, dir_fd=fd)
     try:
         view = memoryview(data)
@@ -252,13 +252,15 @@ class CheckedFolder:
     is opened (never is, contains or lies inside an input), again before every write, and every file read or
     written by name through the handle opened then. `hint` says how to move the folder (its setting)."""
 
-    def __init__(self, folder: Path | str, inputs: list[Protected], what: str, hint: str = "") -> None:
+    def __init__(self, folder: Path | str, inputs: list[Protected], what: str, hint: str = "", *,
+                 create: bool = True) -> None:
         self.path = Path(os.path.abspath(os.path.expanduser(folder)))
         self.inputs, self.what, self.hint = list(inputs), what, hint
         self.fd = -1
         try:
             refuse_inside_inputs(_real(self.path), self.inputs, what)  # before a folder is created anywhere
-            self.path.mkdir(parents=True, exist_ok=True)
+            if create:
+                self.path.mkdir(parents=True, exist_ok=True)
             if self.path.is_symlink() and not self.path.is_dir():
                 raise RamStudioError(f"the {what} {self.path} is a dangling link.", hint)
             self.fd, self.ident = _open_checked_dir(self.path, self.inputs, what)
@@ -275,30 +277,35 @@ class CheckedFolder:
         except RamStudioError as exc:
             raise RamStudioError(exc.message, self.hint or exc.hint) from None
 
-    def write(self, name: str, data: bytes) -> None:
-        """Write (or replace) the entry `name` atomically, after checking the folder again."""
+    def write(self, name: str, data: bytes, tmp: str | None = None) -> None:
+        """Write (or replace) the entry `name` atomically, after checking the folder again (`tmp`: the temporary
+        file's name, when the folder's owner names its own to recognise leftovers)."""
         self.recheck()
-        tmp = _write_temp(self.fd, name, data)
+        tmp = _write_temp(self.fd, name, data, tmp)
         try:
             os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         finally:
             _unlink(self.fd, tmp)
 
     def read(self, name: str, max_bytes: int) -> bytes | None:
-        """The entry `name` when it is a regular file of at most `max_bytes` (None otherwise: absent, a link,
-        a FIFO, too large)."""
+        """The entry `name` (None when absent); ValueError when it is not a regular file of at most `max_bytes`
+        (a link is not followed, a FIFO never blocks)."""
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
                          dir_fd=self.fd)
-        except OSError:
+        except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise ValueError(f"cannot be opened ({exc.strerror or exc})") from None
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
-                return None
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError("is not a regular file")
             with os.fdopen(os.dup(fd), "rb") as f:
                 data = f.read(max_bytes + 1)
-            return data if len(data) <= max_bytes else None
+            if len(data) > max_bytes:
+                raise ValueError(f"is larger than {max_bytes:,} bytes")
+            return data
         finally:
             os.close(fd)
 

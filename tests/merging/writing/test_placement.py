@@ -136,11 +136,15 @@ def test_a_store_folder_is_checked_when_opened_and_before_every_write(setup, tmp
     assert not (model / "cache").exists()  # refused before anything was created
     store = CheckedFolder(tmp_path / "store" / "deep", inputs, "score store folder", "hint")
     store.write("a.json", b"1")
-    assert store.read("a.json", 10) == b"1" and store.read("a.json", 0) is None
+    assert store.read("a.json", 10) == b"1" and store.read("absent.json", 10) is None
+    with pytest.raises(ValueError, match="larger"):
+        store.read("a.json", 0)
     os.mkfifo(tmp_path / "store" / "deep" / "fifo.json")
-    assert store.read("fifo.json", 10) is None  # a FIFO never blocks a read
+    with pytest.raises(ValueError, match="not a regular file"):
+        store.read("fifo.json", 10)  # a FIFO never blocks a read
     (tmp_path / "store" / "deep" / "link.json").symlink_to(model / "config.json")
-    assert store.read("link.json", 100) is None  # links are not followed
+    with pytest.raises(ValueError, match="cannot be opened"):
+        store.read("link.json", 100)  # links are not followed
     (tmp_path / "store" / "deep").rename(tmp_path / "store" / "old")
     (tmp_path / "store" / "deep").symlink_to(model)
     before = checksums([model])
