@@ -96,10 +96,17 @@ def _write_outputs(outputs: dict, result, eps: float, read) -> None:
 
 
 def _ladder(text: str) -> list[float]:
+    """The --eps-ladder values (their number bounded by analysis.stats.validate_ladder before the pass)."""
+    from analysis.stats import MAX_LADDER, validate_ladder
+
+    words = [x for x in text.split(",") if x.strip()]
+    if len(words) > MAX_LADDER:
+        validate_ladder(words)  # refuses the count in one line, before any value is read
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        return [float(x) for x in words]
     except ValueError:
-        raise RamStudioError(f"cannot read --eps-ladder {text!r}.", "Use comma-separated numbers, e.g. 0,1e-6,1e-5.")
+        raise RamStudioError(f"cannot read --eps-ladder {printable(text, 80)!r}.",
+                             "Use comma-separated numbers, e.g. 0,1e-6,1e-5.") from None
 
 
 def _pct(v: float) -> str:
