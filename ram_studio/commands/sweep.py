@@ -33,7 +33,8 @@ def add_parser(sub) -> None:
                     help="which models to write: the best overall, all scored, or none (default)")
     sp.add_argument("--out", default="merged-models", help="folder for kept models (default ./merged-models)")
     sp.add_argument("--executor", choices=["local", "ray"], default="local",
-                    help="local (this process) or ray (Ray tasks: one worker per GPU, else per CPU; joins $RAY_ADDRESS)")
+                    help="local (this process) or ray (Ray tasks: one worker per GPU, else per CPU; joins the cluster "
+                         "$RAY_ADDRESS names, else starts a local instance on loopback only, ended with the sweep)")
     sp.add_argument("--json", help="write every score as JSON")
     sp.add_argument("--csv", help="write the tidy table as CSV")
     sp.add_argument("--overwrite", action="store_true", help="replace existing --json/--csv files and kept folders")
@@ -114,6 +115,7 @@ def _run(spec, executor, args: argparse.Namespace, root: Path):
     """Run the sweep (resuming from stored scores) and keep the models --keep asks for; an interrupt says what
     was kept."""
     from evaluation.keep import folder_for, keep_models, kept_candidates
+    from evaluation.ray_local import WorkerLost
     from evaluation.store import ScoreStore
     from evaluation.sweep import run_sweep
 
@@ -133,6 +135,11 @@ def _run(spec, executor, args: argparse.Namespace, root: Path):
             fresh = sum(1 for e in entries if not e.resumed)
             raise Cancelled(f"sweep interrupted: {len(entries)} scoring(s) kept ({fresh} new) in {store.folder}; "
                             "nothing else was written.", "Run the same command again to resume from them.") from None
+        except WorkerLost as exc:
+            fresh = sum(1 for e in entries if not e.resumed)
+            raise RamStudioError(f"{exc.message}; {len(entries)} scoring(s) done so far are kept ({fresh} new) in "
+                                 f"{store.folder}.", f"{exc.hint} Run the same command again to resume from them "
+                                 "(with fewer workers per machine, or --executor local, if memory ran out).") from None
         failed: list = []
         kept = keep_models(res, args.keep, root, overwrite=args.overwrite, cancel=stop,
                            failures=failed) if args.keep != "none" else []
