@@ -69,13 +69,17 @@ def prefetch(refs, quiet: bool, stop=None) -> None:
     reads them (the command itself then opens them from the cache)."""
     from merging.reading.refs import hub_repos
 
-    hub = hub_repos(list(refs))
+    refs = list(refs)
+    hub = hub_repos(refs)
     if not hub:
         return
     from merging.reading.hub import download, offline_mode, plan_download
 
     if offline_mode():
         return  # the command says what is missing from the cache
+    from merging.writing.placement import check_hub_cache
+
+    check_hub_cache(refs)  # the download never goes into (or over) a local model named beside it
     plan = plan_download(hub)
     if plan.remaining == 0:
         return

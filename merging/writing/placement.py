@@ -111,22 +111,22 @@ def _chain(real: Path) -> tuple[Identity | None, list[Identity]]:
     return identity(real), [i for i in map(identity, real.parents) if i]
 
 
-def _clash(real: Path, inputs: list[Protected], what: str) -> None:
-    """Refuse an output that is, contains or lies inside an input: by identity, and by path for inputs that
-    do not exist yet."""
+def _clash(real: Path, inputs: list[Protected], what: str, contains_ok: bool = False) -> None:
+    """Refuse an output that is, contains (unless `contains_ok`) or lies inside an input: by identity, and by
+    path for inputs that do not exist yet."""
     own, ancestors = _chain(real)
     for p in inputs:
         if p.ident is not None and own == p.ident:
             relation = "is"
         elif p.ident is not None and p.ident in ancestors:
             relation = "is inside"
-        elif own is not None and own in p.above:
+        elif own is not None and own in p.above and not contains_ok:
             relation = "contains"
         elif real == p.path:
             relation = "is"
         elif p.path in real.parents:
             relation = "is inside"
-        elif real in p.path.parents:
+        elif real in p.path.parents and not contains_ok:
             relation = "contains"
         else:
             continue
@@ -141,6 +141,30 @@ def refuse_inside_inputs(path: Path | str, inputs: list[Protected], what: str) -
     real = _real(Path(path))
     _clash(real, inputs, what)
     return real
+
+
+def check_hub_cache(refs: Iterable[str]) -> None:
+    """Before Hub models are downloaded: the Hugging Face cache the files go into is not, and does not lie inside,
+    one of the local model folders named beside them (it may hold them: a snapshot folder given as a path is
+    inside the cache by design)."""
+    from huggingface_hub import constants
+
+    from merging.reading.refs import parse_ref
+
+    local = []
+    for ref in refs:
+        try:
+            r = parse_ref(ref)
+        except RamStudioError:
+            continue
+        if r.kind != "hub" and r.path is not None:
+            local.append((ref, r.path))
+    try:
+        _clash(_real(Path(constants.HF_HUB_CACHE)), protected_paths(local), "Hugging Face cache folder",
+               contains_ok=True)
+    except RamStudioError as exc:
+        raise RamStudioError(exc.message, "Point HF_HUB_CACHE (or HF_HOME) at a folder outside every model folder "
+                             "before downloading.") from None
 
 
 def hub_cache_warning(real: Path) -> str | None:
