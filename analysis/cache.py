@@ -2,9 +2,11 @@
 
 Entries are JSON (never pickle), written to a temporary file and renamed, so two app sessions may
 write the same entry at once; an unreadable or inconsistent entry is ignored and rebuilt (replaced by the
-new entry, never deleted on its own). The cache folder may not be, or lie inside, an input (compared by
-identity, like every output). A temporary file left by a killed writer is removed by the next writer when it
-is provably ours: named by our pattern, written on this host by a process that is gone.
+new entry, never deleted on its own). The cache folder may not be, contain or lie inside an input (compared by
+identity, like every output), checked when an analysis starts and again before its entry is written; entries
+are read (bounded, regular files only) and written by name through the folder handle opened at the check
+(merging/writing/checked_output.py). A temporary file left by a killed writer is removed by the next writer
+when it is provably ours: named by our pattern, written on this host by a process that is gone.
 """
 from __future__ import annotations
 
@@ -13,16 +15,19 @@ import json
 import os
 import re
 import socket
-import stat
 import uuid
 from pathlib import Path
 
 from merging.reading.checkpoint import Checkpoint
 from merging.common.errors import RamStudioError
 from merging.common.untrusted import loads_json
+from merging.writing.checked_output import CheckedFolder
 
 _TMP = re.compile(r"\.(?P<key>[0-9a-f]{32})\.(?P<host>[A-Za-z0-9._-]{1,64})\.(?P<pid>\d{1,10})\.[0-9a-f]{8}\.tmp")
 CACHE_VERSION = 4  # 2: shared-region diagnostics; 3: tower, expert and role columns; 4: precision statistics
+MAX_ENTRY_BYTES = 1 << 30  # an analysis of a large model keeps a row per tensor × ε × agent: up to ~100s of MB
+HINT = ("Point RAM_STUDIO_CACHE at a folder outside every model folder (or unset it), or analyse without the cache "
+        "(--no-cache).")
 
 
 def cache_dir() -> Path:
@@ -31,17 +36,13 @@ def cache_dir() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "ram-studio" / "analysis"
 
 
-def check_location(checkpoints: list[Checkpoint]) -> None:
-    """Refuse a cache folder that is, contains or lies inside one of the inputs (a cache written into a model
-    folder would change it): the same identity rule as every output."""
-    from merging.writing.placement import protected_paths, refuse_inside_inputs
+def check_location(checkpoints: list[Checkpoint]) -> CheckedFolder:
+    """The cache folder, opened under the placement rules: never, containing or inside one of the inputs (a cache
+    written into a model folder would change it)."""
+    from merging.writing.placement import protected_paths
 
-    try:
-        refuse_inside_inputs(cache_dir(), protected_paths([(c.ref.raw, c.folder) for c in checkpoints]),
-                             "analysis cache folder")
-    except RamStudioError as exc:
-        raise RamStudioError(exc.message, "Point RAM_STUDIO_CACHE at a folder outside every model folder (or "
-                                          "unset it), or analyse without the cache (--no-cache).") from None
+    return CheckedFolder(cache_dir(), protected_paths([(c.ref.raw, c.folder) for c in checkpoints]),
+                         "analysis cache folder", HINT)
 
 
 def fingerprint(base: Checkpoint, agents: list[Checkpoint], ladder: tuple[float, ...], policy: str,
@@ -58,49 +59,43 @@ def fingerprint(base: Checkpoint, agents: list[Checkpoint], ladder: tuple[float,
     return h.hexdigest()[:32]
 
 
-def load(key: str) -> dict | None:
+def load(key: str, folder: CheckedFolder | None = None) -> dict | None:
     """The cached payload for `key`, or None when absent or damaged (a damaged entry is replaced by the next
-    `save`)."""
-    path = cache_dir() / f"{key}.json"
+    `save`). Without `folder`, the cache folder is opened with no inputs to compare (reading only)."""
     try:
-        payload = loads_json(path.read_text())
+        folder = folder or CheckedFolder(cache_dir(), [], "analysis cache folder", HINT, create=False)
+        data = folder.read(f"{key}.json", MAX_ENTRY_BYTES)
+        if data is None:
+            return None
+        payload = loads_json(data.decode("utf-8"))
         if payload.get("version") != CACHE_VERSION or payload.get("key") != key:
             raise ValueError("stale entry")
         return payload
-    except (OSError, ValueError, AttributeError, UnicodeDecodeError):
+    except (OSError, ValueError, AttributeError, UnicodeDecodeError, RamStudioError):
         return None
 
 
-def save(key: str, payload: dict) -> None:
-    """Atomically store `payload` under `key` (write a temp file in the same folder, then rename)."""
-    folder = cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+def save(key: str, payload: dict, folder: CheckedFolder) -> None:
+    """Atomically store `payload` under `key` in the checked cache folder (placement checked again first)."""
     remove_orphans(folder)
     payload = {**payload, "version": CACHE_VERSION, "key": key}
-    tmp = folder / f".{key}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        with open(tmp, "x") as f:
-            json.dump(payload, f)
-        os.replace(tmp, folder / f"{key}.json")
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    folder.write(f"{key}.json", json.dumps(payload).encode(),
+                 tmp=f".{key}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
 
 
-def remove_orphans(folder: Path) -> list[Path]:
+def remove_orphans(folder: CheckedFolder) -> list[str]:
     """Remove temporary files that killed writers left in the cache folder: only regular files named by our
-    pattern, written on this host by a process that no longer exists. Returns what was removed."""
+    pattern, written on this host by a process that no longer exists. Returns what
+    was removed."""
     removed = []
     host = _host()
-    for p in folder.glob(".*.tmp"):
-        m = _TMP.fullmatch(p.name)
+    for name in folder.names():
+        m = _TMP.fullmatch(name)
         if m is None or m["host"] != host or int(m["pid"]) == os.getpid() or _alive(int(m["pid"])):
             continue
         try:
-            if not stat.S_ISREG(os.lstat(p).st_mode):
-                continue
-            p.unlink()
-            removed.append(p)
+            folder.unlink(name)
+            removed.append(name)
         except OSError:
             pass
     return removed

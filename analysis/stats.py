@@ -16,7 +16,7 @@ from merging.reading.prepare import prepare_inputs
 from merging.common.device import gpu_style, pick_device
 from merging.common.dtypes import FLOAT_CODES
 from merging.passes import ProgressFn, check_finite, float_chunks, locate_nonfinite, uses_kernels
-from merging.common.errors import RamStudioError
+from merging.common.errors import RamStudioError, printable
 from merging.reading.fingerprint import Fingerprinter, refuse_identical_agents
 from merging.recipe import check_agent_count
 from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
@@ -166,9 +166,9 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
     for w in prep.lineage if warn is not None else []:
         warn(w.text)
     key = cache.fingerprint(b, ags, ladder, policy, unit)
-    if use_cache:
-        cache.check_location([b, *ags])
-        payload = cache.load(key)
+    folder = cache.check_location([b, *ags]) if use_cache else None
+    if folder is not None:
+        payload = cache.load(key, folder)
         if payload is not None:
             try:
                 result = AnalysisResult.from_payload(payload, key)
@@ -181,8 +181,8 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
     result.fingerprint = key
     result.refs = [b.ref.raw] + [a.ref.raw for a in ags]
     result.lineage = lineage
-    if use_cache:
-        cache.save(key, result.to_payload())
+    if folder is not None:
+        cache.save(key, result.to_payload(), folder)
     return result
 
 
@@ -202,12 +202,20 @@ def size_note(base: Checkpoint, n_agents: int, ladder: Sequence[float]) -> str |
             "tensors are.")
 
 
+MAX_LADDER = 64  # ε values per pass: each costs a full set of per-tensor statistics (time and memory)
+
+
 def validate_ladder(ladder: Sequence[float]) -> tuple[float, ...]:
-    """ε values must be finite, ≥ 0 and distinct; they are sorted."""
+    """ε values must be finite, ≥ 0 and distinct (at most MAX_LADDER of them); they are sorted."""
+    if len(ladder) > MAX_LADDER:
+        raise RamStudioError(f"the ε ladder has {len(ladder):,} values, more than {MAX_LADDER}: every ε adds a full set "
+                             "of per-tensor statistics to the pass (time and memory grow with it).",
+                             f"Give at most {MAX_LADDER} values of ε (the default ladder has 8).")
     try:
         values = sorted({float(e) for e in ladder})
     except (TypeError, ValueError):
-        raise RamStudioError(f"cannot read the ε ladder {ladder!r}.", "Give numbers like 0,1e-6,1e-5.") from None
+        raise RamStudioError(f"cannot read the ε ladder {printable(str(ladder), 80)}.",
+                             "Give numbers like 0,1e-6,1e-5.") from None
     if not values:
         raise RamStudioError("the ε ladder is empty.", "Give at least one ε, e.g. 1e-5.")
     if any(e < 0 or e != e or e == float("inf") for e in values):

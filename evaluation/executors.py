@@ -1,5 +1,6 @@
 """Where a sweep's scorings run: in this process (`LocalExecutor`, the default) or as Ray tasks across a
-cluster (`RayExecutor`: one worker per GPU, or per CPU where there is none).
+cluster (`RayExecutor`: one worker per GPU, or per CPU where there is none; a local instance bound to loopback,
+token-authenticated and ended with the sweep: evaluation/ray_local.py).
 
 A `Worker` is what runs scorings: it opens and checks the inputs once (kept resident where they fit), loads
 the base into the evaluator once, and for each job writes the candidate's weights (or an input model's)
@@ -18,6 +19,7 @@ from analysis.noise import pack_outcomes
 from merging.common.errors import Cancelled, RamStudioError
 
 from .base import Evaluator
+from .ray_local import ray_failure
 from .sweep import Executor, Job, SweepProgressFn, SweepResult, SweepSpec, run_sweep
 
 
@@ -159,49 +161,53 @@ class WorkerActor:
     def context(self) -> dict[str, Any]:
         return self.worker.context()
 
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
     def run(self, job: Job) -> dict[str, Any]:
         return self.worker.run(job)
 
 
-def import_ray():
-    """Ray, or a clear line saying how to install it."""
-    try:
-        import ray
-    except ImportError:
-        raise RamStudioError("--executor ray needs Ray, which is not installed.",
-                             "Install it with: pip install 'ram-studio[cluster]' (or pip install ray).") from None
-    return ray
-
-
-def _unwrap(exc: BaseException) -> BaseException:
-    """The error a Ray task raised (Ray wraps it); a RamStudioError stays one clear line."""
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, RamStudioError):
-        return RamStudioError(cause.message, cause.hint)
-    return exc
-
-
 class RayExecutor(Executor):
-    """Scorings as Ray actor tasks: one worker per GPU of the cluster (each holding one loaded model), or one
-    per CPU when there is no GPU; results come back as they finish. Uses the Ray instance already started
-    in this process, else `ray.init()` (which joins $RAY_ADDRESS when set, else starts a local one)."""
+    """Scorings as Ray actor tasks: one worker per GPU of the cluster (each holding one loaded model), or one per CPU
+    when there is no GPU; results come back as they finish. Uses the Ray instance already started in this process,
+    else joins $RAY_ADDRESS when set, else starts a local instance bound to loopback, token-authenticated, that ends
+    with the sweep (evaluation/ray_local.py). A worker that dies holding a scoring (the OOM killer, a lost node) is
+    one line (`WorkerLost`); the scores finished before are already stored, so the same command resumes."""
 
     name = "ray"
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers
         self.actors: list[Any] = []
+        self.pids: list[int] = []  # the workers' process ids (what a message or a test can point at)
+        self.local = None  # the LocalRay this executor started, if any
+        self._joined = False  # connected to $RAY_ADDRESS by this executor
         self._ray = None
+
+    def _connect(self, progress: Callable[[str, int, int], None] | None):
+        import os
+
+        from .ray_local import LocalRay, import_ray
+
+        cluster = bool(os.environ.get("RAY_ADDRESS"))
+        ray = self._ray = import_ray(local=not cluster)
+        if ray.is_initialized():
+            return ray
+        if progress is not None:
+            progress("starting Ray", 0, 0)
+        if cluster:
+            ray.init()
+            self._joined = True
+        else:
+            self.local = LocalRay.start(ray)
+        return ray
 
     def start(self, spec: SweepSpec, cancel: threading.Event | None,
               progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
-        import os
-
-        ray = self._ray = import_ray()
-        if not ray.is_initialized():
-            if progress is not None:
-                progress("starting Ray", 0, 0)
-            ray.init(**({} if os.environ.get("RAY_ADDRESS") else {"include_dashboard": False}))
+        ray = self._connect(progress)
         resources = ray.cluster_resources()
         gpus, cpus = int(resources.get("GPU", 0)), max(1, int(resources.get("CPU", 1)))
         n = self.workers or (gpus or cpus)
@@ -211,13 +217,14 @@ class RayExecutor(Executor):
             progress(f"starting {n} Ray worker(s), each reading the inputs", 0, 0)
         setup = WorkerSetup.of(spec, remote=True)
         self.actors = [remote.options(**options).remote(setup) for _ in range(n)]
-        contexts = self._get([a.context.remote() for a in self.actors], cancel)
+        self.pids = self._get([a.pid.remote() for a in self.actors], cancel, "starting")
+        contexts = self._get([a.context.remote() for a in self.actors], cancel, "reading the inputs")
         if any(c["key"] != contexts[0]["key"] for c in contexts):
             raise RamStudioError("the Ray workers do not see the same inputs (their fingerprints or versions differ).",
                                  "Give every node the same model files and the same RAM Studio install.")
         return contexts[0]
 
-    def _get(self, refs: list[Any], cancel: threading.Event | None) -> list[Any]:
+    def _get(self, refs: list[Any], cancel: threading.Event | None, what: str) -> list[Any]:
         ray = self._ray
         pending = list(refs)
         while pending:
@@ -226,8 +233,8 @@ class RayExecutor(Executor):
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
         try:
             return ray.get(refs)
-        except Exception as exc:  # noqa: BLE001 — a task's own error, unwrapped
-            raise _unwrap(exc) from None
+        except Exception as exc:  # noqa: BLE001 — a task's own error unwrapped, a lost worker in one line
+            raise ray_failure(ray, exc, what) from None
 
     def run(self, jobs: list[Job], on_result: Callable[[Job, dict[str, Any]], None],
             cancel: threading.Event | None, on_examples: Callable[[int, int, str], None] | None) -> None:
@@ -247,15 +254,28 @@ class RayExecutor(Executor):
                 try:
                     result = ray.get(ref)
                 except Exception as exc:  # noqa: BLE001
-                    raise _unwrap(exc) from None
+                    what = job.candidate.label if job.candidate is not None else f"input model {job.index}"
+                    raise ray_failure(ray, exc, f"scoring {what} on {job.split}") from None
                 idle.append(actor)
                 on_result(job, result)
 
     def close(self) -> None:
-        if self._ray is not None:
-            for a in self.actors:
-                self._ray.kill(a)
-        self.actors = []
+        """Kill our actors; end the local instance this executor started (or leave the cluster it joined)."""
+        try:
+            if self._ray is not None and self._ray.is_initialized():
+                for a in self.actors:
+                    try:
+                        self._ray.kill(a)
+                    except Exception:  # noqa: BLE001 — an actor that is already gone
+                        pass
+        finally:
+            self.actors = []
+            if self.local is not None:
+                self.local.stop()
+                self.local = None
+            elif self._joined and self._ray is not None:
+                self._ray.shutdown()
+                self._joined = False
 
 
 EXECUTORS: dict[str, Callable[[], Executor]] = {"local": LocalExecutor, "ray": RayExecutor}

@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from merging.common.errors import RamStudioError, printable
+from merging.common.untrusted import TooComplex, loads_yaml
 from merging.methods import get_method
 
 MAX_GRID_BYTES = 1 << 20
 MAX_CANDIDATES = 10_000
+MAX_QUOTED_TRY = 16 << 10  # shell quoting in --try is read by shlex, quadratic in a word's length
 
 
 @dataclass(frozen=True)
@@ -133,18 +135,24 @@ def _values(method: str, name: str, raw: list[Any]) -> tuple[Any, ...]:
             raise RamStudioError(f"{method} {name}=@{ref}: {ref} has no parameter {name}.",
                                  "Take the value from a method that has it.")
         return (Ref(other.name),)
-    out = []
-    for v in raw:
-        value = decl.resolve(v.strip() if isinstance(v, str) else v)  # a clear line for a bad or out-of-range value
-        if value not in out:
-            out.append(value)
-    return tuple(out)
+    if len(raw) > MAX_CANDIDATES:  # counted before any value is read: the work below is linear in what is kept
+        raise RamStudioError(f"{method} {name}= lists {len(raw):,} values, more than {MAX_CANDIDATES:,}.",
+                             "Use fewer values per parameter.")
+    # each value checked (a clear line for a bad or out-of-range value); duplicates dropped in one linear pass
+    return tuple(dict.fromkeys(decl.resolve(v.strip() if isinstance(v, str) else v) for v in raw))
 
 
 def parse_try(text: str) -> Grid:
-    """`METHOD name=v1,v2 name=v3` → a Grid (every value checked)."""
+    """`METHOD name=v1,v2 name=v3` → a Grid (every value checked). Shell quoting inside the text is understood
+    (shlex) only in short texts: shlex takes quadratic time on a long word."""
+    if len(text) > MAX_GRID_BYTES or text.count(",") > MAX_CANDIDATES * 16:
+        raise RamStudioError(f"--try {printable(text, 80)!r}… is too long ({len(text):,} characters).",
+                             f"A sweep runs at most {MAX_CANDIDATES:,} candidates: use fewer values per parameter.")
     try:
-        words = shlex.split(text)
+        quoted = any(c in text for c in "'\"\\")
+        if quoted and len(text) > MAX_QUOTED_TRY:
+            raise ValueError(f"quotes in a text of more than {MAX_QUOTED_TRY:,} characters")
+        words = shlex.split(text) if quoted else text.split()
     except ValueError as exc:
         raise RamStudioError(f"cannot read --try {printable(text, 80)!r} ({exc}).",
                              'Write it as "METHOD name=v1,v2 name=v3".') from None
@@ -173,22 +181,34 @@ def _checked(grid: Grid) -> Grid:
     return grid
 
 
-def grids_from_yaml(text: str, where: str = "the grid file") -> list[Grid]:
-    """Grids from YAML: `grids:` a list of mappings {method, PARAM: value or [values]} or `--try` strings.
-    Read with yaml.safe_load after refusing anchors/aliases, at most 1 MB."""
+def _load_yaml(text: str, where: str) -> Any:
+    """The document, read by the bounded reader the mergekit panel uses (size, depth, node count and time
+    bounded, no aliases or tags): a 100,000-deep or 145,000-value file is refused in linear time, first."""
     import yaml
 
-    if len(text.encode("utf-8", "replace")) > MAX_GRID_BYTES:
+    if len(text) > MAX_GRID_BYTES or len(text.encode("utf-8", "replace")) > MAX_GRID_BYTES:
         raise RamStudioError(f"{where} is larger than 1 MB.", "A grid file lists methods and values; keep it small.")
+    items = text.count(",") + text.count("\n")  # every value but one per list ends at a comma or a line's end
+    if items > 2 * MAX_CANDIDATES + 1000:
+        raise RamStudioError(f"{where} lists about {items:,} values, more than a sweep of at most {MAX_CANDIDATES:,} "
+                             "candidates can use.", "Use fewer values per parameter.")
     try:
-        for token in yaml.scan(text):
-            if isinstance(token, (yaml.AnchorToken, yaml.AliasToken, yaml.TagToken)):
-                raise RamStudioError(f"{where} uses YAML anchors, aliases or tags.", "Write every value out.")
-        doc = yaml.safe_load(text)
+        return loads_yaml(text, tags=False)
+    except TooComplex as exc:
+        raise RamStudioError(f"{where} {exc.reason}.", "Write every value out plainly (no anchors, aliases or tags), "
+                             f"at most {MAX_CANDIDATES:,} candidates in all.") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" (line {mark.line + 1})" if mark is not None else ""
         raise RamStudioError(f"{where} is not valid YAML{line}.", "Check the file.") from None
+    except ValueError:  # a scalar the loader cannot convert (an integer of thousands of digits)
+        raise RamStudioError(f"{where}: a value could not be read.", "Check the numbers in the file.") from None
+
+
+def grids_from_yaml(text: str, where: str = "the grid file") -> list[Grid]:
+    """Grids from YAML: `grids:` a list of mappings {method, PARAM: value or [values]} or `--try` strings.
+    Read by the bounded YAML reader (merging/common/untrusted.py), at most 1 MB."""
+    doc = _load_yaml(text, where)
     items = doc.get("grids") if isinstance(doc, dict) else doc
     if isinstance(doc, dict) and set(doc) - {"grids"}:
         raise RamStudioError(f"{where}: unknown field {printable(sorted(map(str, set(doc) - {'grids'})), 80)}.",
@@ -200,6 +220,7 @@ def grids_from_yaml(text: str, where: str = "the grid file") -> list[Grid]:
     for i, item in enumerate(items):
         if isinstance(item, str):
             grids.append(parse_try(item))
+            _cap(grids)
             continue
         if not isinstance(item, dict) or not isinstance(item.get("method"), str):
             raise RamStudioError(f"{where}: grids[{i}] is not a mapping with a method.",
@@ -215,7 +236,16 @@ def grids_from_yaml(text: str, where: str = "the grid file") -> list[Grid]:
                                      "Nested lists and mappings are not parameter values.")
             axes.append((str(name), _values(method, str(name), values)))
         grids.append(_checked(Grid(method, tuple(axes))))
+        _cap(grids)
     return grids
+
+
+def _cap(grids: list[Grid]) -> None:
+    """Refuse as soon as the grids read so far hold more candidates than a sweep may run."""
+    total = sum(g.size() for g in grids)
+    if total > MAX_CANDIDATES:
+        raise RamStudioError(f"the sweep has {total:,} candidates, more than {MAX_CANDIDATES:,}.",
+                             "Use fewer values per parameter.")
 
 
 def read_grid_file(path: str | Path) -> list[Grid]:

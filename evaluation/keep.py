@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
-from merging.common.errors import RamStudioError
+from merging.common.errors import Cancelled, RamStudioError
 from merging.merge import MergeResult, merge_to_folder
 from merging.writing.placement import check_output_folder, input_folders, suggest_output_name
 from merging.recipe import MergeSpec
@@ -44,15 +45,34 @@ def check_root(root: Path, base: str, agents: list[str]) -> None:
     check_output_folder(root / "probe", input_folders([base, *agents]), overwrite=False)
 
 
+@dataclass
+class KeepFailure:
+    """A candidate --keep could not write: where it was to go and why."""
+
+    candidate: str
+    out: Path
+    error: str
+
+
 def keep_models(res: SweepResult, keep: str, root: Path, *, overwrite: bool = False,
-                cancel: threading.Event | None = None) -> list[MergeResult]:
-    """Merge and export the kept candidates; returns what was written."""
+                cancel: threading.Event | None = None,
+                failures: list[KeepFailure] | None = None) -> list[MergeResult]:
+    """Merge and export the kept candidates; returns what was written. With `failures`, a candidate that cannot
+    be written (another writer owns its folder, a folder in the way…) is recorded there and the others are still
+    written; without it, the first failure is raised. A cancel always stops."""
     spec = res.spec
     out = []
     for c in kept_candidates(res, keep):
         target = folder_for(spec.base, spec.agents, c, spec.on_mismatch, root)
         merge_spec = MergeSpec(spec.base, list(spec.agents), c.method, c.param_dict, str(target),
                                device=spec.device, on_mismatch=spec.on_mismatch)
-        out.append(merge_to_folder(merge_spec, overwrite=overwrite, allow_noop=True, cancel=cancel,
-                                   provenance={"sweep": {"candidate": c.label, "select_on": spec.select_on}}))
+        try:
+            out.append(merge_to_folder(merge_spec, overwrite=overwrite, allow_noop=True, cancel=cancel,
+                                       provenance={"sweep": {"candidate": c.label, "select_on": spec.select_on}}))
+        except Cancelled:
+            raise
+        except RamStudioError as exc:
+            if failures is None:
+                raise
+            failures.append(KeepFailure(c.label, target, str(exc)))
     return out

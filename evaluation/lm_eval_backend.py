@@ -17,6 +17,7 @@ F1, …) gets neither: its score is shown without a standard error and never com
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import random
@@ -25,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from merging.common.errors import Cancelled, RamStudioError, first_line
+from merging.common.errors import Cancelled, RamStudioError, first_line, printable
+from merging.reading.transformers_load import load_causal_lm, load_tokenizer, refuse_custom_code
 
 from .base import EvalProgress, LoadedModel, Scores
 from .quiet import quiet_libraries
@@ -119,7 +121,7 @@ class LmEvalEvaluator:
 
     # ------------------------------------------------------------------ tasks and splits
     def _load(self, names: Sequence[str]) -> dict:
-        with quiet_libraries():
+        with quiet_libraries(), task_errors(names, "loading"):
             return self.manager.load(list(names))
 
     def _split_tasks(self, split: str) -> tuple[list[str], set[str]]:
@@ -172,17 +174,18 @@ class LmEvalEvaluator:
         folder = Path(folder)
         with quiet_libraries():
             try:
+                refuse_custom_code(folder)  # one clear line before any loader could ask about the folder's code
                 if self.backend == "vllm":
                     from lm_eval.models.vllm_causallms import VLLM
 
-                    engine = VLLM(pretrained=str(folder), dtype=self.dtype, batch_size=self.batch_size)
+                    engine = VLLM(pretrained=str(folder), dtype=self.dtype, batch_size=self.batch_size,
+                                  trust_remote_code=False)
                     return LoadedModel(module=None, tokenizer=None, source=folder, backend=engine)
                 import torch
-                from transformers import AutoModelForCausalLM, AutoTokenizer
 
                 dtype = "auto" if self.dtype == "auto" else getattr(torch, self.dtype)
-                module = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, use_safetensors=True)
-                tokenizer = AutoTokenizer.from_pretrained(str(folder))
+                module = load_causal_lm(folder, dtype)
+                tokenizer = load_tokenizer(folder)
             except RamStudioError:
                 raise
             except Exception as exc:  # noqa: BLE001 — whatever transformers/vLLM raise, one line for the user
@@ -199,7 +202,7 @@ class LmEvalEvaluator:
             return model.backend
         with quiet_libraries():
             model.backend = _progress_hflm()(pretrained=model.module, tokenizer=model.tokenizer,
-                                             batch_size=self.batch_size)
+                                             batch_size=self.batch_size, trust_remote_code=False)
         return model.backend
 
     # ------------------------------------------------------------------ scoring
@@ -227,7 +230,7 @@ class LmEvalEvaluator:
         if hasattr(lm, "watch"):
             lm.watch(progress, cancel)
         try:
-            with quiet_libraries():
+            with quiet_libraries(), task_errors(names, "scoring"):
                 out = evaluate(lm=lm, task_dict=loaded, limit=limit, bootstrap_iters=0, log_samples=True)
         finally:
             if hasattr(lm, "watch"):
@@ -242,6 +245,51 @@ class LmEvalEvaluator:
         scores.stderr = {renamed.get(k, k): v for k, v in scores.stderr.items()}
         scores.outcomes = {renamed.get(k, k): v for k, v in scores.outcomes.items()}
         return scores
+
+
+@contextlib.contextmanager
+def task_errors(names: Sequence[str], doing: str):
+    """An exception raised inside an lm-eval task (its process_results, its data loader, a missing data file…)
+    becomes one RamStudioError naming the task and what failed, never a traceback."""
+    try:
+        yield
+    except RamStudioError:  # ours (a cancel included) stays as it is
+        raise
+    except Exception as exc:  # noqa: BLE001 — whatever a task's own code or lm-eval raises
+        task, where = _failing_task(exc)
+        name = task or ", ".join(names)
+        raise RamStudioError(f"lm-eval task {printable(name, 80)} failed while {doing}{where}: "
+                             f"{type(exc).__name__}: {first_line(exc, 200)}.",
+                             "Check the task's files (its YAML, data files and Python in --include-path); "
+                             "the demo's tasks show a working layout.") from None
+
+
+def _failing_task(exc: BaseException) -> tuple[str | None, str]:
+    """The task whose code raised (from the traceback's frames: a lm-eval Task object or a task name among the
+    locals, innermost first), and where (`in FUNCTION (FILE, line N)` of the innermost frame)."""
+    from lm_eval.api.task import Task
+
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    where = ""
+    if frames:
+        code = frames[-1].tb_frame.f_code
+        where = f" in {code.co_name} ({Path(code.co_filename).name}, line {frames[-1].tb_lineno})"
+    for tb in reversed(frames):
+        local = tb.tb_frame.f_locals
+        for key in ("task", "self", "task_obj"):
+            obj = local.get(key)
+            if isinstance(obj, Task):
+                name = getattr(getattr(obj, "config", None), "task", None) or getattr(obj, "task_name", None)
+                if isinstance(name, str):
+                    return name, where
+        for key in ("task_name", "name"):
+            if isinstance(local.get(key), str) and "lm_eval" in tb.tb_frame.f_code.co_filename:
+                return local[key], where
+    return None, where
 
 
 def _scores(out: dict, tasks: dict, split: str, seconds: float) -> Scores:

@@ -244,6 +244,7 @@ class Scoring:
             self.report(done, total)
 
         self.report()
+        self.store.check(store_inputs(self.spec))  # the score store is never in, over or around an input
         self.context = self.executor.start(self.spec, self.cancel, opening)
         return self.context
 
@@ -283,6 +284,17 @@ class Scoring:
         if todo:
             self.executor.run(todo, on_result, self.cancel, on_examples)
         return self.entries[first:]
+
+
+def store_inputs(spec: SweepSpec) -> list:
+    """What the score store may not be, contain or sit inside: the models and an lm-eval task folder."""
+    from pathlib import Path
+
+    from merging.writing.placement import input_folders, protected_paths
+
+    inputs = input_folders([spec.base, *spec.agents])
+    include = getattr(spec.evaluator, "include_path", None)
+    return inputs + (protected_paths([("--include-path", Path(include))]) if include else [])
 
 
 def measure(spec: SweepSpec, candidates: list[Candidate], split: str, executor: Executor, *,
@@ -334,8 +346,9 @@ def run_sweep(spec: SweepSpec, executor: Executor, *, store: ScoreStore | None =
     comparisons = verdicts.judge(run.entries, spec.select_on, spec.report_on, selected, best, notes)
     run.phase, run.current = "done", ""
     run.report()
+    damaged = [run.store.note()] if run.store.note() else []
     return SweepResult(spec, run.entries, selected, best, run.context, time.perf_counter() - run.t0,
-                       notes + run.context.get("notes", []), comparisons)
+                       notes + run.context.get("notes", []) + damaged, comparisons)
 
 
 def _grid_order(spec: SweepSpec) -> list[str]:

@@ -33,7 +33,8 @@ from merging.interop.mergekit import to_mergekit_yaml
 from merging.methods import get_method
 from merging.methods.base import MergeMethod
 from merging.writing.model_card import render_card
-from merging.writing.commit import PARTIAL_MARKER, TargetLock, commit, create_parents, discard, make_temp_folder
+from merging.writing.commit import (PARTIAL_MARKER, TargetLock, commit, create_parents, discard, make_temp_folder,
+                                    recheck_placement)
 from merging.writing.placement import FolderTarget, check_output_folder, protected_paths
 from merging.reading.model_folder import FileIdentity
 from merging.recipe import OUT_DTYPES, MergeSpec, check_agent_count, fingerprint_mismatches, recipe_document, write_recipe
@@ -221,6 +222,7 @@ def _merge_into(target: FolderTarget, run: _Run
         if identities is None:
             identities = _identities(run.models, prints.finish(), run.ins.labels, run.options.expected_inputs)
         _check_change(engine, run, notes)
+        recheck_placement(tmp, target)  # before the small files are written by name into it
         _write_folder(tmp, sink, run, identities, lambdas, notes)
         written = record(tmp, target.path, frozenset({PARTIAL_MARKER}))
         commit(tmp, target)

@@ -69,13 +69,17 @@ def prefetch(refs, quiet: bool, stop=None) -> None:
     reads them (the command itself then opens them from the cache)."""
     from merging.reading.refs import hub_repos
 
-    hub = hub_repos(list(refs))
+    refs = list(refs)
+    hub = hub_repos(refs)
     if not hub:
         return
     from merging.reading.hub import download, offline_mode, plan_download
 
     if offline_mode():
         return  # the command says what is missing from the cache
+    from merging.writing.placement import check_hub_cache
+
+    check_hub_cache(refs)  # the download never goes into (or over) a local model named beside it
     plan = plan_download(hub)
     if plan.remaining == 0:
         return
@@ -89,7 +93,8 @@ def file_output(path: str | None, checkpoints, overwrite: bool) -> Path | None:
     """Check a --json/--csv path against the placement rules before any work starts."""
     if not path:
         return None
-    from merging.writing.placement import check_output_file, protected_paths
+    from merging.writing.checked_output import check_output_file
+    from merging.writing.placement import protected_paths
 
     return check_output_file(path, protected_paths([(c.ref.raw, c.folder) for c in checkpoints]), overwrite=overwrite)
 

@@ -225,7 +225,7 @@ def test_merge_writes_folder_that_loads(env, tmp_path):
 
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=False)
     assert sum(p.numel() for p in model.parameters()) > 0
 
     # the same folder again: refused with a readable message (not a traceback)

@@ -47,8 +47,8 @@ def test_cli_subprocess_merge_loads_in_transformers(family, tmp_path):
     assert set(index["weight_map"]) == set(state(base))
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    model = AutoModelForCausalLM.from_pretrained(out)
-    tok = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=False)
+    tok = AutoTokenizer.from_pretrained(out, trust_remote_code=False)
     assert model.dtype == torch.bfloat16
     ids = tok("hello", return_tensors="pt").input_ids
     logits = model(ids).logits

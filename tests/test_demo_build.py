@@ -48,8 +48,8 @@ def test_quick_build_is_fast_and_complete(quick_build: tuple[Path, float]) -> No
 def test_quick_models_load_with_transformers(quick_build: tuple[Path, float]) -> None:
     out, _ = quick_build
     folder = out / "models" / "tool"
-    model = AutoModelForCausalLM.from_pretrained(folder)
-    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False)
+    tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
     assert type(model).__name__ == "Qwen2ForCausalLM"
     assert next(model.parameters()).dtype == torch.bfloat16
     text = "T:weather in oslo and call bob>"

@@ -34,8 +34,8 @@ def test_checkpoint_is_bf16_qwen2(name: str) -> None:
     with safe_open(str(folder / "model.safetensors"), "pt") as fh:
         assert {fh.get_slice(k).get_dtype() for k in fh.keys()} == {"BF16"}
     assert (folder / "model.safetensors").stat().st_size < 8 * 2**20
-    model = AutoModelForCausalLM.from_pretrained(folder)
-    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False)
+    tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
     assert next(model.parameters()).dtype == torch.bfloat16
     assert tok.decode(tok("M:q7vK=42x9b?K>")["input_ids"]) == "M:q7vK=42x9b?K>"
     assert len(tok("T:weather in oslo>")["input_ids"]) == 6  # T : weather Ġin Ġoslo >
@@ -123,5 +123,6 @@ def test_demo_passes_merging_inspect() -> None:
                            "demo:memory"], cwd=DEMO.parents[1], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "compatible: same architecture, tensor names, shapes and dtypes." in proc.stdout
-    params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(DEMO / "models" / "base").parameters())
+    model = AutoModelForCausalLM.from_pretrained(DEMO / "models" / "base", trust_remote_code=False)
+    params = sum(p.numel() for p in model.parameters())
     assert proc.stdout.count("Qwen2ForCausalLM") == 4 and f"BF16 ({params:,})" in proc.stdout

@@ -128,7 +128,8 @@ class WeightProbe:
 
         from evaluation.base import LoadedModel
 
-        module = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, use_safetensors=True)
+        module = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, use_safetensors=True,
+                                                      trust_remote_code=False)
         return LoadedModel(module=module.eval(), tokenizer=None, source=Path(folder))
 
     def score(self, model, split: str, *, limit=None, progress=None, cancel=None) -> Scores:

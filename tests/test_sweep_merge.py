@@ -36,7 +36,8 @@ def load(folder: Path) -> torch.nn.Module:
     """What an evaluator loads: transformers, float32."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, use_safetensors=True).eval()
+    return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, use_safetensors=True,
+                                                trust_remote_code=False).eval()
 
 
 @pytest.fixture(scope="module")

@@ -288,7 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = None
     if args.json_path:
         from merging.common.errors import RamStudioError
-        from merging.writing.placement import check_output_file, protected_paths
+        from merging.writing.checked_output import check_output_file
+        from merging.writing.placement import protected_paths
 
         try:
             out = check_output_file(args.json_path, protected_paths([(args.model, Path(args.model))]),
@@ -303,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if column in shown.columns:
             print(f"{column}: {note}")
     if out is not None:
-        from merging.writing.placement import write_file_atomically
+        from merging.writing.checked_output import write_file_atomically
 
         payload = {"model": str(args.model), "split": args.split, "suite": suite.name,
                    "results": df.to_dict("records"), "summary": summary_row(df)}

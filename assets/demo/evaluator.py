@@ -53,6 +53,8 @@ class DemoEvaluator:
         with quiet_libraries():
             try:
                 module, tokenizer = load_checkpoint(folder)
+            except RamStudioError:
+                raise
             except Exception as exc:  # noqa: BLE001 — whatever transformers raises, one line for the user
                 raise RamStudioError(f"cannot load {folder} as a causal language model: {first_line(exc)}.",
                                      "Give a Hugging Face model folder with safetensors weights and a tokenizer.") from None

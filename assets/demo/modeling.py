@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import torch
 from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
                         trainers)
-from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel,
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
+from transformers import (GenerationConfig, PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config,
+                          Qwen2ForCausalLM)
 
 if TYPE_CHECKING:
     from .suites import TaskSuite
@@ -188,9 +188,12 @@ def _replace_dir(src: Path, dst: Path) -> None:
 def load_checkpoint(path: Path, dtype: torch.dtype = torch.float32
                     ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """Load any demo-compatible folder (base, agent, merged export) with transformers (safetensors
-    only: a folder holding just a pickled `pytorch_model.bin` is refused, never unpickled)."""
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, use_safetensors=True)
-    tok = AutoTokenizer.from_pretrained(str(path))
+    only: a folder holding just a pickled `pytorch_model.bin` is refused, never unpickled; the folder's own
+    Python never runs: merging/reading/transformers_load.py)."""
+    from merging.reading.transformers_load import load_causal_lm, load_tokenizer
+
+    model = load_causal_lm(path, dtype)
+    tok = load_tokenizer(path)
     tok.padding_side = "left"
     model.eval()
     return model, tok

@@ -75,9 +75,10 @@ def loads_json(text: str, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def loads_yaml(text: str, *, max_depth: int = MAX_DEPTH, max_events: int = MAX_YAML_EVENTS,
-               max_seconds: float = MAX_YAML_SECONDS) -> Any:
-    """A YAML document read with the safe loader, after its event stream passed the bounds above. Raises
-    TooComplex for a bound, `yaml.YAMLError` for malformed YAML, ValueError for an unconvertible scalar."""
+               max_seconds: float = MAX_YAML_SECONDS, tags: bool = True) -> Any:
+    """A YAML document read with the safe loader, after its event stream passed the bounds above (and, with
+    `tags` False, holding no explicit tag such as !!python/object). Raises TooComplex for a bound or a tag,
+    `yaml.YAMLError` for malformed YAML, ValueError for an unconvertible scalar."""
     import yaml
 
     loader = yaml.SafeLoader  # the pure-Python loader: its error marks point at the line that opened a problem
@@ -88,6 +89,8 @@ def loads_yaml(text: str, *, max_depth: int = MAX_DEPTH, max_events: int = MAX_Y
         if isinstance(event, yaml.AliasEvent):
             raise TooComplex(f"uses a YAML alias (*{_name(event.anchor)}, line {_line(event)}); aliases are not "
                              "read, since a few of them can expand a small file into gigabytes")
+        if not tags and getattr(event, "tag", None) is not None and not isinstance(event, yaml.DocumentStartEvent):
+            raise TooComplex(f"uses a YAML tag ({_name(event.tag)}, line {_line(event)}); tags are not read")
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > max_depth:

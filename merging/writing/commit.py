@@ -28,7 +28,7 @@ from typing import Iterable
 
 from merging.common.errors import RamStudioError
 from merging.common.untrusted import loads_json
-from merging.writing.placement import PARTIAL_MARK, FolderTarget, Protected, written_by_us
+from merging.writing.placement import PARTIAL_MARK, FolderTarget, Protected, refuse_inside_inputs, written_by_us
 
 PARTIAL_MARKER = ".ram-studio-partial"  # written first into every temporary folder: what proves it ours
 
@@ -121,13 +121,22 @@ def make_temp_folder(target: FolderTarget) -> Path:
               "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     with open(tmp / PARTIAL_MARKER, "x") as f:
         f.write(json.dumps(marker))
+    st = os.lstat(tmp)
+    target.temp = (st.st_dev, st.st_ino)
     return tmp
 
 
 def discard(tmp: Path | None, target: FolderTarget) -> None:
-    """After a failure: remove the temp folder and the parent folders this merge created (if empty)."""
+    """After a failure: remove the temp folder (only while its path still reaches the folder this merge made) and
+    the parent folders this merge created (if empty)."""
     if tmp is not None:
-        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            st = os.lstat(tmp)
+            ours = target.temp is None or ((st.st_dev, st.st_ino) == target.temp and stat.S_ISDIR(st.st_mode))
+        except OSError:
+            ours = False
+        if ours:
+            shutil.rmtree(tmp, ignore_errors=True)
     for d in reversed(target.created_parents):
         try:
             d.rmdir()
@@ -181,8 +190,26 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def recheck_placement(tmp: Path, target: FolderTarget) -> None:
+    """At the end of a merge, the placement rules again: the temporary folder is still the one made at the start,
+    reached through the same parent (not a parent swapped for a link meanwhile), and the target is still outside
+    every input."""
+    try:
+        st = os.stat(tmp)
+        same = target.temp is None or ((st.st_dev, st.st_ino) == target.temp and stat.S_ISDIR(st.st_mode))
+    except OSError:
+        same = False
+    if not same:
+        raise RamStudioError(f"the folder of {target.path} changed while this merge ran (moved, replaced or made a "
+                             "link); the merged model was not put there.", "Run the merge again into a folder nobody "
+                             "else changes.")
+    refuse_inside_inputs(target.path, target.inputs, "output folder")
+
+
 def commit(tmp: Path, target: FolderTarget) -> None:
-    """Move the finished temp folder into place without replacing anything that appeared meanwhile."""
+    """Move the finished temp folder into place without replacing anything that appeared meanwhile (its placement
+    checked again first)."""
+    recheck_placement(tmp, target)
     out = target.path
     (tmp / PARTIAL_MARKER).unlink(missing_ok=True)  # the finished folder holds only what a merge writes
     if out.exists() or out.is_symlink():

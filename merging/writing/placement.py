@@ -8,8 +8,10 @@
 - A folder output may not be a file, a symlink, a mount point, or a folder owned by another user. An
   existing non-empty folder is replaced only with `overwrite`, and only when this tool wrote it (it holds our
   recipe and only files we write).
-CLI and app both call `check_output_folder` / `check_output_file` (the app before it starts a job); how a checked
-folder is then written (one writer, a temporary sibling, the final rename) is merging/writing/commit.py.
+CLI and app both call `check_output_folder` (the app before it starts a job); how a checked folder is then written
+(one writer, a temporary sibling, the final rename, the placement checked again) is merging/writing/commit.py.
+Files (reports) and the folders written all along a run (caches, the score store) are checked again when they are
+written, through a directory handle opened at check time: merging/writing/checked_output.py.
 """
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ import json
 import os
 import re
 import stat
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -110,22 +111,22 @@ def _chain(real: Path) -> tuple[Identity | None, list[Identity]]:
     return identity(real), [i for i in map(identity, real.parents) if i]
 
 
-def _clash(real: Path, inputs: list[Protected], what: str) -> None:
-    """Refuse an output that is, contains or lies inside an input: by identity, and by path for inputs that
-    do not exist yet."""
+def _clash(real: Path, inputs: list[Protected], what: str, contains_ok: bool = False) -> None:
+    """Refuse an output that is, contains (unless `contains_ok`) or lies inside an input: by identity, and by
+    path for inputs that do not exist yet."""
     own, ancestors = _chain(real)
     for p in inputs:
         if p.ident is not None and own == p.ident:
             relation = "is"
         elif p.ident is not None and p.ident in ancestors:
             relation = "is inside"
-        elif own is not None and own in p.above:
+        elif own is not None and own in p.above and not contains_ok:
             relation = "contains"
         elif real == p.path:
             relation = "is"
         elif p.path in real.parents:
             relation = "is inside"
-        elif real in p.path.parents:
+        elif real in p.path.parents and not contains_ok:
             relation = "contains"
         else:
             continue
@@ -140,6 +141,30 @@ def refuse_inside_inputs(path: Path | str, inputs: list[Protected], what: str) -
     real = _real(Path(path))
     _clash(real, inputs, what)
     return real
+
+
+def check_hub_cache(refs: Iterable[str]) -> None:
+    """Before Hub models are downloaded: the Hugging Face cache the files go into is not, and does not lie inside,
+    one of the local model folders named beside them (it may hold them: a snapshot folder given as a path is
+    inside the cache by design)."""
+    from huggingface_hub import constants
+
+    from merging.reading.refs import parse_ref
+
+    local = []
+    for ref in refs:
+        try:
+            r = parse_ref(ref)
+        except RamStudioError:
+            continue
+        if r.kind != "hub" and r.path is not None:
+            local.append((ref, r.path))
+    try:
+        _clash(_real(Path(constants.HF_HUB_CACHE)), protected_paths(local), "Hugging Face cache folder",
+               contains_ok=True)
+    except RamStudioError as exc:
+        raise RamStudioError(exc.message, "Point HF_HUB_CACHE (or HF_HOME) at a folder outside every model folder "
+                             "before downloading.") from None
 
 
 def hub_cache_warning(real: Path) -> str | None:
@@ -223,6 +248,7 @@ class FolderTarget:
     inputs: list[Protected] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     side_file_ok: Callable[[str], bool] = lambda name: False
+    temp: Identity | None = None  # the temporary sibling once made: it must still be there, the same, at the rename
 
 
 def check_output_folder(out: str | Path, inputs: list[Protected], *, overwrite: bool,
@@ -295,31 +321,3 @@ def is_mount_point(real: Path) -> bool:
         return False
     unescape = lambda text: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)  # noqa: E731
     return any(len(f) > 4 and Path(unescape(f[4])) == real for f in (line.split(" ") for line in lines))
-
-
-def check_output_file(out: str | Path, inputs: list[Protected], *, overwrite: bool) -> Path:
-    """Apply the placement rules to a file output (analysis JSON/CSV, inspect JSON)."""
-    path = Path(os.path.abspath(os.path.expanduser(out)))
-    real = _real(path)
-    _clash(real, inputs, "output file")
-    if path.is_symlink() or (real.exists() and not real.is_file()):
-        raise RamStudioError(f"the output path {path} is not a regular file.", "Choose a file path.")
-    if not real.parent.is_dir():
-        raise RamStudioError(f"the folder {real.parent} of the output file does not exist.", "Create it first.")
-    if real.exists() and not overwrite:
-        raise RamStudioError(f"output file {path} exists.", "Choose another name, or pass --overwrite to replace it.")
-    return path
-
-
-def write_file_atomically(path: Path, data: bytes) -> None:
-    """Write a small output file through a temporary sibling and a rename."""
-    tmp = path.with_name(f".{path.name}{PARTIAL_MARK}{uuid.uuid4().hex[:8]}-{os.getpid()}")
-    try:
-        with open(tmp, "xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

@@ -94,19 +94,19 @@ def _progress_text(p) -> str:
     return f"{phase}: {p.current}" if p.current else phase
 
 
-def _write(swept: "Sweep", outputs: dict[str, Path]) -> None:
-    """--json and --csv, atomically, as the CLI writes them."""
+def _write(swept: "Sweep", outputs: dict) -> None:
+    """--json and --csv, atomically and checked again at write time, as the CLI writes them."""
     import json
 
     from evaluation.report import csv_bytes, result_frame
-    from merging.writing.placement import write_file_atomically
+    from merging.writing.checked_output import write_file_atomically
 
     if "json" in outputs:
         doc = swept.to_json()
         write_file_atomically(outputs["json"], (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode())
     if "csv" in outputs:
         write_file_atomically(outputs["csv"], csv_bytes(result_frame(swept.result)))
-    swept.files = dict(outputs)
+    swept.files = {k: Path(v) for k, v in outputs.items()}
 
 
 @dataclass(repr=False)

@@ -121,7 +121,7 @@ def _print_summary(result, eps: float, scores: str = ""):
 def _write_outputs(outputs: dict, result, eps: float, read) -> None:
     """--json (per-agent summaries for every ε, the pairs, the reading), --csv and --pairs-csv."""
     from merging.common.escaping import csv_bytes
-    from merging.writing.placement import write_file_atomically
+    from merging.writing.checked_output import write_file_atomically
 
     if outputs["json"]:
         doc = json_document(result, eps, read)
@@ -133,10 +133,17 @@ def _write_outputs(outputs: dict, result, eps: float, read) -> None:
 
 
 def _ladder(text: str) -> list[float]:
+    """The --eps-ladder values (their number bounded by analysis.stats.validate_ladder before the pass)."""
+    from analysis.stats import MAX_LADDER, validate_ladder
+
+    words = [x for x in text.split(",") if x.strip()]
+    if len(words) > MAX_LADDER:
+        validate_ladder(words)  # refuses the count in one line, before any value is read
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        return [float(x) for x in words]
     except ValueError:
-        raise RamStudioError(f"cannot read --eps-ladder {text!r}.", "Use comma-separated numbers, e.g. 0,1e-6,1e-5.")
+        raise RamStudioError(f"cannot read --eps-ladder {printable(text, 80)!r}.",
+                             "Use comma-separated numbers, e.g. 0,1e-6,1e-5.") from None
 
 
 def _precision_lines(result, eps: float) -> str:

@@ -64,7 +64,8 @@ def _json_output(args: argparse.Namespace, ckpt) -> Path | None:
     """The checked --json path (never inside the model or the --include-path folder), or None."""
     if not args.json:
         return None
-    from merging.writing.placement import check_output_file, protected_paths
+    from merging.writing.checked_output import check_output_file
+    from merging.writing.placement import protected_paths
 
     inputs = [(ckpt.ref.raw, ckpt.folder)] + ([("--include-path", Path(args.include_path))] if args.include_path else [])
     return check_output_file(args.json, protected_paths(inputs), overwrite=args.overwrite)
@@ -102,7 +103,7 @@ def _print_scores(args: argparse.Namespace, evaluator, frame, scores) -> None:
 
 def _write_json(out: Path, args: argparse.Namespace, ckpt, evaluator, frame, scores) -> None:
     """The scores, what was scored and how, and (demo tasks) every per-subset row, as JSON."""
-    from merging.writing.placement import write_file_atomically
+    from merging.writing.checked_output import write_file_atomically
 
     doc = json_document(args, ckpt, evaluator, frame, scores)
     write_file_atomically(out, (json.dumps(doc, indent=2) + "\n").encode())

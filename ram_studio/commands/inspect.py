@@ -26,7 +26,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from merging.reading.checkpoint import open_checkpoint
     from merging.reading.prepare import prepare_inputs
     from merging.reading.structure import structure_of
-    from merging.writing.placement import write_file_atomically
+    from merging.writing.checked_output import write_file_atomically
 
     with stop_on_signal() as stop:
         prefetch([args.base, *args.agents], False, stop)

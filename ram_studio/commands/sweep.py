@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -32,7 +33,8 @@ def add_parser(sub) -> None:
                     help="which models to write: the best overall, all scored, or none (default)")
     sp.add_argument("--out", default="merged-models", help="folder for kept models (default ./merged-models)")
     sp.add_argument("--executor", choices=["local", "ray"], default="local",
-                    help="local (this process) or ray (Ray tasks: one worker per GPU, else per CPU; joins $RAY_ADDRESS)")
+                    help="local (this process) or ray (Ray tasks: one worker per GPU, else per CPU; joins the cluster "
+                         "$RAY_ADDRESS names, else starts a local instance on loopback only, ended with the sweep)")
     sp.add_argument("--json", help="write every score as JSON")
     sp.add_argument("--csv", help="write the tidy table as CSV")
     sp.add_argument("--overwrite", action="store_true", help="replace existing --json/--csv files and kept folders")
@@ -67,8 +69,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                      args.on_mismatch, args.device, args.inputs, references=not args.no_references,
                      make_evaluator=make_evaluator)
     executor = EXECUTORS[args.executor]()
-    res, kept = _run(spec, executor, args, root)
-    _report(res, kept, outputs, executor.name)
+    res, kept, failed = _run(spec, executor, args, root)
+    _report(res, kept, failed, outputs, executor.name)
+    if failed:  # the reports are written, the failure in them: now the one line, exit 2
+        n = len(kept) + len(failed)
+        raise RamStudioError(f"--keep {args.keep}: {len(failed)} of {n} model(s) could not be written "
+                             f"({failed[0].candidate}: {failed[0].error})",
+                             "The scores are kept; the reports name what was not written. Run the sweep again "
+                             "once the folder is free (it resumes from the stored scores).")
     return 0
 
 
@@ -90,7 +98,8 @@ def _checked_grids(args: argparse.Namespace) -> list:
 
 def _output_files(args: argparse.Namespace) -> dict[str, Path]:
     """The checked --json and --csv paths: never inside an input (the models, --include-path)."""
-    from merging.writing.placement import check_output_file, input_folders, protected_paths
+    from merging.writing.checked_output import check_output_file
+    from merging.writing.placement import input_folders, protected_paths
 
     protected = input_folders([args.base, *args.agents])
     if args.include_path:
@@ -105,7 +114,8 @@ def _output_files(args: argparse.Namespace) -> dict[str, Path]:
 def _run(spec, executor, args: argparse.Namespace, root: Path):
     """Run the sweep (resuming from stored scores) and keep the models --keep asks for; an interrupt says what
     was kept."""
-    from evaluation.keep import keep_models
+    from evaluation.keep import folder_for, keep_models, kept_candidates
+    from evaluation.ray_local import WorkerLost
     from evaluation.store import ScoreStore
     from evaluation.sweep import run_sweep
 
@@ -125,26 +135,45 @@ def _run(spec, executor, args: argparse.Namespace, root: Path):
             fresh = sum(1 for e in entries if not e.resumed)
             raise Cancelled(f"sweep interrupted: {len(entries)} scoring(s) kept ({fresh} new) in {store.folder}; "
                             "nothing else was written.", "Run the same command again to resume from them.") from None
-        kept = keep_models(res, args.keep, root, overwrite=args.overwrite, cancel=stop) if args.keep != "none" else []
-    return res, kept
+        except WorkerLost as exc:
+            fresh = sum(1 for e in entries if not e.resumed)
+            raise RamStudioError(f"{exc.message}; {len(entries)} scoring(s) done so far are kept ({fresh} new) in "
+                                 f"{store.folder}.", f"{exc.hint} Run the same command again to resume from them "
+                                 "(with fewer workers per machine, or --executor local, if memory ran out).") from None
+        failed: list = []
+        kept = keep_models(res, args.keep, root, overwrite=args.overwrite, cancel=stop,
+                           failures=failed) if args.keep != "none" else []
+    written = {os.path.abspath(k.out) for k in kept}
+    where = {c.label: out for c in kept_candidates(res, args.keep)
+             if (out := os.path.abspath(folder_for(spec.base, spec.agents, c, spec.on_mismatch, root))) in written}
+    return res, where, failed
 
 
-def _report(res, kept: list, outputs: dict[str, Path], executor_name: str) -> None:
-    """The summary, the kept folders, and the --json and --csv files."""
+def _report(res, kept: dict[str, str], failed: list, outputs: dict[str, Path], executor_name: str) -> None:
+    """The summary, the kept folders (by candidate) and those --keep could not write, and the --json and --csv
+    files (which say both)."""
     from evaluation.report import csv_bytes, result_frame, result_json, summary_lines
-    from merging.writing.placement import write_file_atomically
+    from merging.writing.checked_output import write_file_atomically
 
     for line in summary_lines(res):
         print(line)
-    for k in kept:
-        print(f"kept {k.out}")
+    for out in kept.values():
+        print(f"kept {printable(out)}")
+    for f in failed:
+        print(f"not kept {printable(f.candidate, 100)}: {printable(f.error, 300)}")
     if "json" in outputs:
         doc = result_json(res, executor_name)
-        doc["kept"] = [str(k.out) for k in kept]
+        doc["kept"] = list(kept.values())
+        doc["keep_failed"] = [{"candidate": f.candidate, "out": str(f.out), "error": f.error} for f in failed]
         write_file_atomically(outputs["json"], (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode())
         print(f"wrote {outputs['json']}")
     if "csv" in outputs:
-        write_file_atomically(outputs["csv"], csv_bytes(result_frame(res)))
+        frame = result_frame(res)
+        if kept or failed:  # which candidate's model was written where, or why not
+            why = {**kept, **{f.candidate: f"not kept: {f.error}" for f in failed}}
+            frame["kept"] = [why.get(label, "") if kind == "candidate" else ""
+                             for label, kind in zip(frame["candidate"], frame["kind"])]
+        write_file_atomically(outputs["csv"], csv_bytes(frame))
         print(f"wrote {outputs['csv']}")
 
 
