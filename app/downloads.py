@@ -57,10 +57,10 @@ def progress_panel(task: jobs.Job) -> None:
                     text=f"{md(p.repo_id)} · {md(p.file)}: {format_bytes(p.file_done)} of {format_bytes(p.file_total)}")
 
 
-CANCEL_DOWNLOAD = jobs.CancelButton("Cancel download", "download_cancel",
-                                    toast="Cancelling… the part already downloaded is kept.", caption=lambda task: (
-                                        f"Running for {format_seconds(task.elapsed)}. You can switch pages; the download "
-                                        "keeps going, and an interrupted one resumes where it stopped."))
+CANCEL_DOWNLOAD = jobs.CancelButton(
+    "Cancel download", "download_cancel", toast="Cancelling… the part already downloaded is kept.",
+    caption=lambda task: (f"Running for {format_seconds(task.elapsed)}. You can switch pages; the download keeps "
+                          "going, and an interrupted one resumes where it stopped."))
 
 
 def panel(refs: list[str], *, what: str = "the analysis") -> bool:

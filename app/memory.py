@@ -169,4 +169,6 @@ class LRUStore:
 
     def summary(self) -> str:
         """One line for the server log or a page: how much is kept, of what limit."""
-        return f"{len(self)} {self.plural} kept, {format_bytes(self.bytes)} of {format_bytes(self.limit)}"
+        n = len(self)
+        what = self.name if n == 1 else self.plural
+        return f"{n} {what} kept, {format_bytes(self.bytes)} of {format_bytes(self.limit)}"

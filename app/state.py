@@ -303,8 +303,9 @@ def run_analysis(sel: Selection):
         note = None
     if store.results.was_dropped(_akey(sel)):
         st.info("The analysis of these models was dropped from this server's memory, which keeps the most recently "
-                f"used analyses within its limit ({analysis_memory()}; {ANALYSIS_ENV} sets it). It is computed again now — from the analysis "
-                "cache on disk when it is there, else by reading the weights.", icon=":material/memory:")
+                f"used analyses within its limit ({analysis_memory()}; {ANALYSIS_ENV} sets it). It is computed again "
+                "now — from the analysis cache on disk when it is there, else by reading the weights.",
+                icon=":material/memory:")
     if note:
         from app.markup import md
 

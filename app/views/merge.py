@@ -352,7 +352,8 @@ if hub:
                     "first; the merge then reads them from the local cache.")
         downloads.panel(hub, what="the merge")
 if other is not None and not mine_running:
-    st.warning(f"Busy: another session is running {md(other.label)} right now ({format_seconds(other.elapsed)} so far). "
+    who = "this session" if other.owner == jobs.session_id() else "another session"
+    st.warning(f"Busy: {who} is running {md(other.label)} right now ({format_seconds(other.elapsed)} so far). "
                "One merge runs at a time per server.", icon=":material/hourglass_top:")
 mergekit_panel(MergeSpec(sel.base, list(sel.agents), method, params, out.strip(), DTYPES[dtype], shard,
                          on_mismatch=policy))
