@@ -370,7 +370,8 @@ if go:
         st.rerun()
 if START_ERROR_KEY in st.session_state:
     state.show_error(RamStudioError(*st.session_state[START_ERROR_KEY]), "Starting the merge")
-    st.stop()  # the last job's results belong to an earlier attempt: do not show them under this error
+    if not job_running:  # a merge still running (another session's, followed here) keeps its progress below
+        st.stop()  # the last job's results belong to an earlier attempt: do not show them under this error
 
 for message in st.session_state.get(START_WARNING_KEY) or []:
     st.warning(md(message), icon=":material/warning:")
