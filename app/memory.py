@@ -15,7 +15,7 @@ from collections import OrderedDict
 from pathlib import PurePath
 from typing import Any, Callable
 
-from merging.common.errors import RamStudioError
+from merging.common.errors import RamStudioError, printable
 from merging.common.units import format_bytes, parse_size
 
 ANALYSIS_ENV = "RAM_STUDIO_APP_ANALYSIS_MEMORY"
@@ -35,8 +35,8 @@ def limit_from_env(name: str, default: int, log: Callable[[str], None] | None = 
     try:
         return parse_size(text)
     except RamStudioError as exc:
-        (log or _stderr)(f"{name}={text[:40]!r} is not a size ({exc.message} {exc.hint}); using the default "
-                         f"{format_bytes(default)}.")
+        (log or _stderr)(f"{name}={printable(text, 40)!r} is not a size ({exc.message} {exc.hint}); using the "
+                         f"default {format_bytes(default)}.")
         return default
 
 
@@ -123,8 +123,8 @@ class LRUStore:
             self.bytes += size
             gone = self._evict()
         for k, v, n in gone:
-            self._log(f"dropped {self.name} {k!r} ({format_bytes(n)}) from memory to stay within its limit: "
-                      f"{self.summary()}.")
+            self._log(f"dropped {self.name} {printable(k, 160)!r} ({format_bytes(n)}) from memory to stay within "
+                      f"its limit: {self.summary()}.")
             if self._on_drop is not None:
                 self._on_drop(k, v, n)
         return size

@@ -25,7 +25,7 @@ ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-us
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 MB = 1_000_000
 ANALYSIS_LIMIT, JOB_LIMIT = 8 * MB, 50_000
-SETS, MERGES, WARM_UP = 24, 8, 6
+SETS, MERGES, WARM_UP, PER_SET = 24, 8, 6, 16
 ALLOWANCE = 60 * MB  # Streamlit's own growth over the run (sessions kept for reconnection, caches), measured
 
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -82,28 +82,33 @@ def merge(pg, url: str, base: Path, agents: tuple[Path, ...], out: Path) -> None
     assert (out / "ram_recipe.json").exists()
 
 
-def soak(tmp: Path, analysis_limit: str, job_limit: str, sets: int = SETS, merges: int = MERGES) -> dict:
+def soak(tmp: Path, analysis_limit: str, job_limit: str, sets: int = SETS, merges: int = MERGES,
+         per_set: int = PER_SET) -> dict:
     """Run the soak in one server with these limits; the server's resident memory after each step and its log."""
-    base, pool = build_models(tmp / "models")
+    base, pool = build_models(tmp / "models", per_set + 2)
     env = {**os.environ, **app_env(tmp), "RAM_STUDIO_APP_ANALYSIS_MEMORY": analysis_limit,
            "RAM_STUDIO_APP_JOB_MEMORY": job_limit}
     proc, url = start_server(tmp, env)
     samples: list[tuple[str, int]] = [("start", resident(proc.pid))]
-    combos = itertools.islice(itertools.combinations(pool, 16), sets)
+    timing: list[tuple[float, float]] = []  # seconds: (analysis page, merge) per set
+    combos = itertools.islice(itertools.combinations(pool, per_set), sets)
     try:
         with sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
             pg = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
             pg.set_default_timeout(120_000)
             for i, agents in enumerate(combos):
+                t0 = time.time()
                 analyse(pg, url, base, agents)
+                t1 = time.time()
                 if i < merges:
                     merge(pg, url, base, agents, tmp / "merged" / f"set-{i:02d}")
                 samples.append((f"set {i + 1}", resident(proc.pid)))
+                timing.append((round(t1 - t0, 1), round(time.time() - t1, 1)))
             browser.close()
     finally:
         stop_server(proc)
-    return {"samples": samples, "log": (tmp / "streamlit.log").read_text()}
+    return {"samples": samples, "timing": timing, "log": (tmp / "streamlit.log").read_text()}
 
 
 def kept(log: str, what: str) -> list[tuple[int, float]]:
