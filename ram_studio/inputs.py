@@ -15,7 +15,7 @@ def add_model_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("base", help="base model: folder, org/name[@revision] or demo:base")
     sp.add_argument("agents", nargs="*", help="agent models (same forms)")
     sp.add_argument("--on-mismatch", choices=["error", "base"], default="error",
-                    help="what to do when agents differ from the base (see README)")
+                    help="what to do when agents differ from the base (see docs/models.md)")
 
 
 def download_printer():

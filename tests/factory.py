@@ -115,7 +115,7 @@ def join_safetensors(shard: Path, header: object, data: bytes) -> None:
     Path(shard).write_bytes(struct.pack("<Q", len(new)) + new + data)
 
 
-# Names that would be markup, links, images, templates, formulas or terminal controls if shown raw (issue 20).
+# Names that would be markup, links, images, templates, formulas or terminal controls if shown raw.
 # Folder names cannot hold '/', so their URLs use the slash-less form browsers still load (https:host).
 HOSTILE_FOLDERS = ["base <a href=https:127.0.0.2:9>b", "![x](https:127.0.0.2:9)[Click to fix](https:127.0.0.2:9)",
                    "<img src=https:127.0.0.2:9> www.evil.example %{x} $x$ :red[x]",

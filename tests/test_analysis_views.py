@@ -1,4 +1,4 @@
-"""Derived views the app draws (issue 13 and 11): ρ and λ per layer / module / tensor, norms and sign
+"""Derived views the app draws: ρ and λ per layer / module / tensor, norms and sign
 conflicts, the chance level of every unique share, the A | B comparison, and the dilution toy — each
 checked against a direct count over whole tensors."""
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_rho_by_layer_sums_tensors_and_global_lambda_is_constant(res):
 
 
 def test_tensor_scope_table_shows_the_tensor_rho(res):
-    """Issue 13: with tensor scope the λ table showed the whole-model ρ only; now also the per-tensor ρ
+    """With tensor scope the λ table showed the whole-model ρ only; now also the per-tensor ρ
     (min, unique-weighted median, max over the tensors that hold unique elements)."""
     tl = tables.lambda_table(res, 1e-5, 0.1, 2.0, "clip", "tensor").set_index("agent")
     per = tables.rho_table(res, 1e-5, "tensor")
@@ -97,7 +97,7 @@ def test_norms_and_conflicts_match_the_frame(family, res):
 
 
 def test_every_unique_share_has_its_chance_level(res):
-    """Issue 11: the unique share independent masks of the same densities would give, Π_{j≠i}(1 − d_j),
+    """The unique share independent masks of the same densities would give, Π_{j≠i}(1 − d_j),
     beside every unique share: per agent, per layer and per group."""
     g = tables.unique_vs_chance(res, 1e-5).set_index("agent")
     d = g["density"]

@@ -175,7 +175,7 @@ def test_dilution_page(env):
     from app.state import demo_results
 
     table1 = demo_results() / "table1.csv"
-    if table1.exists():  # issue 23 point 6: the caption says what the mini Table 1 shows, from its numbers
+    if table1.exists():  # the caption says what the mini Table 1 shows, from its numbers
         import pandas as pd
 
         t = pd.read_csv(table1).set_index("model")
@@ -574,7 +574,7 @@ def test_every_method_has_a_form_and_average_merges(env, tmp_path):
 
 
 def test_form_is_never_left_disabled_after_a_fast_failure(env, tmp_path, monkeypatch):
-    """Issue 13: a merge that fails within milliseconds could leave the form (and the Overwrite box needed to
+    """A merge that fails within milliseconds could leave the form (and the Overwrite box needed to
     fix it) disabled until the page was switched. The page drew the form from one look at the job and the
     panel below it from another; a job ending between the two left a disabled form with no progress fragment
     to redraw it. Sweep the failure time across the page's run: after every run, a disabled form must come
@@ -653,7 +653,7 @@ def test_merge_default_folder_follows_the_settings_and_is_checked_before_startin
     assert (suggested / "notes.txt").read_text() == "someone's"
 
 
-# ---------------------------------------------------------------- issue 13: exploration, colours, downloads
+# ---------------------------------------------------------------- Exploration, colours, downloads
 
 def chart_colors(at: AppTest, key: str) -> dict[str, str]:
     """Agent → bar colour of a one-trace bar chart (e.g. density per agent)."""
@@ -671,7 +671,7 @@ def use_models(at: AppTest, base: str, agents: list[str]) -> None:
 
 
 def test_agent_colours_follow_the_agent_not_its_position(env):
-    """Issue 13: the same models listed in another order keep their colours, in the charts and the sidebar;
+    """The same models listed in another order keep their colours, in the charts and the sidebar;
     the toy's A1…A5 never reuse a real agent's colour."""
     from app import charts
 
@@ -696,7 +696,7 @@ def test_agent_colours_follow_the_agent_not_its_position(env):
 
 
 def test_rho_views_per_layer_module_and_tensor(env):
-    """Issue 13: ρ_t is on Heterogeneity, globally and per layer / module / layer × module / tensor, as ρ or λ."""
+    """ρ_t is on Heterogeneity, globally and per layer / module / layer × module / tensor, as ρ or λ."""
     from analysis import tables
     from app import state
 
@@ -721,7 +721,7 @@ def test_rho_views_per_layer_module_and_tensor(env):
     at.segmented_control(key="het_rho_scope").set_value("tensor").run()
     no_problems(at)
     lam_mod = figure(at, "chart_lambda_by_module")
-    # issue 23: λ bars grow from 1 (base) in λ's own units, on a linear axis that starts at 1
+    # λ bars grow from 1 (base) in λ's own units, on a linear axis that starts at 1
     assert all(t.base == 1.0 for t in lam_mod.data)
     assert all(1.0 <= 1.0 + v <= 1.2 + 1e-9 for t in lam_mod.data for v in t.y if v is not None)
     assert [1.0 + v for v in lam_mod.data[0].y] == pytest.approx(list(lam_mod.data[0].customdata))
@@ -746,7 +746,7 @@ def test_rho_views_per_layer_module_and_tensor(env):
 
 
 def test_overlap_bars_and_layer_shares_show_chance(env):
-    """Issue 11: every unique share the app draws comes with its chance level."""
+    """Every unique share the app draws comes with its chance level."""
     from analysis import tables
     from app import state
 
@@ -767,7 +767,7 @@ def test_overlap_bars_and_layer_shares_show_chance(env):
 
 
 def test_tune_a_b_comparison_and_lambda_axis(env):
-    """Issue 13: Tune compares two settings side by side, and the λ(ρ) axis shows every agent."""
+    """Tune compares two settings side by side, and the λ(ρ) axis shows every agent."""
     import math
 
     from analysis import tables
@@ -805,7 +805,7 @@ def test_tune_a_b_comparison_and_lambda_axis(env):
 
 
 def test_chart_downloads_are_named_after_chart_and_parameters(env):
-    """Issue 13: the camera button saves a titled figure named after the chart and its parameters, as a PNG at
+    """The camera button saves a titled figure named after the chart and its parameters, as a PNG at
     print scale or an SVG (the sidebar's choice). The browser test downloads both and the CSV."""
     at = new_app().run()
     chart = next(c for c in at.get("plotly_chart") if c.key == "chart_density_per_agent")
@@ -819,10 +819,10 @@ def test_chart_downloads_are_named_after_chart_and_parameters(env):
     assert json.loads(chart.proto.config)["toImageButtonOptions"]["format"] == "svg"
 
 
-# ---------------------------------------------------------------- issue 15: mergekit YAML on the Merge page
+# ---------------------------------------------------------------- mergekit YAML on the Merge page
 
 def test_mergekit_yaml_fills_the_form_and_shows_the_settings(env):
-    """Issue 15: a pasted mergekit YAML fills method, parameters and models; the current settings are shown as
+    """A pasted mergekit YAML fills method, parameters and models; the current settings are shown as
     YAML, or the reason they cannot be."""
     from merging.reading.refs import demo_root
 
@@ -856,7 +856,7 @@ def test_mergekit_yaml_fills_the_form_and_shows_the_settings(env):
 
 
 def test_fig3_experiment_runs_on_the_selected_models(env, monkeypatch):
-    """Issue 11: the Signal dilution page runs Fig. 3 on the selected models in the background: real
+    """The Signal dilution page runs Fig. 3 on the selected models in the background: real
     unique_only merges (whole and ÷ N) into a temporary folder, each scored on the agent's own task (the
     evaluator is replaced by one that reads the merge's recipe), with progress and cancel."""
     import pandas as pd
@@ -918,7 +918,7 @@ def test_fig3_experiment_runs_on_the_selected_models(env, monkeypatch):
     assert len(calls) == 1 and not calls[0][0].exists()
 
 
-# --- issue 20: text from files is data, on every page ------------------------------------------------------
+# --- Text from files is data, on every page ------------------------------------------------------
 
 RAW_MARKUP = ("![", "](", "<img", "<a ", "<script", "www.evil.example", "%{x}", "$x$", ":red[", "\u202e")
 
@@ -964,7 +964,7 @@ def assert_no_markup(at: AppTest) -> None:
 
 
 def test_hostile_names_render_as_text_on_every_page(env, tmp_path):
-    """Issue 20, 4: a tensor name like `![x](http://host/b.png) [Click to fix](http://host/p)` was rendered as
+    """A tensor name like `![x](http://host/b.png) [Click to fix](http://host/p)` was rendered as
     Markdown in the error box (a remote image, a phishing link); the same sink was in every st.markdown /
     caption / error, table, plotly title and hover. Folder and tensor names full of markup go through every page
     (charts, tables, the merge and its notes, error boxes) and stay text."""
@@ -1007,7 +1007,7 @@ def test_hostile_names_render_as_text_on_every_page(env, tmp_path):
 
 
 def test_an_alias_bomb_pasted_into_the_yaml_panel_is_refused_at_once(env):
-    """Issue 20, 5: a 553-byte YAML alias bomb pasted into the mergekit panel froze the whole server for 91 s."""
+    """A 553-byte YAML alias bomb pasted into the mergekit panel froze the whole server for 91 s."""
     bomb = "a: &a [" + ",".join(['"lol"'] * 9) + "]\n" + "".join(
         f"{c}: &{c} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi"))
     at = new_app()
@@ -1021,7 +1021,7 @@ def test_an_alias_bomb_pasted_into_the_yaml_panel_is_refused_at_once(env):
 
 
 def test_overlap_panel_shows_the_diagnostics_next_to_chance(env):
-    """Issue 22: the Heterogeneity page's "Is the overlap real?" panel draws what analysis.agreement computes:
+    """The Heterogeneity page's "Is the overlap real?" panel draws what analysis.agreement computes:
     the pair matrix, where each agent's energy lies, the agent table with every chance value, the reading, and
     agreement per layer or module."""
     from analysis import agreement
@@ -1049,7 +1049,7 @@ def test_overlap_panel_shows_the_diagnostics_next_to_chance(env):
     assert {"same sign (pairs)", "chance", "all agree", "chance (all agree)", "cosine vs others", "partners < 10 %",
             "partners < 30 %", "chance (model)"} <= set(table.columns)
     layer = figure(at, "chart_overlap_agreement_by_layer")
-    # issue 23: the legend stands beside the plot (never on a title)
+    # The legend stands beside the plot (never on a title)
     assert len(layer.data) == 2 * len(pa) and layer.layout.legend.x >= 1 and layer.layout.legend.xanchor == "left"
     at.segmented_control(key="het_agree_by").set_value("module").run()
     no_problems(at)
@@ -1081,7 +1081,7 @@ def test_overlap_panel_with_the_papers_long_names(env, tmp_path):
 
 
 def test_presets_on_tune_and_merge(env, tmp_path):
-    """Issue 22: the authors' script's modes as presets — Tune sets r, α and the rule from them (λ_t as the script
+    """The authors' script's modes as presets — Tune sets r, α and the rule from them (λ_t as the script
     computes it), moving a control makes the setting custom; Merge fills its form from the preset, and the card
     and recipe of the merge name the preset and R."""
     import json
@@ -1139,7 +1139,7 @@ def _table1(folder: Path, ram: float, ta: float) -> None:
 
 
 def test_dilution_two_regimes_side_by_side(tmp_path, monkeypatch):
-    """Issue 22: both demo trios' Table 1 and shared-region diagnostics side by side, each with a reading computed
+    """Both demo trios' Table 1 and shared-region diagnostics side by side, each with a reading computed
     from its own numbers, and one sentence across the two; a trio that is not built is said so."""
     from tests.app_helpers import build_demo
 
@@ -1186,7 +1186,7 @@ def all_figures(at: AppTest) -> dict:
 
 
 def check_names_in_chart(key: str, fig, full: list[str]) -> None:
-    """Issue 23, one rule for every chart: no long name on an axis or in a legend (short names, ≤ 20 characters,
+    """One rule for every chart: no long name on an axis or in a legend (short names, ≤ 20 characters,
     wrapped onto ≤ 2 lines), the legend beside the plot (never in the title band), the full names on hover."""
     import re
 
@@ -1219,7 +1219,7 @@ def check_names_in_chart(key: str, fig, full: list[str]) -> None:
 
 
 def test_every_chart_with_the_papers_long_names(env, tmp_path):
-    """Issue 23: with the paper's model names every chart on every page keeps short labels on its axes and in
+    """With the paper's model names every chart on every page keeps short labels on its axes and in
     its legend, full names on hover, and its legend beside the plot; the rendered geometry (no overlap, titles
     not cut) is checked in chromium by tests/test_browser_charts.py."""
     from merging.reading.refs import BUNDLED_DEMO_ROOT
@@ -1252,7 +1252,7 @@ def test_every_chart_with_the_papers_long_names(env, tmp_path):
 
 
 def test_tune_survival_chart_uses_the_task_arithmetic_lambda_of_the_merge_form(env):
-    """Issue 23 point 5: "how much of each agent's unique update survives" shows task arithmetic at the λ chosen
+    """The chart of "how much of each agent's unique update survives" shows task arithmetic at the λ chosen
     on the Merge form (or Tune's slider), not at 1/N, and says which λ in its caption."""
     at = new_app().run()
     at.switch_page("views/tune.py").run()
@@ -1287,7 +1287,7 @@ def test_tune_survival_chart_uses_the_task_arithmetic_lambda_of_the_merge_form(e
 
 
 def test_tables_fit_tensor_scope_lambda_table_and_show_path_ends(env, tmp_path):
-    """Issue 23 point 9: under tensor scope Tune's 7-column λ table takes the page's width (not half of it);
+    """Under tensor scope Tune's 7-column λ table takes the page's width (not half of it);
     the Models page shows a long path by its end, in a column as wide as its text."""
     from merging.reading.refs import BUNDLED_DEMO_ROOT
 

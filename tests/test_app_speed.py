@@ -1,4 +1,4 @@
-"""Issue 23: the app's server settings that keep its background jobs as fast as the CLI's."""
+"""The app's server settings that keep its background jobs as fast as the CLI's."""
 from __future__ import annotations
 
 import tomllib

@@ -1,4 +1,4 @@
-"""Issue 23: what survives a reload (11), the mergekit panel (8), the forms' labels (10), the app's small points (13). The selection lives in the URL's query parameters (validated, shown
+"""What survives a reload, the mergekit panel, the forms' labels, the app's small points. The selection lives in the URL's query parameters (validated, shown
 escaped), a new session re-attaches to the server's running or finished job (AppTest; the browser test with a
 real reload is in test_browser_app.py)."""
 from __future__ import annotations
@@ -236,7 +236,7 @@ def test_only_a_gone_sessions_job_is_adopted():
 
 
 def test_a_reordered_analysis_equals_a_fresh_pass_in_that_order(env):
-    """Issue 23 (8): the same models in another order are the same analysis: reordering a result gives exactly
+    """The same models in another order are the same analysis: reordering a result gives exactly
     what a new pass over the weights in that order computes."""
     import pandas as pd
 
@@ -285,7 +285,7 @@ def test_a_yaml_with_the_same_models_in_another_order_keeps_the_analysis_and_say
 
 
 def test_merge_form_and_tune_show_the_declared_labels(env):
-    """Issue 23 (10): one label per parameter, declared with it, on the Merge form and on Tune alike."""
+    """One label per parameter, declared with it, on the Merge form and on Tune alike."""
     from merging.methods import METHODS
 
     at = new_app()

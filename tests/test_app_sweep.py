@@ -113,7 +113,7 @@ def test_a_bad_grid_is_refused_with_a_clear_message(env):
     at.selectbox(key="sweep_method").set_value("ties").run()
     at.text_input(key="sweep_ties_density").set_value("0.1, 1.5").run()
     at.button(key="sweep_add").click().run()
-    shown = plain(at.error[0].value)  # the message is escaped for Markdown (issue 20)
+    shown = plain(at.error[0].value)  # the message is escaped for Markdown
     assert "density=1.5" in shown and "must be in (0, 1]" in shown
     assert not at.dataframe  # nothing was added
 

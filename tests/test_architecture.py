@@ -1,7 +1,9 @@
 """The layers point down and no module imports itself back: app, ram_studio → assets → evaluation → analysis → merging.
 
-Every import is counted, including those inside functions. One documented exception: `merging/__main__.py`,
-the `python -m merging` alias of the CLI, is an entry point that nothing imports.
+Every import is counted, including those inside functions. Two documented exceptions: `merging/__main__.py`,
+the `python -m merging` alias of the CLI, is an entry point that nothing imports; and `ram_studio` (the CLI and
+the Python API) may import the app's figure builders, `app.charts` (pure: frames in, plotly figures out), so the
+API returns the same figures the pages draw — nothing else of the app.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Higher rank = higher layer; a module may import its own package or lower ranks only.
 RANK = {"merging": 0, "analysis": 1, "evaluation": 2, "assets": 3, "ram_studio": 4, "app": 4}
 ENTRY_POINTS = {"merging.__main__"}
+SHARED_SIDEWAYS = {"ram_studio": "app.charts"}  # a top package → the one part of the other top package it may use
 
 
 def modules() -> dict[str, Path]:
@@ -69,6 +72,9 @@ def upward_imports(edges: dict[str, set[str]]) -> list[str]:
         top = src.split(".")[0]
         for dst in deps:
             other = dst.split(".")[0]
+            shared = SHARED_SIDEWAYS.get(top)
+            if shared and (dst == shared or dst.startswith(shared + ".")):
+                continue
             if other != top and RANK[other] >= RANK[top]:
                 bad.append(f"{src} imports {dst}")
     return sorted(bad)
@@ -164,8 +170,10 @@ def test_no_import_cycles_between_modules():
 def test_the_checks_can_fail():
     """The two checks above see a violation when there is one (they are not vacuous)."""
     edges = {"merging.merge": {"analysis.stats"}, "analysis.stats": {"merging.engine.loop"},
-             "merging.engine.loop": {"merging.merge"}, "app.state": {"ram_studio.cli"}, "ram_studio.cli": set()}
-    assert upward_imports(edges) == ["app.state imports ram_studio.cli", "merging.merge imports analysis.stats"]
+             "merging.engine.loop": {"merging.merge"}, "app.state": {"ram_studio.cli"},
+             "ram_studio.cli": {"app.charts.base", "app.jobs"}}
+    assert upward_imports(edges) == ["app.state imports ram_studio.cli", "merging.merge imports analysis.stats",
+                                     "ram_studio.cli imports app.jobs"]
     assert cycles(edges) == [["analysis.stats", "merging.engine.loop", "merging.merge", "analysis.stats"]]
     real = import_edges(modules())
     assert "merging.merge" in real and "merging.engine.counts" in real["merging.merge"]  # the parser sees imports

@@ -1,6 +1,6 @@
 """Every bad input gets one clear message naming the file/tensor, a non-zero exit, and no output.
 
-Each test id here is a row of the README's "Bad inputs and faults" table.
+Each test id here is a row of the "Bad inputs and faults" table in docs/security.md.
 """
 from __future__ import annotations
 
@@ -335,7 +335,7 @@ def test_hub_error_messages():
 
 
 def test_hub_connection_errors_say_what_failed(monkeypatch):
-    """Issue 13: offline without HF_HUB_OFFLINE, the message names the failure (never the raw
+    """Offline without HF_HUB_OFFLINE, the message names the failure (never the raw
     '[Errno -2] Name or service not known') and does not ask to unset a variable that is not set."""
     import socket
 
@@ -367,14 +367,14 @@ def test_hub_connection_errors_say_what_failed(monkeypatch):
     assert "HF_HUB_OFFLINE" in str(err) and "not in the local Hugging Face cache" in err.message
 
 
-# --- issue 20: nested data, models evaluate cannot score ---------------------------------------------------
+# --- Nested data, models evaluate cannot score ---------------------------------------------------
 
 DEEP = 100_000
 
 
 @pytest.mark.parametrize("where", ["config", "index", "header", "header-entry", "recipe"])
 def test_json_nested_100000_deep_is_one_line(capsys, family, tmp_path, where):
-    """Issue 20, 5: JSON nested 100,000 deep in config.json, a safetensors header, an index or a recipe gave a
+    """JSON nested 100,000 deep in config.json, a safetensors header, an index or a recipe gave a
     RecursionError traceback (the app: "unexpected RecursionError"). The depth is checked before parsing."""
     base, agents = family
     deep = "[" * DEEP + "]" * DEEP
@@ -408,7 +408,7 @@ def test_json_nested_100000_deep_is_one_line(capsys, family, tmp_path, where):
 
 @pytest.mark.parametrize("case", ["foreign tokenizer", "no tokenizer"])
 def test_evaluate_refuses_a_model_that_is_not_demo_compatible(capsys, family, tmp_path, case):
-    """Issue 20, 7: `evaluate` on a model that is not demo-compatible (a Qwen2.5-shaped folder) gave an
+    """`evaluate` on a model that is not demo-compatible (a Qwen2.5-shaped folder) gave an
     IndexError traceback with exit 1."""
     from merging.reading.refs import demo_root
 

@@ -254,7 +254,7 @@ def test_merge_from_ui(page, server):
 
 
 def test_fast_failures_never_leave_the_form_disabled(page, server):
-    """Issue 13 (2 of 7 tries before): a merge that fails at once — here unique_only naming no agent, which
+    """A merge that fails at once — here unique_only naming no agent, which
     fails inside the job — must give back an enabled form, Overwrite box included, every time."""
     goto(page, server, "Merge & export")
     method = page.locator('[data-testid="stSelectbox"]').filter(has_text="Method")
@@ -325,7 +325,7 @@ def test_hub_download_in_the_browser(page, server):
 
 
 def test_dark_mode_follows_the_browser(page, server):
-    """Issue 13: with the browser set to dark, the app and its charts are dark (no light charts on a dark page)."""
+    """With the browser set to dark, the app and its charts are dark (no light charts on a dark page)."""
     ctx = page.context.browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="dark")
     pg = ctx.new_page()
     pg.set_default_timeout(60_000)
@@ -348,7 +348,7 @@ def test_dark_mode_follows_the_browser(page, server):
 
 
 def test_hostile_names_never_make_a_remote_request_or_a_link(page, server):
-    """Issue 20, 4: file-derived text rendered as Markdown loaded a remote image by itself (a tracking beacon)
+    """File-derived text rendered as Markdown loaded a remote image by itself (a tracking beacon)
     and showed a phishing link. Folder and tensor names full of markup go through every page — the Models
     report, every chart of Heterogeneity and Tune, Signal dilution, a merge and its results, and an error box
     quoting the tensor name — in a real browser: every request stays on the app's own server, and no link
@@ -415,7 +415,7 @@ def test_hostile_names_never_make_a_remote_request_or_a_link(page, server):
 
 
 def test_sweep_page_start_progress_results_and_export(page, server):
-    """Issue 21: a sweep from the page — it starts, shows progress, then results and charts; "merge & export this
+    """A sweep from the page — it starts, shows progress, then results and charts; "merge & export this
     candidate" fills the Merge page with the chosen candidate."""
     goto(page, server, "Sweep")
     page.get_by_role("button", name="Ablation over r (Table 2)").click()
@@ -445,7 +445,7 @@ def test_sweep_page_start_progress_results_and_export(page, server):
 
 
 def test_a_reload_keeps_the_models_the_analysis_and_the_merge(page, server):
-    """Issue 23 (11): the selection lives in the URL, so a reload (a new session) opens the same models with the
+    """The selection lives in the URL, so a reload (a new session) opens the same models with the
     server's cached analysis; the Merge page re-attaches to the merge the old session ran, and owns its folder."""
     from urllib.parse import parse_qs, urlparse
 
@@ -512,7 +512,7 @@ def test_a_reload_keeps_the_models_the_analysis_and_the_merge(page, server):
     assert (out / "ram_recipe.json").stat().st_mtime_ns != before  # written again by the new session
     shoot(page, "merge-after-reload")
 
-    # Issue 23 (8): after a finished merge, "Load into the form" keeps the mergekit panel open with its
+    # After a finished merge, "Load into the form" keeps the mergekit panel open with its
     # confirmation; the same models in another order keep "analysis ready" and say what changed.
     page.locator('[data-testid="stExpander"]').filter(has_text="mergekit YAML").locator("summary").click()
     area = page.get_by_role("textbox", name="Paste a mergekit YAML")

@@ -1,4 +1,4 @@
-"""Issue 23 in a real browser: every chart builder, with 2, 3 and 8 agents named like the paper's, drawn by
+"""In a real browser: every chart builder, with 2, 3 and 8 agents named like the paper's, drawn by
 plotly.js in headless chromium at the width the app gives it; the rendered boxes are measured: the title and
 subtitle fit the chart's width, the legend overlaps no title, subplot title, plot area or tick label, subplot
 titles and annotations do not overlap each other, tick labels do not overlap each other or a neighbouring panel,
@@ -113,7 +113,7 @@ def render(browser, figures: dict, path: Path, scheme: str = "light") -> list[di
 
 @pytest.mark.parametrize("n", [2, 3, 8])
 def test_every_chart_stays_readable_with_long_names(browser, tmp_path, n):
-    """Issue 23 point 1: the paper's names (and 2–8 agents) in every chart: nothing overlaps, nothing is cut."""
+    """The paper's names (and 2–8 agents) in every chart: nothing overlaps, nothing is cut."""
     from app import charts
 
     res = long_named_result(tmp_path / "models", n)

@@ -1,4 +1,4 @@
-"""Issue 23 (10): every command-line option says what it does; the demo's evaluator prints accuracy in % with its
+"""Every command-line option says what it does; the demo's evaluator prints accuracy in % with its
 columns explained and without transformers' loading bars (the app's labels: tests/test_app_state.py)."""
 from __future__ import annotations
 

@@ -247,7 +247,7 @@ def test_fuzz_mergekit_configs(family, data):
     run_file(family, "config.yml", text)
 
 
-# --- issue 20: hostile names, nested and aliased documents, fp8 inputs -----------------------------------
+# --- Hostile names, nested and aliased documents, fp8 inputs -----------------------------------
 
 HOSTILE = ["![x](http://127.0.0.2:9/b.png)", "[Click to fix](http://127.0.0.2:9/p)", "<img src=x onerror=alert(1)>",
            "\x1b]0;pwned\x07", "\x1b[2J", "=cmd|' /C calc'!A0", "+1+1", "-2", "@SUM(A1)", "\t", "\u202e", "\u2066",

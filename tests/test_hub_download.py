@@ -231,7 +231,7 @@ def test_every_download_path_resumes(hub):
 
 @pytest.mark.parametrize("oid", ["../../../../escape", "ab/cd" + "0" * 60, "not-hex-at-all", ""])
 def test_a_forged_file_id_from_the_hub_is_one_line_and_writes_nothing(hub, oid):
-    """Issue 20, 7: a Hub endpoint returning an etag with '/' gave a ValueError traceback from plan_download
+    """A Hub endpoint returning an etag with '/' gave a ValueError traceback from plan_download
     (and an id with '..' would name a blob path outside the cache). Ids, paths and sizes are checked first."""
     hub.forged_oids = {"config.json": oid, "model.safetensors": oid}
     r = cli(hub, "download", "org/base")

@@ -190,7 +190,7 @@ def analyze_json(args, out):
 
 
 def test_a_kernel_made_ready_once_is_waited_for_by_the_next_process(tmp_path, monkeypatch):
-    """Issue 23: a merge that starts without a counting pass (the app, or the CLI after `analyze`) used to
+    """A merge that starts without a counting pass (the app, or the CLI after `analyze`) used to
     wait for its kernels only after a full warm-up of every kernel had been noted; otherwise it merged its
     first tensor on the torch path while they loaded. Each kernel made ready is now noted on its own, and
     `settle` waits for kernels noted so (loaded from numba's cache), never for one never made ready."""

@@ -1,4 +1,4 @@
-"""mergekit interop (issue 15): `run CONFIG` runs mergekit YAML for the methods both tools have, every
+"""mergekit interop: `run CONFIG` runs mergekit YAML for the methods both tools have, every
 merge writes the mergekit config that reproduces it (or says why none does), and everything we would not
 reproduce faithfully is refused with one line naming the field. The comparison against mergekit's own
 output lives in tests/benchmarks/mergekit_interop.py (it needs mergekit's separate venv)."""
@@ -184,7 +184,7 @@ def test_notes_say_what_differs(family):
         parse_mergekit_yaml("merge_method: ram\n")
 
 
-# --- issue 23, point 7, and issue 20, point 5: hand-written numbers; nested and aliased YAML --------------
+# --- hand-written numbers; nested and aliased YAML --------------
 
 HAND_WRITTEN = """\
 # written by hand, the way people write mergekit configs
@@ -244,7 +244,7 @@ def test_numbers_in_strings_follow_pydantic(family, value):
 
 
 def test_nested_and_aliased_yaml_is_refused_at_once(tmp_path, capsys):
-    """Issue 20, 5: YAML nested 100,000 deep gave a RecursionError; a 553-byte alias bomb took 56 s and 3.2 GB
+    """YAML nested 100,000 deep gave a RecursionError; a 553-byte alias bomb took 56 s and 3.2 GB
     before its error. Both are refused before anything is built."""
     import time
 

@@ -79,7 +79,7 @@ def test_global_rho_differs_from_tensor_rho_on_crafted_case():
 
 
 def test_dare_masks_follow_position_not_names():
-    """Issue 20, finding 9: keep masks are keyed by the agent's position (merging.methods.base.agent_seed_keys),
+    """Keep masks are keyed by the agent's position (merging.methods.base.agent_seed_keys),
     never by its name or how its path was spelled: same inputs, same order, same parameters → same merge."""
     taus = sparse_taus()
     a = merge_in_memory("dare_ta", taus, {"drop_rate": .5}, agents=["code", "tool", "memory"])

@@ -1,7 +1,7 @@
-"""Recipes written before issue 24's restructuring still run, and give the same bytes.
+"""Recipes written before the package restructuring still run, and give the same bytes.
 
-`tests/fixtures/recipes-v0.2/*.json` are the `ram_recipe.json` files that RAM Studio 0.2.0 wrote at commit
-e695bdd (before merging/ became sub-packages) for merges of the bundled demo; SHAS are the SHA-256 of the
+`tests/fixtures/recipes-v0.2/*.json` are the `ram_recipe.json` files that RAM Studio 0.2.0 wrote
+before merging/ became sub-packages for merges of the bundled demo; SHAS are the SHA-256 of the
 `model.safetensors` each of those merges wrote then. Methods with passes (TIES), seeded masks (DARE),
 global ρ (RAM+) and the Fig. 3 method are covered.
 """

@@ -1,4 +1,4 @@
-"""Issue 23 (13): the smaller points — the duplicate-agent error's hint, ./merged-models/ ignored by git, a
+"""The smaller points — the duplicate-agent error's hint, ./merged-models/ ignored by git, a
 symlinked folder labelled with the name typed, the Fig. 3 estimate from the model size (the app's side is in
 tests/test_app_state.py with the soft-rule subtitles, the toy's titles and the offline error)."""
 from __future__ import annotations

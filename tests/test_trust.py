@@ -1,6 +1,6 @@
 """A merge never destroys inputs, never reads or leaks files from outside a model folder, never lets two
-writers race, and never writes a wrong model with exit 0 (issue 10). Each test is a row of the README's
-"Bad inputs and faults" table; inputs are copies, hashed before and after where it matters."""
+writers race, and never writes a wrong model with exit 0. Each test is a row of the "Trust" table in
+docs/security.md; inputs are copies, hashed before and after where it matters."""
 from __future__ import annotations
 
 import json
@@ -130,7 +130,7 @@ def test_overwrite_replaces_only_a_folder_ram_studio_wrote(capsys, models, tmp_p
 
 
 def test_output_never_goes_inside_another_model_folder(capsys, models, tmp_path):
-    """Issue 13: the README's `--out merged` and an app default of ./merged/NAME nested one model in another,
+    """A first `--out merged` and an app default of ./merged/NAME nested one model in another,
     in either order. A model folder (config.json + safetensors, or our recipe) never receives a merge inside."""
     base, agents = models
     cli_made = tmp_path / "merged"
@@ -528,7 +528,7 @@ def test_control_characters_in_names_are_escaped(capsys, tmp_path):
     assert "\x1b" not in out + err
 
 
-# === Trust v2 (issue 20): each class of the hostile pass, and the attacks on its fix ====================
+# === Trust v2: each class of the hostile pass, and the attacks on its fix ====================
 
 def _dead_pid() -> int:
     """The id of a process that has exited (for lock files and markers that name a dead writer)."""
@@ -574,7 +574,7 @@ def _cache_layout(root: Path, model: Path, links: dict[str, str], blobs_to: Path
 # --- 1. a cache layout that reads anything --------------------------------------------------------------
 
 def test_blob_store_that_is_a_link_reads_nothing(capsys, models, tmp_path, monkeypatch):
-    """Issue 20, 1: `blobs -> /` made every file of the disk a "blob"; the process environment (HF_TOKEN) and
+    """`blobs -> /` made every file of the disk a "blob"; the process environment (HF_TOKEN) and
     any readable file were copied into the output. The blob store must be a real folder of the repo."""
     base, agents = models
     monkeypatch.setenv("HF_TOKEN", "hf_TOPSECRET_TOKEN")
@@ -592,7 +592,7 @@ def test_blob_store_that_is_a_link_reads_nothing(capsys, models, tmp_path, monke
 
 
 def test_a_snapshot_folder_linked_out_of_its_repo_is_refused(capsys, models, tmp_path):
-    """Issue 20, 1 (the root may not be a link): a snapshot folder of a cache entry that links elsewhere —
+    """The root may not be a link: a snapshot folder of a cache entry that links elsewhere —
     e.g. to a folder holding secrets next to model files — is refused; one linking inside its repo is fine."""
     base, agents = models
     repo = tmp_path / "hub" / "models--org--x"
@@ -609,7 +609,7 @@ def test_a_snapshot_folder_linked_out_of_its_repo_is_refused(capsys, models, tmp
 
 
 def test_hard_links_bring_nothing_in(capsys, models, tmp_path):
-    """Issue 20, 1: a side file or a blob hard-linked to a file outside was copied. A file with more than one
+    """A side file or a blob hard-linked to a file outside was copied. A file with more than one
     link is read only when it is a blob of the repo's own store whose content matches its name."""
     import hashlib
 
@@ -646,7 +646,7 @@ def test_hard_links_bring_nothing_in(capsys, models, tmp_path):
 
 @pytest.mark.parametrize("kind", ["fifo", "link-out", "too-large"])
 def test_side_files_are_checked_before_any_work(capsys, models, tmp_path, monkeypatch, kind):
-    """Issue 20, 8: a side file that may not be copied (a FIFO, a link out, an oversized file) was found only
+    """A side file that may not be copied (a FIFO, a link out, an oversized file) was found only
     after the whole merge ran. It is refused before any tensor is read."""
     import merging.merge as export
     import merging.writing.side_files as side_files
@@ -693,7 +693,7 @@ def test_merge_options_as_one_object_or_as_keywords(models, tmp_path):
 
 
 def test_downloads_read_what_the_merge_wrote_never_the_path_again(models, tmp_path):
-    """Issue 20, 1: the app's zip was built at click time from whatever the output path named then (a folder
+    """The app's zip was built at click time from whatever the output path named then (a folder
     swapped for a link zipped the link's target). Downloads and uploads read the files the merge committed
     (same folder, inode and size; SHA-256 for small outputs) or refuse."""
     import io
@@ -739,7 +739,7 @@ def test_downloads_read_what_the_merge_wrote_never_the_path_again(models, tmp_pa
 # --- 2. nothing deleted that is not provably ours -------------------------------------------------------
 
 def test_an_input_that_looks_like_a_stale_partial_is_never_deleted(capsys, models, tmp_path):
-    """Issue 20, 2: an input named like a stale partial output next to the target was removed by the clean-up.
+    """An input named like a stale partial output next to the target was removed by the clean-up.
     Only a leftover holding our marker, naming this target, host and a dead process, and holding no input, goes."""
     import socket
 
@@ -766,7 +766,7 @@ def test_an_input_that_looks_like_a_stale_partial_is_never_deleted(capsys, model
 # --- 3. outputs inside inputs without a symlink ---------------------------------------------------------
 
 def test_outputs_through_a_bind_mount_of_an_input_are_refused(models, tmp_path):
-    """Issue 20, 3: a bind mount of an input (other path string, same device and inode) let an output, an
+    """A bind mount of an input (other path string, same device and inode) let an output, an
     `inspect --json` and an analysis file land inside the input."""
     base, agents = models
     view, above = tmp_path / "view", tmp_path / "above"
@@ -787,7 +787,7 @@ def test_outputs_through_a_bind_mount_of_an_input_are_refused(models, tmp_path):
 
 
 def test_an_empty_mount_point_is_refused_before_any_work(models, tmp_path):
-    """Issue 20, 8: an output that is an empty mount point failed only at the final rename."""
+    """An output that is an empty mount point failed only at the final rename."""
     base, agents = models
     out = tmp_path / "mnt"
     out.mkdir()
@@ -799,7 +799,7 @@ def test_an_empty_mount_point_is_refused_before_any_work(models, tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a folder owned by another user")
 def test_a_folder_owned_by_another_user_is_never_replaced(capsys, models, tmp_path):
-    """Issue 20, 8: an empty world-writable (1777) folder owned by another user was silently replaced."""
+    """An empty world-writable (1777) folder owned by another user was silently replaced."""
     base, agents = models
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -813,7 +813,7 @@ def test_a_folder_owned_by_another_user_is_never_replaced(capsys, models, tmp_pa
 
 @pytest.mark.parametrize("where", ["is", "inside"])
 def test_the_analysis_cache_is_never_written_into_an_input(capsys, models, monkeypatch, where):
-    """Issue 20, 3: RAM_STUDIO_CACHE pointing at an input folder wrote the analysis cache into it."""
+    """RAM_STUDIO_CACHE pointing at an input folder wrote the analysis cache into it."""
     base, agents = models
     before = checksums([base.parent])
     monkeypatch.setenv("RAM_STUDIO_CACHE", str(agents[1] if where == "is" else agents[1] / "cache"))
@@ -826,7 +826,7 @@ def test_the_analysis_cache_is_never_written_into_an_input(capsys, models, monke
 
 @pytest.mark.parametrize("name", ["/tmp/elsewhere", "../up", "a/b", "..", "x\x1b]0;title\x07"])
 def test_a_recipe_writes_only_into_a_plain_name(capsys, models, tmp_path, monkeypatch, name):
-    """Issue 20, 3: a recipe whose recorded output name was absolute or had `../` wrote there instead of ./NAME."""
+    """A recipe whose recorded output name was absolute or had `../` wrote there instead of ./NAME."""
     base, agents = models
     out = tmp_path / "m"
     assert run(capsys, *merge_argv(base, agents, out))[0] == 0
@@ -846,7 +846,7 @@ def test_a_recipe_writes_only_into_a_plain_name(capsys, models, tmp_path, monkey
 
 def test_an_output_in_the_hub_cache_is_allowed_only_outside_inputs_with_a_warning(capsys, models, tmp_path,
                                                                                   monkeypatch):
-    """Issue 20, 3: an output in the Hub cache outside every input's repo was accepted silently."""
+    """An output in the Hub cache outside every input's repo was accepted silently."""
     from tests.app_helpers import reload_hub_client
 
     base, agents = models
@@ -866,7 +866,7 @@ def test_an_output_in_the_hub_cache_is_allowed_only_outside_inputs_with_a_warnin
 # --- 4. text from files is data --------------------------------------------------------------------------
 
 def test_terminal_lines_escape_paths_and_names(capsys, models, tmp_path):
-    """Issue 20, 4: the "wrote …" line printed raw escape sequences from --out (window title set, screen
+    """The "wrote …" line printed raw escape sequences from --out (window title set, screen
     cleared); every line the CLI prints is escaped."""
     base, agents = models
     out = tmp_path / "m\x1b]0;pwned\x07\x1b[2J\u202eevil"
@@ -904,7 +904,7 @@ def _hostile_family(root: Path, names=HOSTILE_TENSORS, dtype=torch.float32) -> l
 
 
 def test_csv_cells_never_run_as_formulas(capsys, tmp_path):
-    """Issue 20, 4: tensor names starting with = + - @ were written raw into CSV (formula injection), and
+    """Tensor names starting with = + - @ were written raw into CSV (formula injection), and
     bidi characters raw."""
     import csv
 
@@ -926,7 +926,7 @@ def test_csv_cells_never_run_as_formulas(capsys, tmp_path):
 # --- 5. nested and aliased data, lists longer than a merge takes ----------------------------------------
 
 def test_a_recipe_with_a_million_agents_is_refused_before_anything_is_opened(capsys, models, tmp_path, monkeypatch):
-    """Issue 20, 5: a recipe with 10^5 agents was refused after 145 s (quadratic); one with 10^6 (14.9 MB, under
+    """A recipe with 10^5 agents was refused after 145 s (quadratic); one with 10^6 (14.9 MB, under
     the size cap) ran for 25 minutes. The agent count is checked first, before any model is looked at."""
     import merging.reading.checkpoint as checkpoint
     import merging.reading.refs as refs
@@ -952,7 +952,7 @@ def test_a_recipe_with_a_million_agents_is_refused_before_anything_is_opened(cap
 
 @pytest.mark.parametrize("dtype", ["F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"])
 def test_every_written_dtype_is_checked_finite_and_changed(capsys, tmp_path, dtype):
-    """Issue 20, 6: the finite and "changed" checks skipped F8_E4M3/F8_E5M2: `--lambda 1e6` wrote Inf with
+    """The finite and "changed" checks skipped F8_E4M3/F8_E5M2: `--lambda 1e6` wrote Inf with
     exit 0, a real fp8 merge was refused as "changes nothing", and --allow-noop died with KeyError after writing."""
     from merging.common.dtypes import ST_TO_TORCH
 
@@ -975,7 +975,7 @@ def test_every_written_dtype_is_checked_finite_and_changed(capsys, tmp_path, dty
 
 
 def test_agents_that_cancel_give_no_merge_only_rounding(capsys, tmp_path):
-    """Issue 20, 8: two agents that differ only in sign gave a model 1e-7 away from the base, accepted as a
+    """Two agents that differ only in sign gave a model 1e-7 away from the base, accepted as a
     real merge. A merge whose largest change is one step of the output dtype is refused like a no-op."""
     g = torch.Generator().manual_seed(0)
     base = {"model.layers.0.mlp.up_proj.weight": torch.randn(256, generator=g) * 0.02}
@@ -998,7 +998,7 @@ def test_agents_that_cancel_give_no_merge_only_rounding(capsys, tmp_path):
 # --- 8. rough edges answered before work ---------------------------------------------------------------
 
 def test_an_orphan_cache_file_of_a_killed_writer_is_removed(capsys, models, tmp_path, monkeypatch):
-    """Issue 20, 8: an orphan `.KEY.*.tmp` stayed in the analysis cache after a kill. The next writer removes
+    """An orphan `.KEY.*.tmp` stayed in the analysis cache after a kill. The next writer removes
     ours (this host, a dead writer); nothing else."""
     from analysis.cache import _host
 
@@ -1020,7 +1020,7 @@ def test_an_orphan_cache_file_of_a_killed_writer_is_removed(capsys, models, tmp_
 
 
 def test_a_recipe_with_relative_paths_never_becomes_hub_ids(capsys, models, tmp_path, monkeypatch):
-    """Issue 20, 8: a recipe with relative model paths run from another folder turned them into Hub ids and
+    """A recipe with relative model paths run from another folder turned them into Hub ids and
     tried the network."""
     from tests.app_helpers import reload_hub_client
 
@@ -1047,7 +1047,7 @@ def test_a_recipe_with_relative_paths_never_becomes_hub_ids(capsys, models, tmp_
 
 @pytest.mark.parametrize("method", ["dare_ta", "dare_ties"])
 def test_same_models_under_any_spelling_give_byte_identical_merges(capsys, tmp_path, monkeypatch, method):
-    """Issue 20, 9: DARE's masks were keyed by the agent reference as typed, so `demo:code`,
+    """DARE's masks were keyed by the agent reference as typed, so `demo:code`,
     `assets/demo/models/code` and `./assets/demo/models/code/` gave three different merges. Now by position."""
     import hashlib
 
@@ -1079,7 +1079,7 @@ def test_same_models_under_any_spelling_give_byte_identical_merges(capsys, tmp_p
 
 
 def test_an_analysis_of_very_many_tensors_says_its_cost_before_it_starts(tmp_path, monkeypatch, capsys):
-    """Issue 20, 8: 100,000 tiny tensors took minutes and gigabytes to analyze without a word. Above
+    """100,000 tiny tensors took minutes and gigabytes to analyze without a word. Above
     MANY_TENSORS float tensors `analyze` says, before the pass, how many rows of statistics it will keep and
     about how much memory that takes; below it, nothing is said."""
     import torch

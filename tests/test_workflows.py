@@ -1,4 +1,4 @@
-"""Issue 24, "views are views": the workflows the app's pages call live below the app and work without it —
+"""Views are views: the workflows the app's pages call live below the app and work without it —
 the Fig. 3 experiment, the Hub upload, a mergekit YAML read into form values, and CLI flags from Param.flag."""
 from __future__ import annotations
 

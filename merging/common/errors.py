@@ -25,6 +25,10 @@ class RamStudioError(Exception):
     def __str__(self) -> str:
         return f"{self.message} {self.hint}".strip() if self.hint else self.message
 
+    def _render_traceback_(self) -> list[str]:
+        """How IPython and Jupyter show it: the one line the CLI prints, not a traceback (a user error)."""
+        return [f"{type(self).__name__}: {self}"]
+
 
 class Cancelled(RamStudioError):
     """A long operation (merge, analysis, download) stopped because the caller asked it to."""

@@ -1,6 +1,6 @@
 """DARE (drop and rescale) combined with Task Arithmetic or TIES.
 
-Choices (README "Methods, and where our maths differs"): each element is kept with probability 1−p and kept
+Choices (docs/methods.md, "Where our maths differs"): each element is kept with probability 1−p and kept
 entries are scaled by 1/(1−p) (DARE paper, MergeLM, peft; mergekit instead rescales to preserve the L1 norm).
 The keep mask comes from a counter-based hash of (seed, agent, tensor name, flat element index), so it is
 the same whatever the tensor order, the chunk size or the device. The agent is keyed by its position in

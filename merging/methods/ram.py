@@ -1,6 +1,6 @@
 """RAM and RAM+ (paper Sec. 4, Eq. 2 and 6-8): average where agents overlap, keep (and rescale) unique updates.
 
-Choices where public implementations differ (see README "Methods, and where our maths differs"):
+Choices where public implementations differ (see docs/methods.md, "Where our maths differs"):
 - ε is compared as |τ| > ε in float32, τ computed in float32 from the stored dtype (paper, Eq. 1).
 - ρ_t is counted over the whole model by default (`rho_scope="global"`, the paper); `"tensor"` counts
   per tensor like mergekit's `ramplus_tl`.

@@ -1,6 +1,6 @@
 """TIES-Merging: trim each τ_t to its top-k magnitudes per tensor, elect a sign, take the disjoint mean.
 
-Choices (README "Maths and deviations"): k = int(density·n) per tensor, exactly k kept; ties at the
+Choices (docs/methods.md, "Where our maths differs"): k = int(density·n) per tensor, exactly k kept; ties at the
 threshold are broken by flat index (lowest first), so the result does not depend on chunking. The
 threshold is found exactly by a two-pass radix select on the float32 bit pattern of |τ| (16 high,
 then 16 low bits), so no full sort and memory bounded by the chunk size. A zero sign sum elects +

@@ -263,7 +263,7 @@ def check_output_folder(out: str | Path, inputs: list[Protected], *, overwrite: 
     if not overwrite:
         raise RamStudioError(f"output folder {path} exists and is not empty.",
                              "Choose another folder, or allow overwriting (CLI: --overwrite; app: the "
-                             "'Overwrite' box) to replace a folder RAM Studio wrote.")
+                             "'Overwrite' box; Python: overwrite=True) to replace a folder RAM Studio wrote.")
     why = written_by_us(real, side_file_ok)
     if why:
         raise RamStudioError(f"refusing to overwrite {path}: {why}.",

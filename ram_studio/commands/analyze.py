@@ -49,10 +49,28 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         result = analyze(base, agents, ladder=ladder, device=args.device, policy=args.on_mismatch,
                          use_cache=not args.no_cache, progress=None if args.quiet else progress_printer("analyze"),
                          cancel=stop)
-    eps = args.eps if args.eps in result.ladder else (1e-5 if 1e-5 in result.ladder else result.ladder[-1])
+    eps = summary_eps(result, args.eps)
     read = _print_summary(result, eps)
     _write_outputs(outputs, result, eps, read)
     return 0
+
+
+def summary_eps(result, eps: float) -> float:
+    """The ε the summary is given at: the one asked for when it was analysed, else 1e-5, else the ladder's last."""
+    return eps if eps in result.ladder else (1e-5 if 1e-5 in result.ladder else result.ladder[-1])
+
+
+def json_document(result, eps: float, read) -> dict:
+    """What --json writes: per-agent summaries for every ε, the pairs, the reading at `eps`, the fingerprint."""
+    from analysis import agreement
+    from analysis.tables import agents_json
+
+    fields = agreement.agent_fields(result)
+    records = [{**rec, **fields[(rec["name"], rec["eps"])]} for rec in agents_json(result)]
+    return {"eps": list(result.ladder), "total_params": result.total_params, "base": result.base,
+            "agents": records, "pairs": agreement.pairs_json(result),
+            "reading": {"eps": eps, "regime": read.regime, "text": read.text},
+            "fingerprint": result.fingerprint, "seconds": result.seconds}
 
 
 def _print_summary(result, eps: float):
@@ -76,18 +94,11 @@ def _print_summary(result, eps: float):
 
 def _write_outputs(outputs: dict, result, eps: float, read) -> None:
     """--json (per-agent summaries for every ε, the pairs, the reading), --csv and --pairs-csv."""
-    from analysis import agreement
-    from analysis.tables import agents_json
     from merging.common.escaping import csv_bytes
     from merging.writing.placement import write_file_atomically
 
     if outputs["json"]:
-        fields = agreement.agent_fields(result)
-        records = [{**rec, **fields[(rec["name"], rec["eps"])]} for rec in agents_json(result)]
-        doc = {"eps": list(result.ladder), "total_params": result.total_params, "base": result.base,
-               "agents": records, "pairs": agreement.pairs_json(result),
-               "reading": {"eps": eps, "regime": read.regime, "text": read.text},
-               "fingerprint": result.fingerprint, "seconds": result.seconds}
+        doc = json_document(result, eps, read)
         write_file_atomically(outputs["json"], (json.dumps(doc, indent=2) + "\n").encode())
     if outputs["csv"]:
         write_file_atomically(outputs["csv"], csv_bytes(result.frame))

@@ -70,12 +70,14 @@ def _json_output(args: argparse.Namespace, ckpt) -> Path | None:
     return check_output_file(args.json, protected_paths(inputs), overwrite=args.overwrite)
 
 
-def _score(evaluator, loaded, args: argparse.Namespace):
-    """The per-subset frame (the demo's tasks; else None) and the scores of the loaded model on --split."""
+def _score(evaluator, loaded, args: argparse.Namespace, progress=None):
+    """The per-subset frame (the demo's tasks; else None) and the scores of the loaded model on --split;
+    progress to `progress` (examples done, in all, what), else to stderr unless --quiet."""
     from ram_studio.commands.evaluator_options import progress_printer
 
     with stop_on_signal() as stop:
-        progress = None if args.quiet else progress_printer("evaluate")
+        if progress is None and not args.quiet:
+            progress = progress_printer("evaluate")
         if hasattr(evaluator, "frame"):  # the demo's tasks: the per-subset table too
             t0 = time.perf_counter()
             frame = evaluator.frame(loaded, args.split, limit=args.limit, cancel=stop, progress=progress)
@@ -100,6 +102,12 @@ def _write_json(out: Path, args: argparse.Namespace, ckpt, evaluator, frame, sco
     """The scores, what was scored and how, and (demo tasks) every per-subset row, as JSON."""
     from merging.writing.placement import write_file_atomically
 
+    doc = json_document(args, ckpt, evaluator, frame, scores)
+    write_file_atomically(out, (json.dumps(doc, indent=2) + "\n").encode())
+
+
+def json_document(args: argparse.Namespace, ckpt, evaluator, frame, scores) -> dict:
+    """What --json writes: the model, the evaluator and its fingerprint, the split, the scores and their detail."""
     suite = getattr(evaluator, "suite", None)
     doc = {"model": args.model, "folder": str(ckpt.folder), "evaluator": evaluator.name,
            "suite": suite.name if suite else None,
@@ -108,7 +116,7 @@ def _write_json(out: Path, args: argparse.Namespace, ckpt, evaluator, frame, sco
            "detail": scores.detail, "seconds": round(scores.seconds, 3)}
     if frame is not None:
         doc["results"] = frame.to_dict(orient="records")
-    write_file_atomically(out, (json.dumps(doc, indent=2) + "\n").encode())
+    return doc
 
 
 def _refuse_unless_demo_compatible(ckpt) -> None:

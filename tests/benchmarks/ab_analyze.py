@@ -7,7 +7,7 @@ temporary folder (removed at the end) and run with that folder first on PYTHONPA
 demo; a folder is a make_checkpoints set (base, agent_*). Each version first compiles its numba kernels into
 its own cache; then the two run `analyze BASE AGENTS --no-cache --quiet` alternately (each with an empty
 analysis cache), and the medians of wall time and of user + system CPU (os.wait4) are reported, with every
-run. Used for issue 22: what computing the shared-region diagnostics in the pass costs.
+run. Used to measure what computing the shared-region diagnostics in the pass costs.
 """
 from __future__ import annotations
 

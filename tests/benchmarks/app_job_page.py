@@ -58,7 +58,7 @@ def start_job(kind: str, run: int, mgr: jobs.JobManager):
     """Start the job as the app's page does; returns its record."""
     if kind == "merge":
         state.run_analysis(sel)  # the Models page's analysis (from the disk cache the CLI's `analyze` wrote)
-        # Each session its own folder: the server refuses a folder another session wrote (issue 23, point 11).
+        # Each session its own folder: the server refuses a folder another session wrote.
         spec = MergeSpec(sel.base, list(sel.agents), CFG["method"], {}, f"{CFG['result']}-out.{run}")
         counts, overlap = state.cached_statistics(sel, spec)
         st.session_state["bench_t0"] = time.time()

@@ -1,4 +1,4 @@
-"""The app's long jobs against the CLI, side by side in one run (issue 23, point 2).
+"""The app's long jobs against the CLI, side by side in one run.
 
     python -m tests.benchmarks.app_vs_cli [--set .bench/data/qwen2.5-0.5b] [--runs 2]
         [--jobs merge,analyze,evaluate,fig3] [--out tests/benchmarks/results-app-vs-cli-....json]
@@ -227,7 +227,7 @@ def models(folder: Path, names: list[str]) -> tuple[str, list[str]]:
 def compare(kind: str, cfg: dict, cli: dict[str, tuple[list[str], dict]], env: dict, scratch: Path, runs: int,
             outputs: dict[str, Path] | None = None, gc_on: bool = False) -> dict:
     """Interleave the CLI variants, the plain process and the app server `runs` times (with `gc_on`, also
-    a server with Streamlit's default `runner.postScriptGC = true`, as the app ran before issue 23)."""
+    a server with Streamlit's default `runner.postScriptGC = true`, as the app once ran)."""
     rows: dict[str, list[dict]] = {name: [] for name in [*cli, "plain", "app", *(["app_gc_on"] if gc_on else [])]}
     hashes: dict[str, str] = {}
     servers = {"app": AppServer(cfg, env, scratch)}

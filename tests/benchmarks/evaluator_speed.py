@@ -1,6 +1,6 @@
 """The demo evaluator's speed, before and after the fast greedy decoder, side by side in one run.
 
-    python -m tests.benchmarks.evaluator_speed [--before ccb1959] [--repeat 3] [--json FILE]
+    python -m tests.benchmarks.evaluator_speed [--before REV] [--repeat 3] [--json FILE]
 
 1. `ram-studio evaluate demo:tool --split test` end to end (a fresh process each time: imports, loading,
    scoring, printing), this tree against the tree at `--before` (extracted with `git archive`), interleaved.

@@ -1,4 +1,4 @@
-"""Our run of a mergekit YAML against mergekit 0.1.5's own output on the same tiny models (issue 15).
+"""Our run of a mergekit YAML against mergekit 0.1.5's own output on the same tiny models.
 
 Usage: bash tests/benchmarks/setup_mergekit.sh   # once: mergekit 0.1.5 in its own venv (.bench/)
        python -m tests.benchmarks.mergekit_interop [--out .bench/interop]

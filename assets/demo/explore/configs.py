@@ -58,7 +58,7 @@ class BaseSpec:
 V1_ARCH = {"hidden": 96, "layers": 3, "heads": 4, "intermediate": 256}
 RELU_UNTIED_ARCH = {"hidden": 128, "layers": 4, "heads": 4, "intermediate": 1024, "act": "relu", "tie": False}
 BASES: dict[str, BaseSpec] = {
-    # The v1 demo base (assets/demo/models/base up to commit eea4cb2): characters, SiLU, tied.
+    # The v1 demo base (assets/demo/models/base in the demo's version 1): characters, SiLU, tied.
     "v1": BaseSpec("v1: char tokens, SiLU MLP 256, tied embeddings, 0.31 M params",
                    model=V1_ARCH, warmup=WarmupConfig(steps=3000, lr=2e-3)),
     # First attempt (kept for the record): memory retrieval was not learned (val 6.7 %).
