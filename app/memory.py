@@ -20,7 +20,7 @@ from merging.common.units import format_bytes, parse_size
 
 ANALYSIS_ENV = "RAM_STUDIO_APP_ANALYSIS_MEMORY"
 JOB_ENV = "RAM_STUDIO_APP_JOB_MEMORY"
-DEFAULT_ANALYSIS_BYTES = 1_000_000_000  # about 200 analyses of a 7B trio (~5 MB of statistics each)
+DEFAULT_ANALYSIS_BYTES = 1_000_000_000  # about 370 analyses of a Qwen2.5-7B trio (2.7 MB of statistics each)
 DEFAULT_JOB_BYTES = 256_000_000
 FORGOTTEN = 1024  # how many dropped keys a store remembers (to say "dropped", not "never computed")
 _MAX_NODES = 200_000  # measuring walks at most this many objects (a bounded estimate, never a hang)

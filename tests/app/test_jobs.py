@@ -112,7 +112,8 @@ def test_a_merge_folder_belongs_to_the_session_that_wrote_it():
         mgr.submit("merge", "b", "a merge", lambda job: "written", merges=True, out=out)
     alive.discard("a")
     assert mgr.adopt(done.id, "b", alive.__contains__) and done.owner == "b"
-    assert finish(mgr.submit("merge", "b", "a merge again", lambda job: "again", merges=True, out=out)).result == "again"
+    again = finish(mgr.submit("merge", "b", "a merge again", lambda job: "again", merges=True, out=out))
+    assert again.result == "again"
 
     def fails(job):
         raise RamStudioError("disk full.", "")
@@ -173,7 +174,7 @@ def test_a_dropped_record_says_what_it_was_and_frees_a_gone_sessions_folder():
         finish(mgr.submit("merge", "c", "a merge", lambda job: 1, merges=True, out=Path("/tmp/ram-freed")))
 
 
-# ---------------------------------------------------------------- pages: a job's link, read-only while its session is open
+# ---------------------------------------------------------------- pages: a job's link, read-only while its owner is open
 
 @pytest.fixture
 def sessions(monkeypatch):
