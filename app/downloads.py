@@ -37,20 +37,14 @@ def plan_for(refs_key: str, marker: float):
     return plan_download(hub_repos(refs_key.split("|")))
 
 
-def _work(plan, task: jobs.Task):
+def _work(plan, job: jobs.Job):
     from merging.reading.hub import download
 
-    def report(p) -> None:
-        task.detail, task.fraction = p, p.fraction
-
-    return download(plan, progress=report, cancel=task.cancel)
+    return download(plan, progress=lambda p: job.report(p.fraction, detail=p), cancel=job.cancel)
 
 
-def progress_panel(task_id: str) -> None:
-    """Live progress of the running download (a fragment); redraws the page once when it has ended."""
-    task = jobs.manager().task(task_id)
-    if task is None or not task.running:
-        st.rerun()
+def progress_panel(task: jobs.Job) -> None:
+    """Live progress of the running download (drawn by jobs.poll every 0.5 s)."""
     p = task.detail
     if p is None:
         st.progress(0.0, text="Starting the download…")
@@ -61,10 +55,12 @@ def progress_panel(task_id: str) -> None:
                          f"{eta} · {p.files_done} of {p.files_total} files")
         st.progress(min(1.0, p.file_done / p.file_total) if p.file_total else 0.0,
                     text=f"{md(p.repo_id)} · {md(p.file)}: {format_bytes(p.file_done)} of {format_bytes(p.file_total)}")
-    jobs.cancel_row(task.id, task.owner, button="Cancel download", key="download_cancel",
-                    toast="Cancelling… the part already downloaded is kept.",
-                    caption=f"Running for {format_seconds(task.elapsed)}. You can switch pages; the download keeps "
-                            "going, and an interrupted one resumes where it stopped.")
+
+
+CANCEL_DOWNLOAD = jobs.CancelButton(
+    "Cancel download", "download_cancel", toast="Cancelling… the part already downloaded is kept.",
+    caption=lambda task: (f"Running for {format_seconds(task.elapsed)}. You can switch pages; the download keeps "
+                          "going, and an interrupted one resumes where it stopped."))
 
 
 def panel(refs: list[str], *, what: str = "the analysis") -> bool:
@@ -74,17 +70,17 @@ def panel(refs: list[str], *, what: str = "the analysis") -> bool:
     if not hub:
         return True
     mgr = jobs.manager()
-    task = mgr.task(st.session_state.get(TASK_KEY))
+    task = mgr.get(st.session_state.get(TASK_KEY))
     if task is not None and task.running:
-        st.fragment(run_every=0.5)(progress_panel)(task.id)
+        jobs.poll(task, progress_panel, every=0.5, cancel=CANCEL_DOWNLOAD)
         return False
     if task is not None and task.status == "cancelled":
         st.info(task.error[0] if task.error else "Download cancelled.", icon=":material/pause_circle:")
-    elif task is not None and task.status == "failed":
-        show_error(RamStudioError(*task.error), "The download")
+    elif task is not None:
+        jobs.ending(task, "The download")
     try:
         with st.spinner("Asking the Hub which files are needed…"):
-            plan = plan_for("|".join(hub), mgr.last_download_end)
+            plan = plan_for("|".join(hub), mgr.last_end("download"))
     except RamStudioError as exc:
         show_error(exc, "Planning the download")
         return False
@@ -110,8 +106,8 @@ def panel(refs: list[str], *, what: str = "the analysis") -> bool:
     label = f"{'Continue' if again else 'Start'} the download ({format_bytes(plan.remaining)})"
     if st.button(label, type="primary", icon=":material/download:", key="download_start"):
         try:
-            task = mgr.submit_task("download", jobs.session_id(), f"the download of {len(plan.repos)} Hub models",
-                                   lambda t, pl=plan: _work(pl, t))
+            task = mgr.submit("download", jobs.session_id(), f"the download of {len(plan.repos)} Hub models",
+                              lambda j, pl=plan: _work(pl, j))
         except RamStudioError as exc:
             show_error(exc, "Starting the download")
         else:

@@ -11,6 +11,7 @@ import streamlit as st
 
 from analysis.ladder import DEFAULT_LADDER
 from app import errors
+from app.memory import ANALYSIS_ENV, DEFAULT_ANALYSIS_BYTES, LRUStore, limit_from_env
 from merging.common.errors import RamStudioError, printable
 from merging.reading.refs import DEMO_PREFIX, DEMO_SHARED_PREFIX, demo_names, demo_prefix, demo_root
 from merging.common.units import format_bytes
@@ -239,13 +240,15 @@ def no_selection_note() -> None:
 
 @dataclass
 class _Store:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    results: dict = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one analysis pass at a time per server
+    results: LRUStore = field(default_factory=lambda: LRUStore(
+        limit_from_env(ANALYSIS_ENV, DEFAULT_ANALYSIS_BYTES), "analysis", plural="analyses"))
 
 
 @st.cache_resource(show_spinner=False)
 def _analysis_store() -> _Store:
-    """Analysis results shared by every session, keyed by the selection's reference strings."""
+    """Analysis results shared by every session, keyed by the selection's reference strings, within
+    $RAM_STUDIO_APP_ANALYSIS_MEMORY bytes (least recently used dropped first: app/memory.py)."""
     return _Store()
 
 
@@ -256,12 +259,17 @@ def cached_analysis(sel: Selection):
     hit = store.results.get(_akey(sel))
     if hit is None:
         same = _akey(Selection(sel.base, tuple(sorted(sel.agents))))
-        twin = next((r for r in list(store.results.values()) if _akey(Selection(r.refs[0] if r.refs else "",
+        twin = next((r for r in store.results.values() if _akey(Selection(r.refs[0] if r.refs else "",
                      tuple(sorted(r.refs[1:])))) == same), None) if sel.agents else None
         hit = twin.reordered([sel.base, *sel.agents]) if twin is not None else None
         if hit is not None:
-            store.results[_akey(sel)] = hit
+            store.results.put(_akey(sel), hit)
     return hit
+
+
+def analysis_memory() -> str:
+    """What the server's analysis store holds, in words (e.g. "3 analyses kept, 12 MB of 1 GB")."""
+    return _analysis_store().results.summary()
 
 
 def _akey(sel: Selection) -> str:
@@ -281,7 +289,7 @@ def cached_statistics(sel: Selection, spec) -> tuple[dict | None, dict | None]:
 
 def forget_analysis(sel: Selection) -> None:
     """Drop the in-memory result and make this session's next analysis re-read the weights."""
-    _analysis_store().results.pop(_akey(sel), None)
+    _analysis_store().results.pop(_akey(sel))
     st.session_state["_fresh_analysis"] = True
 
 
@@ -300,6 +308,11 @@ def run_analysis(sel: Selection):
             note = size_note(base, len(sel.agents), DEFAULT_LADDER)
     except Exception:  # noqa: BLE001 — the pass below reports what is wrong with the inputs
         note = None
+    if store.results.was_dropped(_akey(sel)):
+        st.info("The analysis of these models was dropped from this server's memory, which keeps the most recently "
+                f"used analyses within its limit ({analysis_memory()}; {ANALYSIS_ENV} sets it). It is computed again "
+                "now — from the analysis cache on disk when it is there, else by reading the weights.",
+                icon=":material/memory:")
     if note:
         from app.markup import md
 
@@ -319,7 +332,7 @@ def run_analysis(sel: Selection):
                 fresh = bool(st.session_state.pop("_fresh_analysis", False))
                 hit = analyze(sel.base, list(sel.agents), ladder=DEFAULT_LADDER, progress=on_progress,
                               use_cache=not fresh)
-                store.results[_akey(sel)] = hit
+                store.results.put(_akey(sel), hit)
     except Exception as exc:  # noqa: BLE001
         bar.empty()
         show_error(exc, "The analysis")

@@ -54,3 +54,48 @@ def plain(markdown: str) -> str:
 
     shown = re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace("\u2060", "")  # and its autolink breakers
     return re.sub(r"&#(\d+);", lambda m: chr(int(m.group(1))), shown)  # white space at the ends, as entities
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(tmp: Path, env: dict[str, str], timeout: float = 60):
+    """`streamlit run app/main.py` on a free loopback port with `env`, its output in tmp/streamlit.log; returns
+    (process, url) once it answers its health check (the caller stops it: stop_server)."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    port = free_port()
+    log = open(tmp / "streamlit.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(APP_MAIN), "--server.port", str(port),
+                             "--server.headless", "true", "--server.address", "127.0.0.1"],
+                            cwd=APP_MAIN.parent.parent, env=env, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
+                return proc, url
+        except OSError:
+            time.sleep(0.3)
+    stop_server(proc)
+    raise RuntimeError("streamlit did not start: " + (tmp / "streamlit.log").read_text()[-2000:])
+
+
+def stop_server(proc) -> None:
+    import subprocess
+
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)

@@ -283,13 +283,21 @@ def test_one_merge_at_a_time(env, tmp_path):
         cancel.wait(60)
         raise MergeCancelled()
 
+    from app.views.merge import run_merge
+
+    def submit(out: Path, owner: str, runner):
+        spec = MergeSpec("demo:base", ["demo:code", "demo:tool"], "ram", {}, str(out))
+        return mgr.submit("merge", owner, f"a merge into {out.name}", lambda j: runner(spec, j), merges=True, out=out,
+                          request=spec)
+
     mgr = jobs.manager()
-    spec = MergeSpec("demo:base", ["demo:code", "demo:tool"], "ram", {}, str(tmp_path / "slow"))
-    job = mgr.submit(spec, "someone-else", runner=slow)
+    job = submit(tmp_path / "slow", "someone-else",
+                 lambda spec, j: slow(spec, overwrite=False, counts=None, overlap=None, provenance=None,
+                                      progress=None, cancel=j.cancel, count_progress=None))
     try:
         assert started.wait(10)
         with pytest.raises(jobs.Busy, match="another session"):
-            mgr.submit(MergeSpec("demo:base", ["demo:code", "demo:tool"], "ram", {}, str(tmp_path / "x")), "me")
+            submit(tmp_path / "x", "me", run_merge)
         at = new_app()
         at.switch_page("views/merge.py").run()
         assert any("Busy" in plain(w.value) for w in at.warning)
@@ -299,13 +307,14 @@ def test_one_merge_at_a_time(env, tmp_path):
         assert any("already running" in plain(e.value) for e in at.error)
         assert not (tmp_path / "mine").exists()
     finally:
-        mgr.cancel(job.id)
+        assert not mgr.cancel(job.id, "me")  # only the session that started a job may cancel it
+        assert mgr.cancel(job.id, "someone-else")
         job.thread.join(10)
     assert job.status == "cancelled"
     assert mgr.running() is None
 
 
-def test_cancel_from_the_ui(env, tmp_path):
+def test_cancel_from_the_ui(env, tmp_path, monkeypatch):
     from app import jobs
 
     gate = threading.Event()
@@ -321,18 +330,14 @@ def test_cancel_from_the_ui(env, tmp_path):
     at.switch_page("views/merge.py").run()
     at.text_input(key="merge_out").set_value(str(tmp_path / "c")).run()
     mgr = jobs.manager()
-    original = mgr.submit
-    mgr.submit = lambda spec, owner, **kw: original(spec, owner, **{**kw, "runner": gated})
-    try:
-        at.button(key="start_merge").click().run()
-        assert gate.wait(10)
-        at.run()
-        assert at.button(key="cancel_merge")
-        at.button(key="cancel_merge").click().run()
-        wait_merge(at, 20)
-        assert any("cancelled" in plain(i.value) for i in at.info)
-    finally:
-        del mgr.submit
+    monkeypatch.setattr("merging.merge.merge_to_folder", gated)  # what the page's merge job runs
+    at.button(key="start_merge").click().run()
+    assert gate.wait(10)
+    at.run()
+    assert at.button(key="cancel_merge")
+    at.button(key="cancel_merge").click().run()
+    wait_merge(at, 20)
+    assert any("cancelled" in plain(i.value) for i in at.info)
     assert mgr.running() is None
     assert not Path(tmp_path / "c").exists()
 
@@ -577,47 +582,41 @@ def test_every_method_has_a_form_and_average_merges(env, tmp_path):
     assert (tmp_path / "avg" / "config.json").exists()
 
 
-def test_form_is_never_left_disabled_after_a_fast_failure(env, tmp_path):
+def test_form_is_never_left_disabled_after_a_fast_failure(env, tmp_path, monkeypatch):
     """A merge that fails within milliseconds could leave the form (and the Overwrite box needed to
     fix it) disabled until the page was switched. The page drew the form from one look at the job and the
     panel below it from another; a job ending between the two left a disabled form with no progress fragment
     to redraw it. Sweep the failure time across the page's run: after every run, a disabled form must come
     with the progress panel, and the failure must end with an enabled form and one error."""
-    from app import jobs
     from merging.common.errors import RamStudioError
 
-    mgr = jobs.manager()
-    original = mgr.submit
     delay = {"s": 0.0}
 
     def fails_fast(spec, *, overwrite, counts, overlap, provenance, progress, cancel, count_progress):
         time.sleep(delay["s"])
         raise RamStudioError(f"simulated failure into {Path(spec.out).name}.", "Tick 'Overwrite'.")
 
-    mgr.submit = lambda spec, owner, **kw: original(spec, owner, **{**kw, "runner": fails_fast})
+    monkeypatch.setattr("merging.merge.merge_to_folder", fails_fast)  # what the page's merge job runs
     at = new_app()
     at.switch_page("views/merge.py").run()
-    try:
-        for i, d in enumerate([0.0, 0.001, 0.003, 0.006, 0.01, 0.015, 0.02, 0.03, 0.045, 0.06, 0.08, 0.11, 0.15,
-                               0.2, 0.3]):
-            delay["s"] = d
-            at.text_input(key="merge_out").set_value(str(tmp_path / f"fast-{i}")).run()
-            at.button(key="start_merge").click().run()
-            for _ in range(40):
-                assert not at.exception
-                panel = [b for b in at.button if b.key == "cancel_merge"]
-                if at.button(key="start_merge").disabled:
-                    assert panel, f"form disabled with no progress panel (failure after {d * 1000:.0f} ms)"
-                    assert at.checkbox(key="merge_overwrite").disabled
-                    time.sleep(0.05)
-                    at.run()
-                    continue
-                break
-            assert not at.button(key="start_merge").disabled and not at.checkbox(key="merge_overwrite").disabled
-            errors = [plain(e.value) for e in at.error]
-            assert len(errors) == 1 and f"fast-{i}" in errors[0], errors
-    finally:
-        del mgr.submit
+    for i, d in enumerate([0.0, 0.001, 0.003, 0.006, 0.01, 0.015, 0.02, 0.03, 0.045, 0.06, 0.08, 0.11, 0.15,
+                           0.2, 0.3]):
+        delay["s"] = d
+        at.text_input(key="merge_out").set_value(str(tmp_path / f"fast-{i}")).run()
+        at.button(key="start_merge").click().run()
+        for _ in range(40):
+            assert not at.exception
+            panel = [b for b in at.button if b.key == "cancel_merge"]
+            if at.button(key="start_merge").disabled:
+                assert panel, f"form disabled with no progress panel (failure after {d * 1000:.0f} ms)"
+                assert at.checkbox(key="merge_overwrite").disabled
+                time.sleep(0.05)
+                at.run()
+                continue
+            break
+        assert not at.button(key="start_merge").disabled and not at.checkbox(key="merge_overwrite").disabled
+        errors = [plain(e.value) for e in at.error]
+        assert len(errors) == 1 and f"fast-{i}" in errors[0], errors
 
 
 def test_merge_default_folder_follows_the_settings_and_is_checked_before_starting(env, tmp_path, monkeypatch):
@@ -650,9 +649,9 @@ def test_merge_default_folder_follows_the_settings_and_is_checked_before_startin
 
     suggested.mkdir(parents=True)
     (suggested / "notes.txt").write_text("someone's")
-    before = dict(jobs.manager().jobs)
+    before = [j.id for j in jobs.manager().all()]
     at.button(key="start_merge").click().run()
-    assert not at.exception and dict(jobs.manager().jobs) == before  # refused before any job exists
+    assert not at.exception and [j.id for j in jobs.manager().all()] == before  # refused before any job exists
     errors = [plain(e.value) for e in at.error]
     assert len(errors) == 1 and "exists and is not empty" in errors[0] and "'Overwrite' box" in errors[0]
     assert not at.checkbox(key="merge_overwrite").disabled and not at.button(key="start_merge").disabled

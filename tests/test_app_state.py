@@ -137,19 +137,16 @@ def gated_merge(out: Path):
     session and the job manager; the manager's submit is restored afterwards."""
     from app import jobs
 
+    from unittest import mock
+
     gate = threading.Event()
     first = new_app()
     first.switch_page("views/merge.py").run()
     first.text_input(key="merge_out").set_value(str(out)).run()
-    mgr = jobs.manager()
-    original = mgr.submit
-    mgr.submit = lambda spec, owner, **kw: original(spec, owner, **{**kw, "runner": gated_runner(gate)})
-    try:
+    with mock.patch("merging.merge.merge_to_folder", gated_runner(gate)):  # what the page's merge job runs
         first.button(key="start_merge").click().run()
         assert gate.wait(10)
-        yield first, mgr
-    finally:
-        del mgr.submit
+    yield first, jobs.manager()
 
 
 @pytest.mark.parametrize("keep_url", [True, False], ids=["reload", "bare-url"])
@@ -203,7 +200,7 @@ def test_a_connected_sessions_merge_is_not_taken_over(env, tmp_path, sessions):
             assert not other.button(key="start_merge").disabled \
                 and mgr.get(first.session_state["merge_job"]).owner == "first"
         finally:
-            mgr.cancel(first.session_state["merge_job"])
+            mgr.cancel(first.session_state["merge_job"], "first")
     wait_merge(first, 20)
 
 
@@ -218,20 +215,24 @@ def test_a_job_id_in_the_url_is_untrusted(env):
 def test_only_a_gone_sessions_job_is_adopted():
     """The page opened by its URL without `?job=` (a new tab, a typed address) takes over the newest job whose
     session has gone, never one a connected session still follows."""
-    from app.jobs import JobManager, Task
+    from app.jobs import JobManager
 
     mgr = JobManager()
-    old = Task(id="a" * 10, kind="fig3", owner="gone")
-    live = Task(id="b" * 10, kind="fig3", owner="open-tab")
-    old.started, live.started = 1.0, 2.0
-    mgr.tasks = {old.id: old, live.id: live}
-    assert mgr.orphan("fig3", lambda owner: owner == "open-tab") is old
-    assert mgr.orphan("sweep", lambda owner: False) is None
-    old.status = "done"  # finished: only a link naming it (?job=) re-attaches to it
-    assert mgr.orphan("fig3", lambda owner: owner == "open-tab") is None
-    old.status = "running"
-    mgr.adopt(old.id, "new")
-    assert old.owner == "new"
+    gate = threading.Event()
+    old = mgr.submit("fig3", "gone", "an old experiment", lambda j: gate.wait(10), exclusive=False)
+    live = mgr.submit("fig3", "open-tab", "a live experiment", lambda j: gate.wait(10), exclusive=False)
+    live.started = old.started + 1
+    try:
+        assert mgr.orphan("fig3", lambda owner: owner == "open-tab") is old
+        assert mgr.orphan("sweep", lambda owner: False) is None
+        assert not mgr.adopt(live.id, "new", lambda owner: owner == "open-tab") and live.owner == "open-tab"
+        assert mgr.adopt(old.id, "new", lambda owner: owner == "open-tab") and old.owner == "new"
+    finally:
+        gate.set()
+        old.thread.join(10)
+        live.thread.join(10)
+    assert old.status == "done"  # finished: only a link naming it (?job=) re-attaches to it
+    assert mgr.orphan("fig3", lambda owner: False) is None
 
 
 def test_a_reordered_analysis_equals_a_fresh_pass_in_that_order(env):

@@ -39,16 +39,13 @@ def fig3_references(sel: state.Selection) -> "pd.DataFrame | None":
     return fig3.reference_rows(state.demo_results(sel.demo_trio) / "accuracy.csv", labels, fig3.own_tasks(labels))
 
 
-def run_fig3(sel: state.Selection, task: jobs.Task) -> pd.DataFrame:
+def run_fig3(sel: state.Selection, job: jobs.Job) -> pd.DataFrame:
     """Worker: the experiment (assets.demo.fig3) on the selected models, each agent scored on its own task (test
-    split), its progress and cancel on the task."""
+    split), its progress and cancel on the job."""
     from assets.demo import fig3
 
-    def step(fraction: float, text: str) -> None:
-        task.fraction, task.text = fraction, text
-
-    tidy = fig3.run_experiment(sel.base, list(sel.agents), references=fig3_references(sel), step=step,
-                               cancel=task.cancel)
+    tidy = fig3.run_experiment(sel.base, list(sel.agents), references=fig3_references(sel), step=job.report,
+                               cancel=job.cancel)
     return fig3.percent_rows(tidy)
 
 
@@ -66,15 +63,13 @@ def fig3_duration(sel: state.Selection) -> str:
             f"parameters, {2 * len(sel.agents)} merges and their scoring{'' if known else ', plus the base and agents'})")
 
 
-def fig3_panel(task_id: str) -> None:
-    """Progress of the running experiment (a fragment); redraws the page once when it has ended."""
-    task = jobs.manager().task(task_id)
-    if task is None or not task.running:
-        st.rerun()
-    st.progress(task.fraction, text=f"Fig. 3 experiment: {md(task.text or 'starting')} · "
-                                    f"{format_seconds(task.elapsed)}")
-    jobs.cancel_row(task.id, task.owner, button="Cancel", key="fig3_cancel", toast="Cancelling…",
-                    caption="You can switch pages; the experiment keeps going in the background.")
+def fig3_panel(job: jobs.Job) -> None:
+    """Progress of the running experiment (drawn by jobs.poll every second)."""
+    st.progress(job.fraction, text=f"Fig. 3 experiment: {md(job.text or 'starting')} · {format_seconds(job.elapsed)}")
+
+
+CANCEL_FIG3 = jobs.CancelButton("Cancel", "fig3_cancel",
+                                caption="You can switch pages; the experiment keeps going in the background.")
 
 
 def fig3_chart(tidy: pd.DataFrame, agents: list[str], source: str, name: str) -> None:
@@ -275,7 +270,7 @@ with state.guard("Reading fig3.csv"):
 
 sel = state.selection()
 mgr = jobs.manager()
-task = mgr.task(jobs.follow(FIG3_JOB, "fig3"))
+task = jobs.follow(FIG3_JOB, "fig3")
 running = task is not None and task.running
 with st.container(border=True):
     if sel is None:
@@ -288,20 +283,16 @@ with st.container(border=True):
                     f"{md(fig3_duration(sel))}.")
         if st.button("Run the Fig. 3 experiment", icon=":material/science:", key="fig3_run", disabled=running):
             try:
-                task = mgr.submit_task("fig3", jobs.session_id(), "the Fig. 3 experiment",
-                                       lambda t, s=sel: run_fig3(s, t), merges=True)
+                task = mgr.submit("fig3", jobs.session_id(), "the Fig. 3 experiment",
+                                  lambda j, s=sel: run_fig3(s, j), merges=True)
             except RamStudioError as exc:
                 state.show_error(exc, "Starting the experiment")
             else:
                 jobs.remember(FIG3_JOB, "fig3", task.id)
                 st.rerun()
         if running:
-            st.fragment(run_every=1.0)(fig3_panel)(task.id)
-        elif task is not None and task.status == "cancelled":
-            st.info(task.error[0] if task.error else "Cancelled.", icon=":material/cancel:")
-        elif task is not None and task.status == "failed":
-            state.show_error(RamStudioError(*task.error), "The Fig. 3 experiment")
-        elif task is not None and task.status == "done" and task.result is not None:
+            jobs.poll(task, fig3_panel, cancel=CANCEL_FIG3)
+        elif task is not None and jobs.ending(task, "The Fig. 3 experiment") and task.result is not None:
             from assets.demo.fig3 import labels_of
 
             fig3_chart(task.result, labels_of(sel.agents), f"Run in this session in {format_seconds(task.elapsed)}", "fig3_run")

@@ -10,7 +10,8 @@ import pandas as pd
 import streamlit as st
 
 from app import jobs, presets, state
-from app.forms import DTYPES, OUT_CUSTOM, SHARD_SIZES, fill_merge_form, param_key
+from app.forms import (DTYPES, METHOD_KEY, OUT_CUSTOM, PRESET_KEY, RESCALE_KEY, SHARD_SIZES, TA_LAMBDA_KEY,
+                       fill_merge_form, param_key)
 from app.mergekit_panel import mergekit_panel
 from app.markup import md, md_code
 from app.tables import fitted_columns
@@ -28,6 +29,7 @@ JOB_KEY = "merge_job"
 START_ERROR_KEY = "merge_start_error"
 START_WARNING_KEY = "merge_start_warning"
 EVAL_KEY = "eval_rows"
+EVAL_JOB_KEY = "eval_job"
 OUT_KEY = "merge_out"  # the output folder box
 DEFAULT_ROOT = "merged-models"  # never the README's `--out merged`, and never inside another model folder
 ZIP_LIMIT = 300e6  # offer a zip download only below this size
@@ -104,42 +106,45 @@ def start(sel: state.Selection, method: str, params: dict, out: str, shard: str,
     spec = MergeSpec(sel.base, list(sel.agents), method, params, out.strip(), dtype, shard, on_mismatch=policy,
                      vocab=vocab, untie=untie)
     counts, overlap = state.cached_statistics(sel, spec) if not untie else (None, None)
-    chosen = st.session_state.get("merge_preset", presets.CUSTOM)
+    chosen = st.session_state.get(PRESET_KEY, presets.CUSTOM)
     provenance = None if chosen == presets.CUSTOM else preset_provenance(chosen, method, params)
-    job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite, counts=counts, overlap=overlap,
-                                provenance=provenance)
+    job = jobs.manager().submit(
+        "merge", jobs.session_id(), f"a merge into {Path(spec.out).name}",
+        lambda j: run_merge(spec, j, overwrite=overwrite, counts=counts, overlap=overlap, provenance=provenance),
+        merges=True, out=Path(spec.out), request=spec, hint="Check the output folder and the inputs, then try again.")
     jobs.remember(JOB_KEY, "merge", job.id)
 
 
-def progress_panel(job: jobs.Job) -> None:
-    """Live progress of a running job (a fragment, redrawn every 0.5 s).
+def run_merge(spec: MergeSpec, job: jobs.Job, **options):
+    """Worker: the merge (merging.merge.merge_to_folder), its progress on the job (detail: the Progress; text:
+    the phase, counting overlaps or merging)."""
+    from merging.merge import merge_to_folder
 
-    The page drew its form disabled because the job was running when the page ran; whenever the job is
-    no longer running here — even if it ended before this fragment's first draw — the whole page is
-    redrawn, so the form can never stay disabled after a merge ended."""
-    if not job.running:
-        st.rerun()
-    p = job.progress
+    def on(phase: str):
+        return lambda p: job.report(p.fraction, phase, p)
+
+    return merge_to_folder(spec, progress=on("Merging"), count_progress=on("Counting overlaps (for λ_t)"),
+                           cancel=job.cancel, **options)
+
+
+def progress_panel(job: jobs.Job) -> None:
+    """Live progress of the running merge (drawn by jobs.poll every 0.5 s)."""
+    p = job.detail
     if p is None:
         st.progress(0.0, text="Opening the models…")
     else:
-        what = "Counting overlaps (for λ_t)" if job.phase == "count" else "Merging"
         eta = f" · ETA {format_seconds(p.eta)}" if p.eta is not None else ""
         st.progress(min(1.0, p.fraction),
-                    text=f"{what}: {format_bytes(p.done)} of {format_bytes(p.total)} · tensors "
+                    text=f"{job.text}: {format_bytes(p.done)} of {format_bytes(p.total)} · tensors "
                          f"{p.tensors_done}/{p.tensors_total}{eta}")
-    jobs.cancel_row(job.id, job.owner, button="Cancel merge", key="cancel_merge", toast="Cancelling…",
-                    caption=f"Running for {format_seconds(job.elapsed)} into {md_code(job.out)}. You can switch "
-                            "pages; the merge keeps going.")
+
+
+CANCEL_MERGE = jobs.CancelButton("Cancel merge", "cancel_merge", caption=lambda job: (
+    f"Running for {format_seconds(job.elapsed)} into {md_code(job.out)}. You can switch pages; the merge keeps going."))
 
 
 def results(job: jobs.Job, sel: state.Selection) -> None:
-    if job.status == "cancelled":
-        st.info("Merge cancelled; nothing was written.", icon=":material/cancel:")
-        return
-    if job.status == "failed":
-        msg, hint = job.error or ("merge failed.", "")
-        state.show_error(RamStudioError(msg, hint), "The merge")
+    if not jobs.ending(job, "The merge", cancelled="Merge cancelled; nothing was written."):
         return
     res = job.result
     written = res.written  # what the merge committed: downloads read exactly that, never the path again
@@ -179,7 +184,7 @@ def results(job: jobs.Job, sel: state.Selection) -> None:
         c[3].caption(f"No zip above {format_bytes(ZIP_LIMIT)}: copy the folder or push it to the Hub.")
     push_form(written)
     if sel.is_demo and importlib.util.find_spec("assets.demo.evaluate") is not None:
-        evaluate_section(res.out, job.spec.method, sel.demo_trio)
+        evaluate_section(res.out, job.request.method, sel.demo_trio)
 
 
 def push_form(written) -> None:
@@ -199,46 +204,45 @@ def push_form(written) -> None:
             del token
 
 
-def run_demo_eval(folder: Path, ev: jobs.EvalJob) -> dict:
-    """Worker: score a folder on the demo tasks (test split), its progress in examples on `ev`."""
+def run_demo_eval(folder: Path, job: jobs.Job) -> dict:
+    """Worker: score a folder on the demo tasks (test split), its progress on the job (detail: examples scored
+    and in all)."""
     from assets.demo.evaluate import score_all_tasks
 
     def progress(done: int, total: int, text: str) -> None:
-        ev.done, ev.total, ev.text = done, total, text
+        job.report(done / total if total else 0.0, text, (done, total))
 
     return score_all_tasks(folder, "test", progress)
 
 
-def eval_panel(ev: jobs.EvalJob) -> None:
-    """Polls the evaluation (a fragment); when it has ended, redraws the page once with its row."""
-    if not ev.running:
-        st.rerun()
-    frac = ev.done / ev.total if ev.total else 0.0
+def eval_panel(ev: jobs.Job) -> None:
+    """Progress of the running evaluation (drawn by jobs.poll every second)."""
+    done, total = ev.detail or (0, 0)
     eta = ""
-    if ev.done:
-        eta = f" · about {format_seconds(ev.elapsed / ev.done * (ev.total - ev.done))} left"
-    st.progress(frac, text=f"Evaluating: {ev.done} of {ev.total or '…'} examples scored"
-                           f"{' · ' + md(ev.text) if ev.text else ''} · {format_seconds(ev.elapsed)}{eta}")
+    if done:
+        eta = f" · about {format_seconds(ev.elapsed / done * (total - done))} left"
+    st.progress(ev.fraction, text=f"Evaluating: {done} of {total or '…'} examples scored"
+                                  f"{' · ' + md(ev.text) if ev.text else ''} · {format_seconds(ev.elapsed)}{eta}")
 
 
 def evaluate_section(folder: Path, method: str, trio: str | None = None) -> None:
     st.subheader("Evaluate on the demo tasks")
     rows: dict = st.session_state.setdefault(EVAL_KEY, {})
     mgr = jobs.manager()
-    ev = mgr.evals.get(st.session_state.get("eval_job") or "")
+    ev = mgr.get(st.session_state.get(EVAL_JOB_KEY))
     busy = ev is not None and ev.running
     if st.button("Evaluate the merged model (test split)", icon=":material/science:", key="eval_merged",
                  disabled=busy):
-        ev = mgr.submit_eval(folder, f"{method} (this session)", run_demo_eval)
-        st.session_state["eval_job"] = ev.id
+        ev = mgr.submit("eval", jobs.session_id(), f"{method} (this session)", lambda j: run_demo_eval(folder, j),
+                        exclusive=False, key=str(folder), hint="Is this a model built from the demo base? Only those "
+                                                               "can be scored on the demo tasks.")
+        st.session_state[EVAL_JOB_KEY] = ev.id
         busy = True
     if ev is not None and busy:
-        st.fragment(run_every=1.0)(eval_panel)(ev)
-    elif ev is not None and ev.status == "failed":
-        state.show_error(RamStudioError(*ev.error), "The evaluation")
-    elif ev is not None and ev.status == "done" and ev.row is not None:
+        jobs.poll(ev, eval_panel)
+    elif ev is not None and jobs.ending(ev, "The evaluation") and ev.result is not None:
         rows.pop(ev.label, None)
-        rows[ev.label] = ev.row  # the newest evaluation goes last here, first in the table
+        rows[ev.label] = ev.result  # the newest evaluation goes last here, first in the table
     table = comparison_table(rows, trio)
     if table is not None:
         from assets.demo.evaluate import with_stderr
@@ -267,7 +271,7 @@ def comparison_table(rows: dict, trio: str | None = None) -> pd.DataFrame | None
 
 def apply_preset_to_form() -> None:
     """Set the method and its r, α and ρ scope from the chosen preset (ε and the rest stay)."""
-    picked = presets.chosen("merge_preset", "merge_rescale")
+    picked = presets.chosen(PRESET_KEY, RESCALE_KEY)
     if picked is None:
         return
     preset, params = picked
@@ -277,10 +281,10 @@ def apply_preset_to_form() -> None:
 def preset_row(tuned: dict, disabled: bool) -> None:
     """A named setting for the form (the paper's RAM+, the authors' script's two modes, mergekit's defaults);
     starts from the one chosen on Tune."""
-    init("merge_preset", tuned.get("preset", presets.CUSTOM))
+    init(PRESET_KEY, tuned.get("preset", presets.CUSTOM))
     if tuned.get("rescale_factor"):
-        init("merge_rescale", float(tuned["rescale_factor"]))
-    presets.picker("merge_preset", "merge_rescale", apply_preset_to_form, "custom (the form below)",
+        init(RESCALE_KEY, float(tuned["rescale_factor"]))
+    presets.picker(PRESET_KEY, RESCALE_KEY, apply_preset_to_form, "custom (the form below)",
                    "Fills the method and its r, α and ρ scope; ε stays.", disabled=disabled)
 
 
@@ -290,10 +294,12 @@ st.title("Merge & export")
 sel = state.selection_or_stop()
 
 mgr = jobs.manager()
-job = mgr.get(jobs.follow(JOB_KEY, "merge"))
+job = jobs.follow(JOB_KEY, "merge")
 # One look at the job for the whole page: the form, the progress panel and the results all follow it, and
-# the progress fragment redraws the page as soon as the job is no longer running.
-mine_running = job is not None and job.running
+# the progress fragment redraws the page as soon as the job is no longer running. A merge this session only
+# follows (another open session started it) disables nothing here: that session's Busy rule applies.
+job_running = job is not None and job.running
+mine_running = job_running and job.owner == jobs.session_id()
 other = mgr.running()
 tuned = state.tuned()
 
@@ -301,19 +307,19 @@ st.markdown(f"Merge {md_code(sel.base)} with {len(sel.agents)} agents. Parameter
             "merge streams the weights in chunks and writes the folder atomically (no half model is ever left).")
 names = list(METHODS)
 preset_row(tuned, mine_running)
-init("merge_method", default_method(tuned))
-method = st.selectbox("Method", names, key="merge_method", format_func=lambda n: f"{n} — {METHODS[n].summary}",
+init(METHOD_KEY, default_method(tuned))
+method = st.selectbox("Method", names, key=METHOD_KEY, format_func=lambda n: f"{n} — {METHODS[n].summary}",
                       disabled=mine_running)
 params = param_widgets(method, tuned, mine_running)
 if method == "task_arithmetic":  # Tune's "how much of each unique update survives" starts from this λ
-    st.session_state["merge_ta_lambda"] = float(params["lambda"])
-if st.session_state.get("merge_preset", presets.CUSTOM) != presets.CUSTOM:
+    st.session_state[TA_LAMBDA_KEY] = float(params["lambda"])
+if st.session_state.get(PRESET_KEY, presets.CUSTOM) != presets.CUSTOM:
     try:
-        matches = preset_provenance(st.session_state["merge_preset"], method, params) is not None
+        matches = preset_provenance(st.session_state[PRESET_KEY], method, params) is not None
     except RamStudioError:
         matches = False
     if not matches:
-        st.caption(f"The form no longer matches preset {st.session_state['merge_preset']}: the merge will be recorded "
+        st.caption(f"The form no longer matches preset {st.session_state[PRESET_KEY]}: the merge will be recorded "
                    "with its own parameters only.")
 init("merge_shard", "5GB")
 init("merge_dtype", "as base")
@@ -364,8 +370,8 @@ if hub:
                     "first; the merge then reads them from the local cache.")
         downloads.panel(hub, what="the merge")
 if other is not None and not mine_running:
-    what = f"merging into {md_code(other.out.name)}" if isinstance(other, jobs.Job) else f"running {md(other.label)}"
-    st.warning(f"Busy: another session is {what} right now ({format_seconds(other.elapsed)} so far). "
+    who = "this session" if other.owner == jobs.session_id() else "another session"
+    st.warning(f"Busy: {who} is running {md(other.label)} right now ({format_seconds(other.elapsed)} so far). "
                "One merge runs at a time per server.", icon=":material/hourglass_top:")
 mergekit_panel(MergeSpec(sel.base, list(sel.agents), method, params, out.strip(), DTYPES[dtype], shard,
                          on_mismatch=policy, vocab=vocab, untie=untie))
@@ -382,13 +388,14 @@ if go:
         st.rerun()
 if START_ERROR_KEY in st.session_state:
     state.show_error(RamStudioError(*st.session_state[START_ERROR_KEY]), "Starting the merge")
-    st.stop()  # the last job's results belong to an earlier attempt: do not show them under this error
+    if not job_running:  # a merge still running (another session's, followed here) keeps its progress below
+        st.stop()  # the last job's results belong to an earlier attempt: do not show them under this error
 
 for message in st.session_state.get(START_WARNING_KEY) or []:
     st.warning(md(message), icon=":material/warning:")
 if job is not None:
     st.divider()
-    if mine_running:  # the same look at the job as the form's: never a disabled form without this panel
-        st.fragment(run_every=0.5)(progress_panel)(job)
+    if job_running:  # the same look at the job as the form's: never a disabled form without this panel
+        jobs.poll(job, progress_panel, every=0.5, cancel=CANCEL_MERGE)
     else:
         results(job, sel)

@@ -205,31 +205,28 @@ def evaluator_section(sel: state.Selection, disabled: bool):
     return DemoEvaluator(tasks, suite=suite), limit
 
 
-def run_job(sel: state.Selection, texts: list[str], evaluator, limit: int | None, task: jobs.Task) -> SweepResult:
-    """Worker: the sweep (evaluation.executors.run_local), its progress on the task (the fraction, a line, the
+def run_job(sel: state.Selection, texts: list[str], evaluator, limit: int | None, job: jobs.Job) -> SweepResult:
+    """Worker: the sweep (evaluation.executors.run_local), its progress on the job (the fraction, a line, the
     entries so far)."""
     from evaluation.executors import run_local
 
     def progress(p) -> None:
-        task.fraction = p.fraction
         examples = f" ({p.examples_done}/{p.examples_total} examples)" if p.examples_total and p.phase != "open" else ""
         phase = {"open": "Opening the models", "select": "Validation", "report": "Test", "done": "Done"}[p.phase]
-        task.text = f"{phase}: {p.done} of {p.total} scored{examples}" + (f" · {p.current}" if p.current else "")
-        task.detail = p.entries
+        job.report(p.fraction, f"{phase}: {p.done} of {p.total} scored{examples}"
+                   + (f" · {p.current}" if p.current else ""), p.entries)
 
-    return run_local(sel.base, list(sel.agents), texts, evaluator, limit, progress=progress, cancel=task.cancel)
+    return run_local(sel.base, list(sel.agents), texts, evaluator, limit, progress=progress, cancel=job.cancel)
 
 
-def progress_panel(task_id: str) -> None:
-    """The running sweep (a fragment): bar, line, the scores so far, cancel; redraws the page when it ends."""
-    task = jobs.manager().task(task_id)
-    if task is None or not task.running:
-        st.rerun()
-    st.progress(min(1.0, task.fraction), text=f"{task.text or 'Starting'} · {format_seconds(task.elapsed)}")
-    jobs.cancel_row(task.id, task.owner, button="Cancel sweep", key="sweep_cancel", toast="Cancelling…",
-                    caption="Every score is kept as it comes: starting the same sweep again resumes from them. You "
-                            "can switch pages meanwhile.")
-    entries = task.detail or []
+CANCEL_SWEEP = jobs.CancelButton("Cancel sweep", "sweep_cancel", caption="Every score is kept as it comes: starting "
+                                 "the same sweep again resumes from them. You can switch pages meanwhile.")
+
+
+def progress_panel(job: jobs.Job) -> None:
+    """The running sweep (drawn by jobs.poll every second): bar, line, the scores so far."""
+    st.progress(min(1.0, job.fraction), text=f"{job.text or 'Starting'} · {format_seconds(job.elapsed)}")
+    entries = job.detail or []
     if entries:
         live = entries_frame(entries)
         st.dataframe(live, hide_index=True, width="stretch", key="sweep_live", column_config=fitted_columns(live))
@@ -244,7 +241,7 @@ st.markdown("What does a setting do to the merged model's **scores**? Each candi
             "paper's protocol, Appendix D.2).")
 sel = state.selection_or_stop()
 mgr = jobs.manager()
-task = mgr.task(jobs.follow(JOB_KEY, "sweep"))
+task = jobs.follow(JOB_KEY, "sweep")
 running = task is not None and task.running
 candidates_section(running, sel)
 evaluator, limit = evaluator_section(sel, running)
@@ -266,8 +263,8 @@ if go:
         from evaluation.sweep import check_splits
 
         check_splits(evaluator, "validation", "test")  # e.g. lm-eval tasks without a validation split: said now
-        task = mgr.submit_task("sweep", jobs.session_id(), f"a sweep of {n} candidates",
-                               lambda t, s=sel, g=texts, e=evaluator, k=limit: run_job(s, g, e, k, t))
+        task = mgr.submit("sweep", jobs.session_id(), f"a sweep of {n} candidates",
+                          lambda j, s=sel, g=texts, e=evaluator, k=limit: run_job(s, g, e, k, j))
     except RamStudioError as exc:
         state.show_error(exc, "Starting the sweep")
     else:
@@ -276,12 +273,7 @@ if go:
 if task is not None:
     st.divider()
     if running:
-        st.fragment(run_every=1.0)(progress_panel)(task.id)
-    elif task.status == "cancelled":
-        kept = len(task.detail or [])
-        st.info(f"Sweep cancelled; {kept} scores were kept: start it again to resume from them.",
-                icon=":material/cancel:")
-    elif task.status == "failed":
-        state.show_error(RamStudioError(*task.error), "The sweep")
-    elif task.status == "done" and task.result is not None:
+        jobs.poll(task, progress_panel, cancel=CANCEL_SWEEP)
+    elif jobs.ending(task, "The sweep", cancelled=f"Sweep cancelled; {len(task.detail or [])} scores were kept: start "
+                                                  "it again to resume from them.") and task.result is not None:
         results(task.result, sel)

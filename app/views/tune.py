@@ -15,6 +15,7 @@ from merging.methods import get_method
 from merging.common.escaping import csv_bytes
 from merging.common.units import format_seconds
 from app import charts, jobs, presets, state
+from app.forms import TA_LAMBDA_KEY
 from app.markup import md
 
 st.title("Tune")
@@ -119,7 +120,7 @@ def describe(p: dict) -> str:
     return f"ε {charts.eps_label(p['eps'])}, r {p['r']:g}{alpha}, {p['rule']}, {p['rho_scope']} ρ"
 
 
-MERGE_TA_KEY = "merge_ta_lambda"  # the λ last set for task arithmetic on the Merge form (app/views/merge.py)
+MERGE_TA_KEY = TA_LAMBDA_KEY  # the λ last set for task arithmetic on the Merge form (app/views/merge.py)
 
 
 def ta_lambda() -> float:
@@ -157,39 +158,36 @@ def setting_candidate(p: dict):
     return candidate("ram_plus_soft" if p["rule"] == "soft" else "ram_plus", params | {"rho_scope": p["rho_scope"]})
 
 
-def run_measure(sel: state.Selection, cands: list, task) -> list:
+def run_measure(sel: state.Selection, cands: list, job: jobs.Job) -> list:
     """Worker: merge A and B in memory and score both on the demo's validation split
-    (assets.demo.evaluator.measure_on_demo), its progress on the task."""
+    (assets.demo.evaluator.measure_on_demo), its progress on the job."""
     from assets.demo.evaluator import measure_on_demo
 
     def progress(p) -> None:
-        task.fraction = p.fraction
-        task.text = p.current or ("opening the models" if p.phase == "open" else f"{p.done} of {p.total} scored")
+        job.report(p.fraction, p.current or ("opening the models" if p.phase == "open" else
+                                             f"{p.done} of {p.total} scored"))
 
-    return measure_on_demo(sel.base, list(sel.agents), cands, "validation", progress=progress, cancel=task.cancel)
+    return measure_on_demo(sel.base, list(sel.agents), cands, "validation", progress=progress, cancel=job.cancel)
 
 
-def measure_panel(task_id: str) -> None:
-    task = jobs.manager().task(task_id)
-    if task is None or not task.running:
-        st.rerun(scope="app")
-    st.progress(min(1.0, task.fraction), text=f"Scoring A and B: {task.text or 'starting'} · "
-                                              f"{format_seconds(task.elapsed)}")
+def measure_panel(job: jobs.Job) -> None:
+    st.progress(min(1.0, job.fraction), text=f"Scoring A and B: {job.text or 'starting'} · "
+                                             f"{format_seconds(job.elapsed)}")
 
 
 def measured(a: dict, b: dict) -> None:
     """On the demo: the two settings' scores, measured (merged in memory, scored on the validation split)."""
     cands = [setting_candidate(a), setting_candidate(b)]
     mgr = jobs.manager()
-    task = mgr.task(st.session_state.get(MEASURE_JOB))
+    task = mgr.get(st.session_state.get(MEASURE_JOB))
     running = task is not None and task.running
     row = st.container(horizontal=True, vertical_alignment="center")
     if row.button("Score A and B on the demo tasks", icon=":material/science:", key="tune_measure", disabled=running,
                   help="Merges both settings in memory (no folder written) and scores them on the validation split; "
                        "scores are kept, so a setting scored before comes back at once."):
         try:
-            task = mgr.submit_task("measure", jobs.session_id(), "scoring settings A and B",
-                                   lambda t, s=sel, c=cands: run_measure(s, c, t))
+            task = mgr.submit("measure", jobs.session_id(), "scoring settings A and B",
+                              lambda j, s=sel, c=cands: run_measure(s, c, j))
         except RamStudioError as exc:
             state.show_error(exc, "Scoring A and B")
         else:
@@ -197,14 +195,9 @@ def measured(a: dict, b: dict) -> None:
             running = True
     row.caption("Measured accuracy, not just λ_t: the demo's validation split, both settings merged in memory.")
     if running:
-        st.fragment(run_every=1.0)(measure_panel)(task.id)
+        jobs.poll(task, measure_panel)
         return
-    if task is None:
-        return
-    if task.status == "failed":
-        state.show_error(RamStudioError(*task.error), "Scoring A and B")
-        return
-    if task.status != "done" or not task.result:
+    if task is None or not jobs.ending(task, "Scoring A and B") or not task.result:
         return
     got = {e.candidate: e for e in task.result}
     if any(c not in got for c in cands):

@@ -43,11 +43,9 @@ def write(run: int, record: dict) -> None:
 def poll(job_id: str, run: int, started: float) -> None:
     """The Merge page's progress panel, reduced: read the job's progress twice a second."""
     mgr = jobs.manager()
-    job = mgr.get(job_id) or mgr.evals.get(job_id) or mgr.task(job_id)
+    job = mgr.get(job_id)
     if job.running:
-        p = getattr(job, "progress", None)
-        frac = p.fraction if p is not None else getattr(job, "fraction", 0.0)
-        st.progress(min(1.0, frac), text=f"{job.status} · {time.time() - started:.1f} s")
+        st.progress(min(1.0, job.fraction), text=f"{job.status} · {time.time() - started:.1f} s")
         return
     if Path(f"{CFG['result']}.{run}.json").exists():
         return  # reported already
@@ -64,14 +62,19 @@ def start_job(kind: str, run: int, mgr: jobs.JobManager):
         spec = MergeSpec(sel.base, list(sel.agents), CFG["method"], {}, f"{CFG['result']}-out.{run}")
         counts, overlap = state.cached_statistics(sel, spec)
         st.session_state["bench_t0"] = time.time()
-        job = mgr.submit(spec, jobs.session_id(), overwrite=True, counts=counts, overlap=overlap)
+        fns = page_functions("app/views/merge.py")
+        job = mgr.submit("merge", jobs.session_id(), "bench",
+                         lambda j: fns["run_merge"](spec, j, overwrite=True, counts=counts, overlap=overlap,
+                                                    provenance=None), merges=True, out=Path(spec.out), request=spec)
     elif kind == "evaluate":
         fns = page_functions("app/views/merge.py")
-        job = mgr.submit_eval(Path(CFG["folder"]), "bench", fns["run_demo_eval"])
+        folder = Path(CFG["folder"])
+        job = mgr.submit("eval", jobs.session_id(), "bench", lambda j: fns["run_demo_eval"](folder, j),
+                         exclusive=False)
     elif kind == "fig3":
         fns = page_functions("app/views/dilution.py")
-        job = mgr.submit_task("fig3", jobs.session_id(), "the Fig. 3 experiment",
-                              lambda t, s=sel: fns["run_fig3"](s, t), merges=True)
+        job = mgr.submit("fig3", jobs.session_id(), "the Fig. 3 experiment",
+                         lambda j, s=sel: fns["run_fig3"](s, j), merges=True)
     else:
         raise ValueError(f"unknown job kind {kind!r}")
     return job

@@ -105,18 +105,22 @@ def plain_job(cfg: dict) -> dict:
 
         spec = MergeSpec(cfg["base"], list(cfg["agents"]), cfg["method"], {}, cfg["out"])
         counts, overlap = merge_statistics(cached_result(spec.base, spec.agents), spec.method, spec.params)
-        job = mgr.submit(spec, "plain", overwrite=True, counts=counts, overlap=overlap)
+        ns = page_functions("app/views/merge.py")
+        job = mgr.submit("merge", "plain", "bench", lambda j: ns["run_merge"](spec, j, overwrite=True, counts=counts,
+                                                                              overlap=overlap, provenance=None),
+                         merges=True, out=Path(spec.out), request=spec)
     else:
         ns = page_functions("app/views/merge.py" if kind == "evaluate" else "app/views/dilution.py")
         if kind == "evaluate":
-            job = mgr.submit_eval(Path(cfg["folder"]), "bench", ns["run_demo_eval"])
+            folder = Path(cfg["folder"])
+            job = mgr.submit("eval", "plain", "bench", lambda j: ns["run_demo_eval"](folder, j), exclusive=False)
         else:
             from app.state import Selection
 
             sel = Selection(cfg["base"], tuple(cfg["agents"]), "custom")
-            job = mgr.submit_task("fig3", "plain", "fig3", lambda t: ns["run_fig3"](sel, t), merges=True)
+            job = mgr.submit("fig3", "plain", "fig3", lambda j: ns["run_fig3"](sel, j), merges=True)
     while job.running:  # the page's poll: read the progress twice a second
-        _ = getattr(job, "progress", None)
+        _ = job.fraction, job.detail
         time.sleep(0.5)
     if job.status != "done":
         raise SystemExit(f"{kind} {job.status}: {job.error}")
