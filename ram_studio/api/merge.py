@@ -21,10 +21,12 @@ def merge(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, out: 
           **params: Any) -> "Merged":
     """Merge `agents` into `base` as `ram-studio merge` does (keywords are its flags): `method` (see
     `ram-studio methods`) or a `preset`, the method's parameters by name (eps=, r=, alpha=, rho_scope=,
-    density=, drop_rate=, seed=, agent=, dilute=, and λ as lambda_= or **{"lambda": …}), written atomically
+    density=, drop_rate=, seed=, agent=, dilute=, fisher_examples=, fisher_rule=, fisher_floor=, and λ as lambda_=
+    or **{"lambda": …}; for method="fisher" also the Fisher data: fisher_tasks=, fisher_lm_eval=, include_path=,
+    suite=), written atomically
     into `out`. A parameter the method does not take is an error, as in the CLI. Returns a Merged (the folder,
     its files, ρ_t and λ_t, the recipe); bad input raises RamStudioError and writes nothing."""
-    from ram_studio.commands.merge import _cached_statistics, _spec_from_args
+    from ram_studio.commands.merge import _cached_statistics, _spec_from_args, side_for
     from ram_studio.console import stop_on_signal
 
     options = dict(out=out, method=method, preset=preset, rescale_factor=rescale_factor, device=device,
@@ -42,8 +44,9 @@ def merge(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, out: 
 
     with stop_on_signal() as stop:
         prefetch([spec.base, *spec.agents], to, stop)
+        side = side_for(spec, args, stop, quiet=True)  # each agent's Fisher, for method="fisher"
         counts, overlap = _cached_statistics(spec)
-        result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop, counts=counts,
+        result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop, counts=counts, side=side,
                                  provenance=provenance, overlap=overlap,
                                  warn=lambda message: warnings.warn(message, stacklevel=3),
                                  progress=engine(to, "merge"), count_progress=engine(to, "count"), cancel=stop)
