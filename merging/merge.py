@@ -31,7 +31,7 @@ from merging.methods import get_method
 from merging.methods.base import MergeMethod
 from merging.writing.model_card import render_card
 from merging.writing.commit import PARTIAL_MARKER, TargetLock, commit, create_parents, discard, make_temp_folder
-from merging.writing.placement import FolderTarget, check_output_folder, protected_paths
+from merging.writing.placement import FolderTarget, check_output_folder, protected_files, protected_paths
 from merging.reading.model_folder import FileIdentity
 from merging.recipe import OUT_DTYPES, MergeSpec, check_agent_count, fingerprint_mismatches, recipe_document, write_recipe
 from merging.methods.regions import rho
@@ -128,8 +128,8 @@ def merge_to_folder(spec: MergeSpec, options: MergeOptions | None = None, **keyw
         raise TypeError(f"merge_to_folder takes options or keywords, not both (got {', '.join(sorted(keywords))})")
     t0 = time.perf_counter()
     run = _resolve(spec, options if options is not None else MergeOptions(**keywords))
-    inputs = protected_paths([(c.ref.raw, c.folder) for c in run.models]
-                             + [(str(f), f.parent) for f in (run.options.side.files if run.side else ())])
+    inputs = protected_paths([(c.ref.raw, c.folder) for c in run.models])
+    inputs += protected_files([(str(f), f) for f in (run.options.side.files if run.side else ())])
     target = check_output_folder(spec.out, inputs, overwrite=run.options.overwrite, side_file_ok=is_side_file)
     for message in target.warnings:
         if run.options.warn is not None:
