@@ -137,7 +137,7 @@ def _compute(evaluator: FisherEvaluator, agent: Checkpoint, index: int, fp: str,
     """One pass over the agent, publishing a cache entry at each N of `ns`."""
     t0 = time.perf_counter()
     loaded = load_into(index) if load_into is not None else evaluator.load(agent.folder)
-    module = _float32_model(loaded, device)
+    module = _float32_model(loaded, device)  # in place: a model given by `load_into` is float32 already
     load_s = time.perf_counter() - t0
     names = [n for n in tensor_order(agent) if agent.tensors[n].dtype in FLOAT_CODES]
     planned = [PlannedTensor(n, "F32", agent.tensors[n].shape) for n in names]
@@ -185,3 +185,66 @@ def side_tensors(files: list[FisherFile], labels: list[str], plan: FisherPlan, o
              f"{pairs}; {sum(a['seconds'] for a in agents):.1f} s of Fisher pass in all.",)
     return SideTensors(KIND, tuple(f.path for f in files), record, notes,
                        tuple(a["weights_xxh3_128"] for a in agents))
+
+
+def reads_fisher(method: str) -> bool:
+    """Whether `method` reads each agent's Fisher."""
+    from merging.methods import get_method
+
+    return get_method(method).side_tensors == KIND
+
+
+def plan_of_grids(grids: Sequence[Any]) -> dict[str, tuple[int, ...]]:
+    """The Ns each answer rule is swept at by Fisher grids (evaluation.grid.Grid): all of a rule's Ns come from
+    one pass over each agent, the first time one is needed."""
+    from merging.methods import get_method
+
+    plan: dict[str, set[int]] = {}
+    for g in grids:
+        if not reads_fisher(g.method):
+            continue
+        decl = {p.name: p.default for p in get_method(g.method).params}
+        axes = dict(g.axes)
+        rules = [v for v in axes.get("fisher_rule", (decl["fisher_rule"],)) if isinstance(v, str)]
+        ns = [v for v in axes.get("fisher_examples", (decl["fisher_examples"],)) if isinstance(v, int)]
+        for rule in rules:
+            plan.setdefault(rule, set()).update(ns)
+    return {rule: tuple(sorted(ns)) for rule, ns in plan.items()}
+
+
+class SweepFishers:
+    """A sweep worker's Fishers: each agent's task resolved once (at the worker's start: a wrong task is one line
+    before anything is scored), computed the first time a Fisher candidate needs them — every N of its rule
+    the sweep asks for in one pass per agent — in the worker's own loaded model when it computes in float32
+    (the agent's stored weights are written into it; the candidate's merge then overwrites them), else in a
+    model the evaluator loads for the pass."""
+
+    def __init__(self, evaluator: FisherEvaluator, inputs: Any, loaded: LoadedModel, given: Sequence[str] | None,
+                 plan: dict[str, tuple[int, ...]]) -> None:
+        self.evaluator, self.inputs, self.loaded, self.plan = evaluator, inputs, loaded, plan
+        self.tasks = resolve_tasks(inputs.labels, evaluator.tasks, given)
+
+    def context(self) -> dict[str, Any]:
+        """What every Fisher candidate's score also depends on (part of its resume key)."""
+        return {"tasks": list(self.tasks), "origin": self.evaluator.fisher_origin(),
+                "data": [self.evaluator.fisher_examples(t, 1).source for t in self.tasks]}
+
+    def _load_into(self, index: int) -> LoadedModel:
+        self.inputs.load_model_into(self.loaded.module, index + 1)
+        return self.loaded
+
+    def side(self, params: dict[str, Any], progress: FisherProgress | None = None,
+             cancel: threading.Event | None = None) -> tuple[SideTensors, float]:
+        """The side tensors for a candidate's (rule, N), and the seconds of Fisher pass behind them (all agents)."""
+        rule, n = params["fisher_rule"], params["fisher_examples"]
+        plan = FisherPlan(self.tasks, rule, tuple(sorted({*self.plan.get(rule, ()), n})))
+        module = self.loaded.module
+        shared = module is not None and all(p.dtype == torch.float32 for p in module.parameters())
+        device = next(module.parameters()).device if module is not None else torch.device("cpu")
+        found = ensure_fishers(self.evaluator, self.inputs.base, self.inputs.agents, list(self.inputs.fingerprints[1:]),
+                               plan, device=device, load_into=self._load_into if shared else None, progress=progress,
+                               cancel=cancel)
+        files = [f[n] for f in found]
+        side = side_tensors(files, list(self.inputs.labels), FisherPlan(self.tasks, rule, (n,)),
+                            self.evaluator.fisher_origin())
+        return side, sum(f.seconds for f in files)

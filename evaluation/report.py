@@ -27,6 +27,8 @@ def entry_json(e: Entry) -> dict[str, Any]:
     if e.kind == CANDIDATE:
         doc.update(method=e.method, params=e.params)
     doc.update(split=e.split, scores=e.scores, average=_num(e.average), merge_s=e.merge_s, eval_s=e.eval_s)
+    if e.fisher_s:
+        doc["fisher_s"] = e.fisher_s  # the Fisher pass behind the candidate (all agents' compute, to its N)
     if e.kind == CANDIDATE:
         doc.update(selected=e.selected, best=e.best)
     doc.update(detail=e.detail, n=e.n, resumed=e.resumed)
@@ -67,11 +69,12 @@ def result_frame(res: SweepResult) -> pd.DataFrame:
         row.update({p: e.params.get(p) for p in params})
         row.update({t: e.scores.get(t) for t in tasks})
         row.update({d: e.detail.get(d) for d in detail})
-        row.update(average=_num(e.average), merge_s=e.merge_s, eval_s=e.eval_s, selected=e.selected, best=e.best,
-                   error=e.error or "")
+        row.update(average=_num(e.average), merge_s=e.merge_s, fisher_s=e.fisher_s, eval_s=e.eval_s,
+                   selected=e.selected, best=e.best, error=e.error or "")
         rows.append(row)
+    fisher = ["fisher_s"] if any(e.fisher_s for e in res.entries) else []
     cols = ["kind", "candidate", "method", "settings", "split", *params, *tasks, *detail, "average", "merge_s",
-            "eval_s", "selected", "best", "error"]
+            *fisher, "eval_s", "selected", "best", "error"]
     return pd.DataFrame(rows, columns=cols)
 
 
