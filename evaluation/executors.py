@@ -291,11 +291,13 @@ EXECUTORS: dict[str, Callable[[], Executor]] = {"local": LocalExecutor, "ray": R
 
 
 def run_local(base: str, agents: list[str], grid_texts: list[str], evaluator: Evaluator, limit: int | None = None,
-              *, progress: SweepProgressFn | None = None, cancel: threading.Event | None = None) -> SweepResult:
+              *, progress: SweepProgressFn | None = None, cancel: threading.Event | None = None,
+              fisher_tasks: list[str] | None = None) -> SweepResult:
     """A sweep of grids given in the `--try` form, in this process, its scores kept in (and resumed from) the
     score store: what the app's Sweep page runs as a background job."""
     from .grid import parse_try
     from .store import ScoreStore
 
-    spec = SweepSpec(base, list(agents), [parse_try(t) for t in grid_texts], evaluator, limit=limit)
+    spec = SweepSpec(base, list(agents), [parse_try(t) for t in grid_texts], evaluator, limit=limit,
+                     fisher_tasks=fisher_tasks)
     return run_sweep(spec, LocalExecutor(), store=ScoreStore(), progress=progress, cancel=cancel)

@@ -248,3 +248,23 @@ class SweepFishers:
         side = side_tensors(files, list(self.inputs.labels), FisherPlan(self.tasks, rule, (n,)),
                             self.evaluator.fisher_origin())
         return side, sum(f.seconds for f in files)
+
+
+def merge_side(spec: Any, evaluator: FisherEvaluator, given: Sequence[str] | None, *,
+               progress: FisherProgress | None = None, cancel: threading.Event | None = None) -> SideTensors:
+    """A merge's Fisher side tensors (merging.recipe.MergeSpec of method `fisher`): each agent's Fisher at the
+    spec's N and rule on its own task of `evaluator` (`given`, else by name), from the cache or computed (on the
+    spec's device)."""
+    from merging.common.device import pick_device
+    from merging.methods import get_method
+    from merging.reading.checkpoint import open_checkpoint, unique_labels
+
+    params = get_method(spec.method).resolve_params(spec.params)
+    base = open_checkpoint(spec.base)
+    agents = [open_checkpoint(a) for a in spec.agents]
+    labels = unique_labels([a.label for a in agents])
+    n = params["fisher_examples"]
+    plan = FisherPlan(resolve_tasks(labels, evaluator.tasks, given), params["fisher_rule"], (n,))
+    found = ensure_fishers(evaluator, base, agents, agent_prints(agents), plan, device=pick_device(spec.device),
+                           progress=progress, cancel=cancel)
+    return side_tensors([f[n] for f in found], labels, plan, evaluator.fisher_origin())

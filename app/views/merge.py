@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from app import jobs, presets, state
+from app.fisher_panel import fisher_runner, fisher_widgets
 from app.forms import DTYPES, OUT_CUSTOM, SHARD_SIZES, fill_merge_form, param_key
 from app.mergekit_panel import mergekit_panel
 from app.markup import md, md_code
@@ -89,8 +90,9 @@ def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
 
 
 def start(sel: state.Selection, method: str, params: dict, out: str, shard: str, dtype: str | None,
-          overwrite: bool, policy: str = "error") -> None:
-    """Validate (parameters and the output placement rules), then hand the merge to the job manager."""
+          overwrite: bool, policy: str = "error", fisher=None) -> None:
+    """Validate (parameters and the output placement rules), then hand the merge to the job manager (for Fisher
+    merging, a job that runs the Fisher pass first: app/fisher_panel.py)."""
     from merging.writing.placement import check_output_folder, input_folders
     from merging.writing.side_files import is_side_file
 
@@ -102,8 +104,9 @@ def start(sel: state.Selection, method: str, params: dict, out: str, shard: str,
     counts, overlap = state.cached_statistics(sel, spec)
     chosen = st.session_state.get("merge_preset", presets.CUSTOM)
     provenance = None if chosen == presets.CUSTOM else preset_provenance(chosen, method, params)
+    runner = None if fisher is None else fisher_runner(fisher)
     job = jobs.manager().submit(spec, jobs.session_id(), overwrite=overwrite, counts=counts, overlap=overlap,
-                                provenance=provenance)
+                                provenance=provenance, runner=runner)
     jobs.remember(JOB_KEY, "merge", job.id)
 
 
@@ -118,6 +121,8 @@ def progress_panel(job: jobs.Job) -> None:
     p = job.progress
     if p is None:
         st.progress(0.0, text="Opening the models…")
+    elif p.phase == "fisher":  # the Fisher pass before a Fisher merge: examples, not bytes
+        st.progress(min(1.0, p.fraction), text=f"Fisher pass: {md(p.tensor)} · {format_seconds(p.elapsed)}")
     else:
         what = "Counting overlaps (for λ_t)" if job.phase == "count" else "Merging"
         eta = f" · ETA {format_seconds(p.eta)}" if p.eta is not None else ""
@@ -295,6 +300,7 @@ init("merge_method", default_method(tuned))
 method = st.selectbox("Method", names, key="merge_method", format_func=lambda n: f"{n} — {METHODS[n].summary}",
                       disabled=mine_running)
 params = param_widgets(method, tuned, mine_running)
+fisher = fisher_widgets(sel, mine_running) if get_method(method).side_tensors == "fisher" else None
 if method == "task_arithmetic":  # Tune's "how much of each unique update survives" starts from this λ
     st.session_state["merge_ta_lambda"] = float(params["lambda"])
 if st.session_state.get("merge_preset", presets.CUSTOM) != presets.CUSTOM:
@@ -357,7 +363,7 @@ if go:
         if hub:
             raise RamStudioError(f"{len(hub)} Hub model(s) are not downloaded yet.",
                                  "Start the download above; the merge reads them from the local cache.")
-        start(sel, method, params, out, shard, DTYPES[dtype], overwrite, policy)
+        start(sel, method, params, out, shard, DTYPES[dtype], overwrite, policy, fisher)
     except RamStudioError as exc:
         st.session_state[START_ERROR_KEY] = (exc.message, exc.hint)
     else:

@@ -17,13 +17,14 @@ from ram_studio.api.running import prefetch
 def merge(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, out: str | os.PathLike,
           method: str | None = None, preset: str | None = None, rescale_factor: float | None = None,
           device: str = "auto", shard_size: str = "5GB", out_dtype: str | None = None, on_mismatch: str = "error",
-          overwrite: bool = False, allow_noop: bool = False, progress: ProgressArg = True,
-          **params: Any) -> "Merged":
+          overwrite: bool = False, allow_noop: bool = False, fisher_tasks: Sequence[str] | str | None = None,
+          fisher_lm_eval: Sequence[str] | str | None = None, include_path: str | os.PathLike | None = None,
+          suite: str | None = None, progress: ProgressArg = True, **params: Any) -> "Merged":
     """Merge `agents` into `base` as `ram-studio merge` does (keywords are its flags): `method` (see
     `ram-studio methods`) or a `preset`, the method's parameters by name (eps=, r=, alpha=, rho_scope=,
     density=, drop_rate=, seed=, agent=, dilute=, fisher_examples=, fisher_rule=, fisher_floor=, and λ as lambda_=
-    or **{"lambda": …}; for method="fisher" also the Fisher data: fisher_tasks=, fisher_lm_eval=, include_path=,
-    suite=), written atomically
+    or **{"lambda": …}; for method="fisher" the Fisher data is fisher_tasks= (demo tasks, one per agent) or
+    fisher_lm_eval= with include_path=, and suite=), written atomically
     into `out`. A parameter the method does not take is an error, as in the CLI. Returns a Merged (the folder,
     its files, ρ_t and λ_t, the recipe); bad input raises RamStudioError and writes nothing."""
     from ram_studio.commands.merge import _cached_statistics, _spec_from_args, side_for
@@ -31,7 +32,8 @@ def merge(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, out: 
 
     options = dict(out=out, method=method, preset=preset, rescale_factor=rescale_factor, device=device,
                    shard_size=shard_size, out_dtype=out_dtype, on_mismatch=on_mismatch, overwrite=overwrite,
-                   allow_noop=allow_noop, **params)
+                   allow_noop=allow_noop, fisher_tasks=fisher_tasks, fisher_lm_eval=fisher_lm_eval,
+                   include_path=include_path, suite=suite, **params)
     args = parse("merge", [*model_refs(base, "base"), *model_refs(agents, "agents")], options, method_flags=True)
     spec = _spec_from_args(args)
     provenance = None

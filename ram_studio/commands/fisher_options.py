@@ -101,23 +101,13 @@ def fisher_side(spec, origin: dict[str, Any], tasks: list[str] | None, *, progre
                 recorded_keys: list[str] | None = None):
     """The merge's Fisher side tensors: each agent's Fisher at the spec's N and rule, from the cache or computed;
     with `recorded_keys` (a recipe's), a Fisher that differs from the recorded one is refused."""
-    from evaluation.fisher import FisherPlan, agent_prints, ensure_fishers, resolve_tasks, side_tensors
+    from evaluation.fisher import merge_side
     from merging.common.device import pick_device
-    from merging.methods import get_method
-    from merging.reading.checkpoint import open_checkpoint, unique_labels
+    from merging.reading.refs import parse_ref, resolve
 
-    params = get_method(spec.method).resolve_params(spec.params)
-    base = open_checkpoint(spec.base)
-    agents = [open_checkpoint(a) for a in spec.agents]
-    labels = unique_labels([a.label for a in agents])
-    device = pick_device(spec.device)
-    evaluator = fisher_evaluator(origin, tasks, base.folder, device.type)
-    tasks = resolve_tasks(labels, evaluator.tasks, tasks)
-    n = params["fisher_examples"]
-    plan = FisherPlan(tasks, params["fisher_rule"], (n,))
-    found = ensure_fishers(evaluator, base, agents, agent_prints(agents), plan, device=device, progress=progress,
-                           cancel=cancel)
-    side = side_tensors([f[n] for f in found], labels, plan, evaluator.fisher_origin())
+    base_folder = resolve(parse_ref(spec.base), download=False)
+    evaluator = fisher_evaluator(origin, tasks, base_folder, pick_device(spec.device).type)
+    side = merge_side(spec, evaluator, tasks, progress=progress, cancel=cancel)
     if recorded_keys is not None:
         now = [a["key"] for a in side.record["agents"]]
         if now != list(recorded_keys):
