@@ -72,10 +72,16 @@ def resolve_tasks(labels: Sequence[str], tasks: Sequence[str], given: Sequence[s
         if len(hits) != 1:
             raise RamStudioError(f"cannot tell which task agent {printable(label, 80)} was trained on"
                                  + (f" (several match: {', '.join(hits[:3])})." if hits else "."),
-                                 "Name each agent's own task with --fisher-tasks TASK,TASK,… (one per agent, in "
-                                 "order).")
+                                 "Name each agent's own task, one per agent in order (--fisher-tasks TASK,TASK,… "
+                                 "on the command line; the Fisher tasks box in the app).")
         out.append(hits[0])
     return tuple(out)
+
+
+def fisher_task_names(evaluator: Any) -> tuple[str, ...]:
+    """The tasks an agent's name may match: every task the evaluator can give Fisher data for (the demo's whole
+    suite, whichever tasks it scores), else the tasks it scores."""
+    return tuple(getattr(evaluator, "fisher_tasks", None) or evaluator.tasks)
 
 
 def agent_prints(agents: list[Checkpoint]) -> list[str]:
@@ -222,7 +228,7 @@ class SweepFishers:
     def __init__(self, evaluator: FisherEvaluator, inputs: Any, loaded: LoadedModel, given: Sequence[str] | None,
                  plan: dict[str, tuple[int, ...]]) -> None:
         self.evaluator, self.inputs, self.loaded, self.plan = evaluator, inputs, loaded, plan
-        self.tasks = resolve_tasks(inputs.labels, evaluator.tasks, given)
+        self.tasks = resolve_tasks(inputs.labels, fisher_task_names(evaluator), given)
 
     def context(self) -> dict[str, Any]:
         """What every Fisher candidate's score also depends on (part of its resume key)."""
@@ -264,7 +270,7 @@ def merge_side(spec: Any, evaluator: FisherEvaluator, given: Sequence[str] | Non
     agents = [open_checkpoint(a) for a in spec.agents]
     labels = unique_labels([a.label for a in agents])
     n = params["fisher_examples"]
-    plan = FisherPlan(resolve_tasks(labels, evaluator.tasks, given), params["fisher_rule"], (n,))
+    plan = FisherPlan(resolve_tasks(labels, fisher_task_names(evaluator), given), params["fisher_rule"], (n,))
     found = ensure_fishers(evaluator, base, agents, agent_prints(agents), plan, device=pick_device(spec.device),
                            progress=progress, cancel=cancel)
     return side_tensors([f[n] for f in found], labels, plan, evaluator.fisher_origin())

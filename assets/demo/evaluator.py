@@ -90,6 +90,11 @@ class DemoEvaluator:
         examples = tuple(FisherExample(e.prompt, e.answer, budget) for e in self.suite.make_split(task, "train", n))
         return FisherData(task, "train", examples, f"demo|{self.suite.name}|{FISHER_DATA}")
 
+    @property
+    def fisher_tasks(self) -> tuple[str, ...]:
+        """Every task of the suite: a Fisher reads an agent's own task, whichever tasks are scored."""
+        return self.suite.tasks
+
     def fisher_origin(self) -> dict:
         """What a recipe records to build this evaluator's Fisher data again."""
         return {"backend": "demo", "suite": self.suite.name}
