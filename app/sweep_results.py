@@ -24,8 +24,8 @@ def entries_frame(entries) -> pd.DataFrame:
     for e in entries:
         row = {"candidate": e.label, "split": e.split, **{t: e.scores.get(t) for t in tasks},
                "average": None if math.isnan(e.average) else e.average, "± s.e.": e.average_stderr,
-               "merge s": e.merge_s, "eval s": e.eval_s,
-               "chosen": "★ best" if e.best else ("✓" if e.selected else ""),
+               "merge s": e.merge_s, **({"Fisher s": e.fisher_s} if any(x.fisher_s for x in entries) else {}),
+               "eval s": e.eval_s, "chosen": "★ best" if e.best else ("✓" if e.selected else ""),
                "≈ best": "≈" if e.within_noise and not e.best else "",
                "note": e.error or ("stored" if e.resumed else "")}
         rows.append(row)
@@ -215,13 +215,14 @@ def parameter_chart(res: SweepResult) -> None:
 def time_chart(res: SweepResult) -> None:
     """Each candidate's selection-split average against its merge's seconds."""
     spec = res.spec
-    df = pd.DataFrame([{"candidate": e.label, "method": e.method, "merge_s": e.merge_s, "average": e.average,
-                        "average_se": e.average_stderr, "selected": e.selected}
+    df = pd.DataFrame([{"candidate": e.label, "method": e.method, "merge_s": e.merge_s, "fisher_s": e.fisher_s,
+                        "average": e.average, "average_se": e.average_stderr, "selected": e.selected}
                        for e in res.candidates(spec.select_on) if e.ok])
     if not df.empty:
         charts.show(charts.sweep_time_scatter(df), df,
                     f"Each candidate's {spec.select_on} average ± one standard error against the seconds its "
-                    "in-memory merge took (★ chosen).", "sweep_time", title="Score against merge time",
+                    "in-memory merge took, a Fisher merge's with the Fisher pass behind it (all agents, to its N; "
+                    "computed once and cached) (★ chosen).", "sweep_time", title="Score against merge time",
                     params={"split": spec.select_on})
 
 

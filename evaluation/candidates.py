@@ -29,6 +29,7 @@ from merging.methods.regions import Rule
 from merging.recipe import MergeSpec
 from merging.reading.resident import ResidentReader, fits_in_memory
 from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
+from merging.reading.side_tensors import SideTensors, open_side_tensors, refuse_stale_side
 from merging.writing.shards import PlannedTensor
 
 MODES = ("auto", "resident", "stream")
@@ -149,9 +150,11 @@ class CandidateInputs:
             return hit
 
     def merge_into(self, module: torch.nn.Module, method_name: str, params: dict[str, Any], *,
-                   cancel: threading.Event | None = None, progress: ProgressFn | None = None) -> MergeOutcome:
+                   cancel: threading.Event | None = None, progress: ProgressFn | None = None,
+                   side: SideTensors | None = None) -> MergeOutcome:
         """Write the merge of (method, params) into `module`'s tensors; the same checks as a merge (a non-finite
-        output is refused, naming where), the base's dtype for every stored value."""
+        output is refused, naming where), the base's dtype for every stored value. `side`: the per-agent side
+        tensors a method that declares them reads (each agent's Fisher), computed from these agents."""
         t0 = time.perf_counter()
         method = get_method(method_name)
         p = method.resolve_params(params)
@@ -160,10 +163,17 @@ class CandidateInputs:
         eps = method.global_counts_eps(p)
         counts = self.counts(eps, p) if eps is not None else None
         shared = method.prepare(p, counts, self.labels)
+        opened = None
+        if method.side_tensors is not None or side is not None:
+            if side is None or method.side_tensors is None:
+                raise RamStudioError(f"{method.name} reads {method.side_tensors or 'no'} side tensors; the candidate "
+                                     f"was given {side.kind if side else 'none'}.", "Give the side tensors it reads.")
+            opened = open_side_tensors(side, method.side_tensors, self.base, self.labels)
+            refuse_stale_side(side, self.labels, self.fingerprints[1:])
         sink = ModuleSink(module, output_plan(self.base, None))
         result = stream_merge(self.base, self.agents, method, p, shared, sink, out_dtype=None, device=self.device,
                               chunk_elems=self.chunk_elems, progress=progress, cancel=cancel,
-                              reader=self.reader)
+                              reader=self.reader, side=opened)
         sink.finish()
         lam = shared.get("lambda")
         return MergeOutcome(time.perf_counter() - t0, result.changed,

@@ -35,13 +35,17 @@ class WorkerSetup:
     device: str = "auto"
     inputs: str = "auto"
     make_evaluator: Callable[[], Evaluator] | None = None
+    fisher_tasks: list[str] | None = None
+    fisher_plan: dict[str, tuple[int, ...]] | None = None  # rule → the Ns the grids sweep (evaluation.fisher)
 
     @classmethod
     def of(cls, spec: SweepSpec, remote: bool = False) -> "WorkerSetup":
         """The setup of `spec`; for a `remote` worker the evaluator is built there when the spec says how."""
+        from .fisher import plan_of_grids
+
         ship = None if remote and spec.make_evaluator is not None else spec.evaluator
         return cls(spec.base, list(spec.agents), ship, spec.limit, spec.on_mismatch, spec.device, spec.inputs,
-                   spec.make_evaluator if remote else None)
+                   spec.make_evaluator if remote else None, spec.fisher_tasks, plan_of_grids(spec.grids))
 
     def build_evaluator(self) -> Evaluator:
         return self.evaluator if self.evaluator is not None else self.make_evaluator()
@@ -73,6 +77,13 @@ class Worker:
         if progress is not None:
             progress("loading the base into the evaluator", 0, 0)
         self.loaded = self.evaluator.load(self.inputs.base.folder)
+        self._fishers = self._fisher_tasks() if setup.fisher_plan else None  # a wrong task: said at the start
+
+    def _fisher_tasks(self):
+        from .fisher import SweepFishers
+
+        return SweepFishers(self.evaluator, self.inputs, self.loaded, self.setup.fisher_tasks,
+                            self.setup.fisher_plan or {})
 
     def context(self) -> dict[str, Any]:
         """Labels, fingerprints and the resume key's context (everything a score depends on but the job)."""
@@ -87,6 +98,7 @@ class Worker:
             "key": {"inputs": list(ins.fingerprints), "on_mismatch": ins.spec.on_mismatch,
                     "evaluator": ev.name, "evaluator_fingerprint": ev.fingerprint(), "tasks": list(ev.tasks),
                     "limit": self.setup.limit, "versions": _versions()},
+            **({"fisher": self._fishers.context()} if self._fishers is not None else {}),
         }
 
     def run(self, job: Job, cancel: threading.Event | None = None,
@@ -99,7 +111,11 @@ class Worker:
         if job.candidate is not None:
             c = job.candidate
             try:
-                made = self.inputs.merge_into(module, c.method, c.param_dict, cancel=cancel)
+                side = self._side(c, cancel, on_examples)
+                if side is not None:
+                    out["fisher_s"] = side[1]
+                made = self.inputs.merge_into(module, c.method, c.param_dict, cancel=cancel,
+                                              side=None if side is None else side[0])
             except Cancelled:
                 raise
             except RamStudioError as exc:
@@ -125,6 +141,22 @@ class Worker:
                    stderr=dict(scores.stderr), detail_stderr=dict(scores.detail_stderr),
                    outcomes=pack_outcomes(scores.outcomes))
         return out
+
+
+    def _side(self, c, cancel, on_examples):
+        """(side tensors, Fisher-pass seconds) for a candidate that reads each agent's Fisher, else None."""
+        from .fisher import reads_fisher
+
+        if not reads_fisher(c.method):
+            return None
+        if self._fishers is None:
+            self._fishers = self._fisher_tasks()
+
+        def step(done: int, total: int, text: str) -> None:
+            if on_examples is not None:
+                on_examples(done, total, f"Fisher pass for {c.label}: {text}")
+
+        return self._fishers.side(c.param_dict, step, cancel)
 
 
 class LocalExecutor(Executor):
@@ -282,11 +314,13 @@ EXECUTORS: dict[str, Callable[[], Executor]] = {"local": LocalExecutor, "ray": R
 
 
 def run_local(base: str, agents: list[str], grid_texts: list[str], evaluator: Evaluator, limit: int | None = None,
-              *, progress: SweepProgressFn | None = None, cancel: threading.Event | None = None) -> SweepResult:
+              *, progress: SweepProgressFn | None = None, cancel: threading.Event | None = None,
+              fisher_tasks: list[str] | None = None) -> SweepResult:
     """A sweep of grids given in the `--try` form, in this process, its scores kept in (and resumed from) the
     score store: what the app's Sweep page runs as a background job."""
     from .grid import parse_try
     from .store import ScoreStore
 
-    spec = SweepSpec(base, list(agents), [parse_try(t) for t in grid_texts], evaluator, limit=limit)
+    spec = SweepSpec(base, list(agents), [parse_try(t) for t in grid_texts], evaluator, limit=limit,
+                     fisher_tasks=fisher_tasks)
     return run_sweep(spec, LocalExecutor(), store=ScoreStore(), progress=progress, cancel=cancel)

@@ -168,6 +168,28 @@ class LmEvalEvaluator:
                     h.update(f.read_bytes())
         return h.hexdigest()[:16]
 
+    # ------------------------------------------------------------------ Fisher data
+    def fisher_examples(self, task: str, n: int):
+        """The first `n` documents of one task's training split (else its validation split, when the task has a
+        separate test split), as zero-shot contexts with their reference continuations (evaluation/fisher_data.py)."""
+        from .fisher_data import lm_eval_fisher_examples
+
+        return lm_eval_fisher_examples(self, task, n)
+
+    def fisher_origin(self) -> dict:
+        """What a recipe records to build this evaluator's Fisher data again."""
+        return {"backend": "lm-eval", "include_path": str(self.include_path) if self.include_path else None}
+
+    def include_digest(self) -> str:
+        """A hash of the include path's task files (empty without one)."""
+        h = hashlib.sha256()
+        if self.include_path is not None:
+            for f in sorted(self.include_path.rglob("*")):
+                if f.is_file() and f.suffix in (".yaml", ".yml", ".py", ".jsonl", ".json") and "__pycache__" not in f.parts:
+                    h.update(str(f.relative_to(self.include_path)).encode())
+                    h.update(f.read_bytes())
+        return h.hexdigest()[:16]
+
     # ------------------------------------------------------------------ models
     def load(self, folder: Path) -> LoadedModel:
         """hf: the model in memory on the device (see `dtype`), with lm-eval's wrapper; vllm: a vLLM engine."""

@@ -34,6 +34,8 @@ def entry_json(e: Entry, select_on: str | None = None) -> dict[str, Any]:
     stderr = {t: _num(e.stderr.get(t)) for t in e.scores} | {"average": _num(e.average_stderr)}
     doc.update(split=e.split, scores=e.scores, stderr=stderr, average=_num(e.average), merge_s=e.merge_s,
                eval_s=e.eval_s)
+    if e.fisher_s:
+        doc["fisher_s"] = e.fisher_s  # the Fisher pass behind the candidate (all agents' compute, to its N)
     if e.kind == CANDIDATE:
         doc.update(selected=e.selected, best=e.best)
         if e.split == select_on:
@@ -82,13 +84,14 @@ def result_frame(res: SweepResult) -> pd.DataFrame:
         row.update({t: e.scores.get(t) for t in tasks})
         row.update({f"{t} se": e.stderr.get(t) for t in tasks})
         row.update({d: e.detail.get(d) for d in detail})
-        row.update(average=_num(e.average), average_se=_num(e.average_stderr), merge_s=e.merge_s, eval_s=e.eval_s,
-                   selected=e.selected, best=e.best, within_noise=e.within_noise,
-                   grid_edge=" ".join(e.grid_edge), error=e.error or "")
+        row.update(average=_num(e.average), average_se=_num(e.average_stderr), merge_s=e.merge_s,
+                   fisher_s=e.fisher_s, eval_s=e.eval_s, selected=e.selected, best=e.best,
+                   within_noise=e.within_noise, grid_edge=" ".join(e.grid_edge), error=e.error or "")
         rows.append(row)
+    fisher = ["fisher_s"] if any(e.fisher_s for e in res.entries) else []
     cols = ["kind", "candidate", "method", "settings", "split", *params, *tasks, *[f"{t} se" for t in tasks],
-            *detail, "average", "average_se", "merge_s", "eval_s", "selected", "best", "within_noise", "grid_edge",
-            "error"]
+            *detail, "average", "average_se", "merge_s", *fisher, "eval_s", "selected", "best", "within_noise",
+            "grid_edge", "error"]
     return pd.DataFrame(rows, columns=cols)
 
 

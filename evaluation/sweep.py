@@ -57,6 +57,7 @@ class Entry:
     n: dict[str, int] = field(default_factory=dict)
     average: float = float("nan")
     merge_s: float = 0.0
+    fisher_s: float = 0.0  # the Fisher pass behind a Fisher candidate (seconds of compute, all agents, to its N)
     eval_s: float = 0.0
     selected: bool = False
     best: bool = False
@@ -95,6 +96,7 @@ class SweepSpec:
     references: bool = True  # score the base and the agents on the report split too
     # Builds the evaluator where a worker runs (a Ray worker: its own device); None: workers use `evaluator`.
     make_evaluator: Callable[[], Evaluator] | None = None
+    fisher_tasks: list[str] | None = None  # each agent's task for Fisher candidates (None: by agent name)
 
 
 @dataclass
@@ -196,6 +198,7 @@ def _entry(job: Job, result: dict[str, Any], labels: list[str], resumed: bool) -
     e.average_stderr = average_se(e.stderr.get(t) for t in e.scores) if e.scores else None
     e.average = float(result["average"]) if result.get("average") is not None else float("nan")
     e.merge_s = float(result.get("merge_s", 0.0))
+    e.fisher_s = float(result.get("fisher_s", 0.0))
     e.eval_s = float(result.get("eval_s", 0.0))
     e.lambdas = result.get("lambdas")
     e.resumed = resumed
@@ -251,6 +254,10 @@ class Scoring:
     def key(self, job: Job) -> dict[str, Any]:
         what = ({"method": job.candidate.method, "params": job.candidate.param_dict} if job.candidate
                 else {"model": self.context["fingerprints"][job.index]})
+        if job.candidate is not None and "fisher" in self.context:  # whose data each agent's Fisher is on
+            from .fisher import reads_fisher
+
+            what.update({"fisher": self.context["fisher"]} if reads_fisher(job.candidate.method) else {})
         return score_key(self.context["key"], what, job.split)
 
     def score(self, jobs: list[Job], phase: str) -> list[Entry]:

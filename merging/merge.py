@@ -35,11 +35,12 @@ from merging.methods.base import MergeMethod
 from merging.writing.model_card import render_card
 from merging.writing.commit import (PARTIAL_MARKER, TargetLock, commit, create_parents, discard, make_temp_folder,
                                     recheck_placement)
-from merging.writing.placement import FolderTarget, check_output_folder, protected_paths
+from merging.writing.placement import FolderTarget, check_output_folder, protected_files, protected_paths
 from merging.reading.model_folder import FileIdentity
 from merging.recipe import OUT_DTYPES, MergeSpec, check_agent_count, fingerprint_mismatches, recipe_document, write_recipe
 from merging.methods.regions import rho
 from merging.writing.side_files import base_float_dtype, copy_side_files, is_side_file, plan_side_files
+from merging.reading.side_tensors import SideTensors, open_side_tensors, refuse_stale_side
 from merging.common.units import format_bytes, parse_size
 from merging.writing.shards import ShardSetWriter, plan_shards
 from merging.writing.written import WrittenFolder, record
@@ -80,7 +81,8 @@ class MergeOptions:
     pass; setting `cancel` stops it; `provenance` (e.g. the mergekit config it came from) is recorded in the
     recipe; `overlap` (the shared-region diagnostics of a cached analysis, analysis.agreement.overlap_summary)
     goes into the card and the recipe; `warn` is told at once about anything allowed but worth knowing (an
-    output inside the Hugging Face cache)."""
+    output inside the Hugging Face cache); `side` holds the per-agent side tensors a method that declares them
+    reads (e.g. each agent's diagonal Fisher, merging.reading.side_tensors), recorded in the recipe."""
 
     overwrite: bool = False
     allow_noop: bool = False
@@ -92,6 +94,7 @@ class MergeOptions:
     provenance: dict[str, Any] | None = None
     overlap: dict[str, Any] | None = None
     warn: Callable[[str], None] | None = None
+    side: SideTensors | None = None
 
 
 @dataclass
@@ -121,6 +124,7 @@ class _Run:
     params: dict[str, Any]
     device: torch.device
     ins: _Inputs
+    side: list[Checkpoint] | None = None
 
     @property
     def models(self) -> list[Checkpoint]:
@@ -136,6 +140,7 @@ def merge_to_folder(spec: MergeSpec, options: MergeOptions | None = None, **keyw
     t0 = time.perf_counter()
     run = _resolve(spec, options if options is not None else MergeOptions(**keywords))
     inputs = protected_paths([(c.ref.raw, c.folder) for c in run.models])
+    inputs += protected_files([(str(f), f) for f in (run.options.side.files if run.side else ())])
     target = check_output_folder(spec.out, inputs, overwrite=run.options.overwrite, side_file_ok=is_side_file)
     for message in [*run.ins.warnings, *target.warnings]:  # said before any pass
         if run.options.warn is not None:
@@ -169,7 +174,22 @@ def _resolve(spec: MergeSpec, options: MergeOptions) -> _Run:
     if options.expected_inputs is not None:  # sizes and headers can be compared now; contents once they are read
         _refuse_changed(options.expected_inputs, [_file_identity(c, None) for c in [ins.base, *ins.agents]],
                         content=False)
-    return _Run(spec, options, method, params, device, ins)
+    return _Run(spec, options, method, params, device, ins, _side_inputs(method, options.side, ins))
+
+
+def _side_inputs(method: MergeMethod, side: SideTensors | None, ins: _Inputs) -> list[Checkpoint] | None:
+    """The side files a method reads (e.g. each agent's Fisher), opened and checked against the base."""
+    if method.side_tensors is None:
+        if side is not None:
+            raise RamStudioError(f"{method.name} reads no {side.kind} side tensors, but the merge was given them.",
+                                 f"Drop them, or merge with a method that reads {side.kind}.")
+        return None
+    if side is None:
+        raise RamStudioError(f"{method.name} needs each agent's {method.side_tensors} (one file per agent), and the "
+                             "merge was given none.",
+                             f"Compute them first: the CLI, the app and the Python API run the {method.side_tensors} "
+                             "pass for you (see the method's documentation).")
+    return open_side_tensors(side, method.side_tensors, ins.base, ins.labels)
 
 
 def open_inputs(spec: MergeSpec, min_agents: int) -> _Inputs:
@@ -215,12 +235,15 @@ def _merge_into(target: FolderTarget, run: _Run
         sink = ShardSetWriter(tmp, plan_shards(planned, parse_size(run.spec.shard_size)), {"format": "pt"})
         engine = stream_merge(run.ins.base, run.ins.agents, run.method, run.params, shared, sink,
                               out_dtype=run.spec.out_dtype, device=run.device, chunk_elems=run.spec.chunk_elems,
-                              progress=run.options.progress, cancel=run.options.cancel, fingerprinter=prints)
+                              progress=run.options.progress, cancel=run.options.cancel, fingerprinter=prints,
+                              side=run.side)
         write_vocab_rows(sink, planned, run.ins.vocab, run.ins.agents)
         notes += engine.precision
         refuse_idle_agents(run.ins.labels, engine.max_abs_tau)
         if identities is None:
             identities = _identities(run.models, prints.finish(), run.ins.labels, run.options.expected_inputs)
+        if run.options.side is not None:
+            refuse_stale_side(run.options.side, run.ins.labels, [i["weights_xxh3_128"] for i in identities[1:]])
         _check_change(engine, run, notes)
         recheck_placement(tmp, target)  # before the small files are written by name into it
         _write_folder(tmp, sink, run, identities, lambdas, notes)
@@ -252,6 +275,8 @@ def _global_counts(run: _Run, prints: Fingerprinter
 def _merge_notes(run: _Run) -> list[str]:
     """The notes the card and the recipe carry: mismatch handling, the preset, per-tensor ρ."""
     notes = list(run.ins.notes)
+    if run.options.side is not None:
+        notes += list(run.options.side.notes)
     preset = (run.options.provenance or {}).get("preset")
     if preset:
         factor = f" with R = {preset['rescale_factor']:g}" if "rescale_factor" in preset else ""
@@ -315,6 +340,8 @@ def _write_folder(tmp: Path, sink: ShardSetWriter, run: _Run, identities: list[d
         (tmp / "mergekit.yaml").write_text(mergekit[0])
     overlap = run.options.overlap
     extra = {"lambdas": lambdas, "notes": notes, **(run.options.provenance or {})}
+    if run.options.side is not None:  # where the side tensors came from (a recipe re-runs it from this)
+        extra[run.options.side.kind] = run.options.side.record
     if overlap:
         extra["overlap"] = {k: v for k, v in overlap.items() if k != "markdown"}
     recipe_path = write_recipe(tmp, recipe_document(recorded, identities, extra))

@@ -275,7 +275,7 @@ def test_zero_agents(capsys, family, tmp_path):
     (("--eps=-1e-5",), "eps"), (("--method", "ram_plus", "--r=-0.1"), "r="),
     (("--method", "ram_plus", "--alpha=-2"), "alpha"), (("--method", "ties", "--density", "0"), "density"),
     (("--method", "ties", "--density", "1.2"), "density"), (("--method", "dare_ta", "--drop-rate", "1"), "drop_rate"),
-    (("--method", "dare_ta", "--drop-rate=-0.5"), "drop_rate"), (("--method", "fisher",), "unknown merge method"),
+    (("--method", "dare_ta", "--drop-rate=-0.5"), "drop_rate"), (("--method", "regmean",), "unknown merge method"),
 ])
 def test_invalid_parameters(capsys, family, tmp_path, extra, fragment):
     base, agents = family

@@ -119,7 +119,7 @@ def test_invalid_parameters_are_clear_errors(method, params, fragment):
 
 def test_unknown_method():
     with pytest.raises(RamStudioError, match="unknown merge method"):
-        get_method("fisher")
+        get_method("regmean")
 
 
 def test_a_parameter_declared_in_the_wrong_order_fails_at_declaration():

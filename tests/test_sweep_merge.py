@@ -29,7 +29,20 @@ CASES = [
     ("ram_plus", {"r": 0.2, "rho_scope": "tensor"}),
     ("ram_plus_soft", {"r": 0.3}),
     ("unique_only", {"agent": "1", "dilute": True}),
+    ("fisher", {"lambda": 0.9, "fisher_examples": 4, "fisher_rule": "greedy"}),  # each agent's Fisher, a sweep's way
 ]
+
+
+def fisher_side(ins: CandidateInputs, module: torch.nn.Module, params: dict):
+    """The side tensors a sweep worker gives a Fisher candidate (the pass runs in the worker's loaded model)."""
+    from transformers import AutoTokenizer
+
+    from assets.demo.evaluator import DemoEvaluator
+    from evaluation.base import LoadedModel
+    from evaluation.fisher import SweepFishers
+
+    loaded = LoadedModel(module, AutoTokenizer.from_pretrained(str(DEMO / "base")))
+    return SweepFishers(DemoEvaluator(), ins, loaded, None, {}).side(params)[0]
 
 
 def load(folder: Path) -> torch.nn.Module:
@@ -83,7 +96,8 @@ def test_demo_candidates_equal_cli_merges(cli_demo, mode, monkeypatch, tmp_path_
     assert ins.resident == (mode == "resident")
     module = load(DEMO / "base")
     for i, (method, params) in enumerate(CASES):
-        made = ins.merge_into(module, method, params)
+        side = fisher_side(ins, module, params) if method == "fisher" else None
+        made = ins.merge_into(module, method, params, side=side)
         assert made.changed
         assert_same(module, cli_demo(method, params))
     assert passes == [1e-5], "global ρ at ε = 1e-6 must take the analysis's counts, not a counting pass"

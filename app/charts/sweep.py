@@ -10,9 +10,10 @@ from .base import (agent_colors, AGENT_PALETTE, eps_label, error_bars, labels, _
 
 METHOD_SHORT = {"average": "avg", "task_arithmetic": "TA", "ties": "TIES", "dare_ta": "DARE-TA",
                 "dare_ties": "DARE-TIES", "ram": "RAM", "ram_plus": "RAM+", "ram_plus_soft": "RAM+s",
-                "unique_only": "unique"}
+                "unique_only": "unique", "fisher": "Fisher"}
 PARAM_SHORT = {"lambda": "λ", "density": "d", "drop_rate": "p", "eps": "ε", "alpha": "α", "rho_scope": "ρ",
-               "r": "r", "seed": "seed", "agent": "agent", "dilute": "÷N"}
+               "r": "r", "seed": "seed", "agent": "agent", "dilute": "÷N", "fisher_examples": "N",
+               "fisher_rule": "answers", "fisher_floor": "floor"}
 
 
 def short_text(text: str, limit: int = 18) -> str:
@@ -107,21 +108,23 @@ def sweep_param_lines(df: pd.DataFrame, param: str, tasks: list[str], agents: li
 
 def sweep_time_scatter(df: pd.DataFrame) -> go.Figure:
     """The paper's Fig. 9 view: each candidate's average score (± one standard error where `df` has
-    `average_se`) against the seconds its merge took, one colour per method (one row per candidate; `short` and
-    `candidate` labels)."""
+    `average_se`) against the seconds its merge took — for Fisher merging with its Fisher pass (column `fisher_s`,
+    when present) — one colour per method (one row per candidate; `short` and `candidate` labels)."""
     fig = go.Figure()
     methods = list(dict.fromkeys(df["method"]))
+    fisher = df["fisher_s"] if "fisher_s" in df else pd.Series(0.0, index=df.index)
     for i, m in enumerate(methods):
-        part = df[df["method"] == m]
+        part, extra = df[df["method"] == m], fisher[df["method"] == m]
         se = _se(part, "average")
-        fig.add_scatter(x=part["merge_s"], y=part["average"], mode="markers", name=METHOD_SHORT.get(m, short_text(m)),
+        fig.add_scatter(x=part["merge_s"] + extra, y=part["average"], mode="markers",
+                        name=METHOD_SHORT.get(m, short_text(m)),
                         marker=dict(size=11, color=AGENT_PALETTE[i % len(AGENT_PALETTE)], line=dict(color="white", width=1),
                                     symbol=["star" if s else "circle" for s in part["selected"]]),
                         error_y=error_bars(se, AGENT_PALETTE[i % len(AGENT_PALETTE)]),
-                        customdata=list(zip(part["candidate"], _pm_text(se) or [""] * len(part))),
-                        hovertemplate="%{customdata[0]}<br>merge %{x:.3f} s · average %{y:.2f}%%{customdata[1]}"
-                                      "<extra></extra>")
-    fig.update_xaxes(title="merge time (s, in memory)", rangemode="tozero")
+                        customdata=list(zip(part["candidate"], extra, _pm_text(se) or [""] * len(part))),
+                        hovertemplate="%{customdata[0]}<br>%{x:.3f} s (Fisher pass %{customdata[1]:.1f} s) · average "
+                                      "%{y:.2f}%%{customdata[2]}<extra></extra>")
+    fig.update_xaxes(title="merge time (s, in memory; Fisher merging with its Fisher pass)", rangemode="tozero")
     fig.update_yaxes(title="average accuracy (%)")
     return _layout(fig, height=360)
 

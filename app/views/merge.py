@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from app import jobs, presets, state
+from app.fisher_panel import fisher_runner, fisher_widgets
 from app.forms import (DTYPES, METHOD_KEY, OUT_CUSTOM, PRESET_KEY, RESCALE_KEY, SHARD_SIZES, TA_LAMBDA_KEY,
                        fill_merge_form, param_key)
 from app.mergekit_panel import mergekit_panel
@@ -94,8 +95,9 @@ def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
 
 
 def start(sel: state.Selection, method: str, params: dict, out: str, shard: str, dtype: str | None,
-          overwrite: bool, policy: str = "error", vocab: str = "base", untie: bool = False) -> None:
-    """Validate (parameters and the output placement rules), then hand the merge to the job manager."""
+          overwrite: bool, policy: str = "error", vocab: str = "base", untie: bool = False, fisher=None) -> None:
+    """Validate (parameters and the output placement rules), then hand the merge to the job manager (for Fisher
+    merging, a job that runs the Fisher pass first: app/fisher_panel.py)."""
     from merging.writing.placement import check_output_folder, input_folders
     from merging.writing.side_files import is_side_file
 
@@ -110,21 +112,23 @@ def start(sel: state.Selection, method: str, params: dict, out: str, shard: str,
     provenance = None if chosen == presets.CUSTOM else preset_provenance(chosen, method, params)
     job = jobs.manager().submit(
         "merge", jobs.session_id(), f"a merge into {Path(spec.out).name}",
-        lambda j: run_merge(spec, j, overwrite=overwrite, counts=counts, overlap=overlap, provenance=provenance),
+        lambda j: run_merge(spec, j, fisher, overwrite=overwrite, counts=counts, overlap=overlap,
+                            provenance=provenance),
         merges=True, out=Path(spec.out), request=spec, hint="Check the output folder and the inputs, then try again.")
     jobs.remember(JOB_KEY, "merge", job.id)
 
 
-def run_merge(spec: MergeSpec, job: jobs.Job, **options):
-    """Worker: the merge (merging.merge.merge_to_folder), its progress on the job (detail: the Progress; text:
-    the phase, counting overlaps or merging)."""
+def run_merge(spec: MergeSpec, job: jobs.Job, fisher=None, **options):
+    """Worker: the merge (merging.merge.merge_to_folder; for Fisher merging the Fisher pass first), its progress on
+    the job (detail: the Progress; text: the phase, the Fisher pass, counting overlaps or merging)."""
     from merging.merge import merge_to_folder
 
     def on(phase: str):
         return lambda p: job.report(p.fraction, phase, p)
 
-    return merge_to_folder(spec, progress=on("Merging"), count_progress=on("Counting overlaps (for λ_t)"),
-                           cancel=job.cancel, **options)
+    runner = merge_to_folder if fisher is None else fisher_runner(fisher)
+    return runner(spec, progress=on("Merging"), count_progress=on("Counting overlaps (for λ_t)"),
+                  cancel=job.cancel, **options)
 
 
 def progress_panel(job: jobs.Job) -> None:
@@ -132,6 +136,8 @@ def progress_panel(job: jobs.Job) -> None:
     p = job.detail
     if p is None:
         st.progress(0.0, text="Opening the models…")
+    elif p.phase == "fisher":  # the Fisher pass before a Fisher merge: examples, not bytes
+        st.progress(min(1.0, p.fraction), text=f"Fisher pass: {md(p.tensor)} · {format_seconds(p.elapsed)}")
     else:
         eta = f" · ETA {format_seconds(p.eta)}" if p.eta is not None else ""
         st.progress(min(1.0, p.fraction),
@@ -311,6 +317,7 @@ init(METHOD_KEY, default_method(tuned))
 method = st.selectbox("Method", names, key=METHOD_KEY, format_func=lambda n: f"{n} — {METHODS[n].summary}",
                       disabled=mine_running)
 params = param_widgets(method, tuned, mine_running)
+fisher = fisher_widgets(sel, mine_running) if get_method(method).side_tensors == "fisher" else None
 if method == "task_arithmetic":  # Tune's "how much of each unique update survives" starts from this λ
     st.session_state[TA_LAMBDA_KEY] = float(params["lambda"])
 if st.session_state.get(PRESET_KEY, presets.CUSTOM) != presets.CUSTOM:
@@ -381,7 +388,7 @@ if go:
         if hub:
             raise RamStudioError(f"{len(hub)} Hub model(s) are not downloaded yet.",
                                  "Start the download above; the merge reads them from the local cache.")
-        start(sel, method, params, out, shard, DTYPES[dtype], overwrite, policy, vocab, untie)
+        start(sel, method, params, out, shard, DTYPES[dtype], overwrite, policy, vocab, untie, fisher)
     except RamStudioError as exc:
         st.session_state[START_ERROR_KEY] = (exc.message, exc.hint)
     else:

@@ -25,7 +25,7 @@ GRID_FILE = "table1_grids.yaml"  # the demo's Table 1 search (the paper's Table 
 # Value lists the value boxes start from (the paper's grids, Table 11 / Table 2); other parameters start at
 # their default.
 START_VALUES = {"lambda": "0.1, 0.3, 0.5, 0.7, 0.9, 1.0", "density": "0.1, 0.2, 0.3", "drop_rate": "0.1, 0.3, 0.5",
-                "r": "0, 0.05, 0.1, 0.15, 0.2"}
+                "r": "0, 0.05, 0.1, 0.15, 0.2", "fisher_examples": "256, 512, 1024, 2048"}
 
 
 def grids() -> list[str]:
@@ -109,7 +109,7 @@ def candidates_section(disabled: bool, sel: state.Selection) -> None:
              icon=":material/table_chart:", on_click=lambda: load_grids(demo_grid_texts()),
              help=f"The demo's mini Table 1 search ({GRID_FILE}, the paper's Table 11 ranges with λ extended past "
                   "the paper's 1.0 to 1.2, 1.5 and 2.0): TA λ; TIES λ × density; DARE's drop rate at the chosen λ; "
-                  "averaging, RAM and RAM+ at their defaults.")
+                  "Fisher λ × N; averaging, RAM and RAM+ at their defaults.")
     c.button("Ablation over r (Table 2)", key="sweep_preset_table2", disabled=disabled, icon=":material/tune:",
              on_click=lambda: load_grids([TABLE2]), help=f"`{TABLE2}`: RAM (r = 0) and RAM+ at four strengths.")
     c.button("Clear", key="sweep_clear", disabled=disabled, icon=":material/delete_sweep:",
@@ -205,7 +205,22 @@ def evaluator_section(sel: state.Selection, disabled: bool):
     return DemoEvaluator(tasks, suite=suite), limit
 
 
-def run_job(sel: state.Selection, texts: list[str], evaluator, limit: int | None, job: jobs.Job) -> SweepResult:
+def fisher_tasks_input(texts: list[str], disabled: bool) -> list[str] | None:
+    """Each agent's own task for Fisher candidates (shown when a grid is Fisher's; empty: by the agents' names)."""
+    from evaluation.fisher import reads_fisher
+
+    if not any(reads_fisher(t.split()[0]) for t in texts if t.split()):
+        return None
+    text = st.text_input("Fisher: each agent's own task among the evaluator's, in the agents' order", key="sweep_fisher",
+                         disabled=disabled, placeholder="empty: the task named like each agent (code → code, or "
+                                                        "ram_demo_code)",
+                         help="Each agent's Fisher is computed on its own task's train split, once per N and rule, "
+                              "inside the sweep (kept in the analysis cache).")
+    return [t.strip() for t in text.split(",") if t.strip()] or None
+
+
+def run_job(sel: state.Selection, texts: list[str], evaluator, limit: int | None, job: jobs.Job,
+            fisher_tasks: list[str] | None = None) -> SweepResult:
     """Worker: the sweep (evaluation.executors.run_local), its progress on the job (the fraction, a line, the
     entries so far)."""
     from evaluation.executors import run_local
@@ -216,7 +231,8 @@ def run_job(sel: state.Selection, texts: list[str], evaluator, limit: int | None
         job.report(p.fraction, f"{phase}: {p.done} of {p.total} scored{examples}"
                    + (f" · {p.current}" if p.current else ""), p.entries)
 
-    return run_local(sel.base, list(sel.agents), texts, evaluator, limit, progress=progress, cancel=job.cancel)
+    return run_local(sel.base, list(sel.agents), texts, evaluator, limit, progress=progress, cancel=job.cancel,
+                     fisher_tasks=fisher_tasks)
 
 
 CANCEL_SWEEP = jobs.CancelButton("Cancel sweep", "sweep_cancel", caption="Every score is kept as it comes: starting "
@@ -254,6 +270,7 @@ if texts:
     except RamStudioError as exc:
         state.show_error(exc, "These grids")
         texts = []
+fisher_tasks = fisher_tasks_input(texts, running)
 row = st.container(horizontal=True, vertical_alignment="center")
 go = row.button("Start sweep", type="primary", icon=":material/play_arrow:", key="sweep_start",
                 disabled=running or not texts or evaluator is None)
@@ -264,7 +281,7 @@ if go:
 
         check_splits(evaluator, "validation", "test")  # e.g. lm-eval tasks without a validation split: said now
         task = mgr.submit("sweep", jobs.session_id(), f"a sweep of {n} candidates",
-                          lambda j, s=sel, g=texts, e=evaluator, k=limit: run_job(s, g, e, k, j))
+                          lambda j, s=sel, g=texts, e=evaluator, k=limit, f=fisher_tasks: run_job(s, g, e, k, j, f))
     except RamStudioError as exc:
         state.show_error(exc, "Starting the sweep")
     else:

@@ -18,6 +18,7 @@ from merging.common.errors import RamStudioError, first_line
 from .suites import DEMO_SUITE, TaskSuite
 
 DECODER_VERSION = "greedy-1"  # bump when decoding could change an output (part of the fingerprint)
+FISHER_DATA = "train-1"  # bump when the Fisher's examples or their budgets change (part of the Fisher's cache key)
 
 
 class DemoEvaluator:
@@ -80,6 +81,26 @@ class DemoEvaluator:
         t0 = time.perf_counter()
         df = self.frame(model, split, limit=limit, progress=progress, cancel=cancel)
         return scores_from_frame(df, split, time.perf_counter() - t0)
+
+    def fisher_examples(self, task: str, n: int):
+        """The first `n` examples of the task's train split (the agents' RL prompts' split; never a scored
+        one), with their reference answers and the task's decoding budget: what a Fisher pass runs on."""
+        from evaluation.fisher_pass import FisherData, FisherExample
+
+        if task not in self.suite.tasks:
+            raise RamStudioError(f"unknown demo task {task!r} for a Fisher.", f"Choose from {', '.join(self.suite.tasks)}.")
+        budget = self.suite.max_new_tokens[task]
+        examples = tuple(FisherExample(e.prompt, e.answer, budget) for e in self.suite.make_split(task, "train", n))
+        return FisherData(task, "train", examples, f"demo|{self.suite.name}|{FISHER_DATA}")
+
+    @property
+    def fisher_tasks(self) -> tuple[str, ...]:
+        """Every task of the suite: a Fisher reads an agent's own task, whichever tasks are scored."""
+        return self.suite.tasks
+
+    def fisher_origin(self) -> dict:
+        """What a recipe records to build this evaluator's Fisher data again."""
+        return {"backend": "demo", "suite": self.suite.name}
 
     def _check_split(self, split: str) -> None:
         if split not in self.splits():

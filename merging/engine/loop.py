@@ -104,24 +104,31 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
                  chunk_elems: int = DEFAULT_CHUNK_ELEMS,
                  progress: ProgressFn | None = None, cancel: threading.Event | None = None,
                  fingerprinter: Fingerprinter | None = None, read_threads: int | None = None,
-                 write_threads: int | None = None, reader: Any = None) -> EngineResult:
+                 write_threads: int | None = None, reader: Any = None,
+                 side: list[Checkpoint] | None = None) -> EngineResult:
     """Merge every tensor of `base` with `agents` into `sink`; raises MergeCancelled when `cancel` is set.
 
     Every output chunk is checked (finite, and whether it differs from the base) before it is written,
     at its offset, by the writer threads. A `reader` given (a sweep's merging.reading.resident.ResidentReader,
-    built with the same chunk size) serves the inputs instead of the files, and is left open."""
+    built with the same chunk size) serves the inputs instead of the files, and is left open. `side` (one
+    checkpoint per agent, checked by merging.reading.side_tensors) is read chunk by chunk next to the weights,
+    on its own reader threads, for a method that declares `side_tensors`."""
     chunk_elems = chunk_elems_for(device, chunk_elems, DEFAULT_CHUNK_ELEMS)
+    if (side is not None) != (method.side_tensors is not None):
+        raise ValueError(f"{method.name}: side tensors are given exactly when the method reads them")
     own_reader = reader is None
     if own_reader:
         reader = open_reader(base, agents, fingerprinter, Lanes(device), read_threads)
+    side_reader = None if side is None else open_reader(side[0], side[1:], None, Lanes(device), read_threads)
     run = _MergeRun(base, agents, method, params, shared, sink, out_dtype, device, chunk_elems, progress,
                     reader, write_threads)
     try:
         try:
-            for step, data in reader.stream(plan_steps(base, run.rounds, chunk_elems, run.whole_on_device)):
+            steps = plan_steps(base, run.rounds, chunk_elems, run.whole_on_device)
+            for step, data, side_data in _with_side(reader, side_reader, steps):
                 if cancel is not None and cancel.is_set():
                     raise MergeCancelled()
-                run.step(step, data)
+                run.step(step, data, side_data)
         finally:
             run.writer.close()
     except BaseException:
@@ -130,9 +137,25 @@ def stream_merge(base: Checkpoint, agents: list[Checkpoint], method: MergeMethod
     finally:
         if own_reader:
             reader.close()
+        if side_reader is not None:
+            side_reader.close()
     run.tracker.advance(0, "", force=True)
     return EngineResult(run.peaks.values(), run.guard.changed, run.guard.beyond_rounding,
                         run.probe.notes() if run.probe else [])
+
+
+def _with_side(reader: Any, side_reader: Any, steps: Iterator[tuple[Span | None, Step]]
+               ) -> Iterator[tuple[Step, ChunkData | None, ChunkData | None]]:
+    """(step, its inputs, its side tensors or None): the side files are read ahead on their own threads for the
+    same spans as the weights (a side file holds only float tensors: nothing for a copied one)."""
+    if side_reader is None:
+        for step, data in reader.stream(steps):
+            yield step, data, None
+        return
+    planned = list(steps)
+    side_items = ((span if step.path is not TensorPath.COPY else None, step) for span, step in planned)
+    for (step, data), (_, side_data) in zip(reader.stream(iter(planned)), side_reader.stream(side_items)):
+        yield step, data, side_data
 
 
 class _MergeRun:
@@ -173,7 +196,7 @@ class _MergeRun:
         return gpu_style(self.device) and not uses_kernels(self.device) and fits_on_device(
             self.device, self.base.tensors[name].numel * (1 + len(self.agents)) * 4 * 6)
 
-    def step(self, step: Step, data: ChunkData | None) -> None:
+    def step(self, step: Step, data: ChunkData | None, side: ChunkData | None = None) -> None:
         if step.path is TensorPath.COPY:
             return self.copy_non_float(step, data)
         if self.probe is not None and data is not None and step.round == 0:
@@ -181,7 +204,7 @@ class _MergeRun:
         self._merger_for(step)
         if step.path is TensorPath.WHOLE_ON_DEVICE:
             return self.whole_tensor(step, data)
-        self.chunked(step, data)
+        self.chunked(step, data, side)
 
     def _merger_for(self, step: Step) -> None:
         """A TensorMerger per tensor, fused or torch. A merge without passes switches to the kernels at the
@@ -228,7 +251,7 @@ class _MergeRun:
         self._emit(merged, peak, full.base, Span(span.tensor, 0, entry.shape[0], 0, entry.numel),
                    lambda: raise_nonfinite(self.reader, tensor_spans, self.labels, self.base.label))
 
-    def chunked(self, step: Step, data: ChunkData | None) -> None:
+    def chunked(self, step: Step, data: ChunkData | None, side: ChunkData | None = None) -> None:
         """Paths CHUNKED_*: pass rounds reduce the chunk; the merge round merges it (fused or torch)."""
         if data is None:  # a one-chunk tensor: read and converted once for all its rounds
             assert self.held is not None
@@ -247,7 +270,7 @@ class _MergeRun:
         if self.fused:
             self.merge_fused(step, data, chunk)
         else:
-            self.merge_torch(step, data, chunk, uploaded)
+            self.merge_torch(step, data, chunk, uploaded, side)
         self._advance(step, step.span.numel * self.per_elem[step.span.tensor])
 
     def _target(self, span: Span) -> torch.dtype:
@@ -271,10 +294,16 @@ class _MergeRun:
         data.release()  # the writer needs only the output
         submit_host(self.writer, self.sink, span, out, None, self.guard, pool)
 
-    def merge_torch(self, step: Step, data: ChunkData, chunk: ChunkInputs, uploaded: Any) -> None:
+    def merge_torch(self, step: Step, data: ChunkData, chunk: ChunkInputs, uploaded: Any,
+                    side: ChunkData | None = None) -> None:
         """Path CHUNKED_TORCH: the method's torch function on the device; rounding and checks there too."""
         span = step.span
-        merged, peak = self.merger.merge(span.offset, chunk)
+        side_f32 = None
+        if side is not None:  # (N, E) float32 on the device, then the side file's buffer is free again
+            rows = side.stage if side.stage is not None else torch.stack([side.base, *side.agents])
+            side_f32 = rows.reshape(len(self.agents), -1).to(self.device, torch.float32, copy=True)
+            side.release()
+        merged, peak = self.merger.merge(span.offset, chunk, side=side_f32)
         base_f32 = chunk.base
         data.release(uploaded)  # the staging buffer is free once its copy to the device is done
         self._emit(merged, peak, base_f32, span,

@@ -57,11 +57,14 @@ class TensorMerger:
         self.passes[round_].finish(self._total, self.ctx)
         self._total = None
 
-    def merge(self, offset: int, chunk: ChunkInputs, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def merge(self, offset: int, chunk: ChunkInputs, out: torch.Tensor | None = None,
+              side: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """θ0 + τ_m for the chunk (float32, (E,)) and each agent's max |τ| in it (NaN if any τ is NaN).
 
-        The fused kernels write into `out` (float32, (E,)) when it is given."""
+        The fused kernels write into `out` (float32, (E,)) when it is given; `side` is the chunk's per-agent
+        side tensors ((N, E) float32 on the compute device) for a method that reads them."""
         self.ctx.offset = offset
+        self.ctx.side = side
         if self.fused and self.method.fused is not None:
             from merging.kernels.common import parts
 
@@ -79,11 +82,13 @@ class TensorMerger:
 def merge_in_memory(method: str | MergeMethod, taus: torch.Tensor, params: dict[str, Any] | None = None, *,
                     chunk_elems: int | None = None, agents: Iterable[str] | None = None,
                     tensor: str = "tensor", counts: dict[str, list[int]] | None = None,
-                    base: torch.Tensor | None = None, fused: bool = False, dtype: str | None = None) -> torch.Tensor:
+                    base: torch.Tensor | None = None, fused: bool = False, dtype: str | None = None,
+                    side: torch.Tensor | None = None) -> torch.Tensor:
     """Merge task vectors `taus` (N, ...) of one tensor in float32 and return τ_m; for tests and toys.
 
     With `base` given the result is θ0 + τ_m instead, and `fused` runs the CPU kernels (tests compare).
-    `dtype` is the stored dtype a rule in steps counts in (default: the base's torch dtype, else float32).
+    `dtype` is the stored dtype a rule in steps counts in (default: the base's torch dtype, else float32); `side`
+    (N, ...) are the agents' side tensors (e.g. their diagonal Fisher) for a method that reads them.
     """
     m = get_method(method) if isinstance(method, str) else method
     p = m.resolve_params(params or {})
@@ -111,5 +116,7 @@ def merge_in_memory(method: str | MergeMethod, taus: torch.Tensor, params: dict[
         for lo, hi in spans:
             tm.reduce(r, lo, chunk(lo, hi))
         tm.finish_round(r)
-    out = torch.cat([tm.merge(lo, chunk(lo, hi))[0] for lo, hi in spans])
+    side_f = None if side is None else side.to(torch.float32).reshape(side.shape[0], -1)
+    out = torch.cat([tm.merge(lo, chunk(lo, hi), side=None if side_f is None else side_f[:, lo:hi])[0]
+                     for lo, hi in spans])
     return out.view(taus.shape[1:])

@@ -28,6 +28,8 @@ class ChunkContext:
     results of this tensor's passes; `shared` holds merge-wide values (e.g. global λ_t from the overlap
     counts). `dtype` is the base tensor's stored dtype code and `base` the chunk's base weights (float32, (E,),
     on the torch path; the fused kernels get the stored values): what rules in steps of the stored dtype need.
+    `side` holds, for a method that declares `side_tensors`, the same range of each agent's side tensor (float32,
+    (N, E), e.g. its diagonal Fisher), read chunk by chunk next to the weights; else None.
     """
 
     tensor: str
@@ -39,6 +41,7 @@ class ChunkContext:
     shared: dict[str, Any] = field(default_factory=dict)
     dtype: str = "F32"
     base: torch.Tensor | None = None
+    side: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,11 @@ class MergeMethod:
     # How the method is written as, and read from, mergekit configs (merging.methods.mergekit_map); None
     # when mergekit has no equivalent.
     mergekit: Mergekit | None = None
+    # The kind of per-agent side tensors the method reads (e.g. "fisher": one float32 safetensors file per
+    # agent holding a tensor of the base's shape for every float tensor); the merge is given them
+    # (merging.reading.side_tensors.SideTensors) and the engine streams them into `ctx.side`. None: no side
+    # tensors. Such a method runs on the torch path (no fused kernel) and has no passes.
+    side_tensors: str | None = None
 
     def resolve_params(self, given: dict[str, Any], *, strict: bool = False) -> dict[str, Any]:
         """Fill defaults, coerce types and validate; unknown or invalid values raise a clear error.

@@ -12,6 +12,9 @@ def register(method: MergeMethod) -> MergeMethod:
     """Add a method to the registry (names are unique; a parameter name means one thing everywhere)."""
     if method.name in METHODS:
         raise ValueError(f"method {method.name} registered twice")
+    if method.side_tensors is not None and (method.fused is not None or method.kernels or method.passes({})):
+        raise ValueError(f"method {method.name} reads side tensors: the engine streams them on the torch path of a "
+                         "merge without passes (no fused kernel, no passes)")
     for p in method.params:
         other = all_params().get(p.name)
         if other is not None and other != p:

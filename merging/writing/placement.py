@@ -81,6 +81,11 @@ def protected_paths(folders: Iterable[tuple[str, Path]]) -> list[Protected]:
     return out
 
 
+def protected_files(files: Iterable[tuple[str, Path]]) -> list[Protected]:
+    """Single input files (e.g. the side tensors a merge reads), each with what its link points to."""
+    return [_protect(Path(f), label) for label, f in files]
+
+
 def input_folders(refs: Iterable[str]) -> list[Protected]:
     """Protected paths for model references before anything is downloaded or opened: the folder of a
     local or demo model, the cached repo folder of a Hub model (where its snapshot will be)."""

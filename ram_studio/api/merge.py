@@ -18,20 +18,25 @@ def merge(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, out: 
           method: str | None = None, preset: str | None = None, rescale_factor: float | None = None,
           device: str = "auto", shard_size: str = "5GB", out_dtype: str | None = None, on_mismatch: str = "error",
           vocab: str = "base", untie: bool = False, overwrite: bool = False, allow_noop: bool = False,
-          progress: ProgressArg = True, **params: Any) -> "Merged":
+          fisher_tasks: Sequence[str] | str | None = None, fisher_lm_eval: Sequence[str] | str | None = None,
+          include_path: str | os.PathLike | None = None, suite: str | None = None, progress: ProgressArg = True,
+          **params: Any) -> "Merged":
     """Merge `agents` into `base` as `ram-studio merge` does (keywords are its flags): `method` (see
     `ram-studio methods`) or a `preset`, the method's parameters by name (eps=, r=, alpha=, rho_scope=,
-    count_tied_twice=, density=, drop_rate=, seed=, agent=, dilute=, and λ as lambda_= or **{"lambda": …}), written
-    atomically into `out`. A parameter the method does not take is an error, as in the CLI. `vocab="union"` keeps the
-    tokens agents add to the base's tokenizer, `untie=True` writes an untied head for a tied base (the CLI's --vocab
-    and --untie). Returns a Merged (the folder, its files, ρ_t and λ_t, the recipe); bad input raises RamStudioError
-    and writes nothing; a lineage warning (an agent that may not descend from the base) is a Python warning."""
-    from ram_studio.commands.merge import _cached_statistics, _spec_from_args
+    count_tied_twice=, eps_steps=, density=, drop_rate=, seed=, agent=, dilute=, fisher_examples=, fisher_rule=,
+    fisher_floor=, and λ as lambda_= or **{"lambda": …}; for method="fisher" the Fisher data is fisher_tasks= (demo
+    tasks, one per agent) or fisher_lm_eval= with include_path=, and suite=), written atomically into `out`. A
+    parameter the method does not take is an error, as in the CLI. `vocab="union"` keeps the tokens agents add to the
+    base's tokenizer, `untie=True` writes an untied head for a tied base (the CLI's --vocab and --untie). Returns a
+    Merged (the folder, its files, ρ_t and λ_t, the recipe); bad input raises RamStudioError and writes nothing; a
+    lineage warning (an agent that may not descend from the base) is a Python warning."""
+    from ram_studio.commands.merge import _cached_statistics, _spec_from_args, side_for
     from ram_studio.console import stop_on_signal
 
     options = dict(out=out, method=method, preset=preset, rescale_factor=rescale_factor, device=device,
                    shard_size=shard_size, out_dtype=out_dtype, on_mismatch=on_mismatch, vocab=vocab, untie=untie,
-                   overwrite=overwrite, allow_noop=allow_noop, **params)
+                   overwrite=overwrite, allow_noop=allow_noop, fisher_tasks=fisher_tasks, fisher_lm_eval=fisher_lm_eval,
+                   include_path=include_path, suite=suite, **params)
     args = parse("merge", [*model_refs(base, "base"), *model_refs(agents, "agents")], options, method_flags=True)
     spec = _spec_from_args(args)
     provenance = None
@@ -44,8 +49,9 @@ def merge(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, out: 
 
     with stop_on_signal() as stop:
         prefetch([spec.base, *spec.agents], to, stop)
+        side = side_for(spec, args, stop, quiet=True)  # each agent's Fisher, for method="fisher"
         counts, overlap = _cached_statistics(spec)
-        result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop, counts=counts,
+        result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop, counts=counts, side=side,
                                  provenance=provenance, overlap=overlap,
                                  warn=lambda message: warnings.warn(message, stacklevel=3),
                                  progress=engine(to, "merge"), count_progress=engine(to, "count"), cancel=stop)

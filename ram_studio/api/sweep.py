@@ -34,7 +34,7 @@ def sweep(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, try_:
           limit: int | None = None, keep: str = "none", out: str | os.PathLike = "merged-models",
           executor: str = "local", json: str | os.PathLike | None = None, csv: str | os.PathLike | None = None,
           overwrite: bool = False, no_resume: bool = False, no_references: bool = False, on_mismatch: str = "error",
-          progress: ProgressArg = True) -> "Sweep":
+          fisher_tasks: Sequence[str] | str | None = None, progress: ProgressArg = True) -> "Sweep":
     """Sweep as `ram-studio sweep` does (keywords are its flags; `try_` is --try): grids as "METHOD name=v1,v2"
     strings or mappings ({"method": "ties", "lambda": [0.5, 1.0]}), YAML `grids` files; every candidate merged in
     memory and scored on `select_on`, each method's best then on `report_on`. Scores are stored as they come, so
@@ -46,7 +46,7 @@ def sweep(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, try_:
                    suite=suite, lm_eval=lm_eval, include_path=include_path, backend=backend, device=device,
                    batch_size=batch_size, select_on=select_on, report_on=report_on, limit=limit, keep=keep, out=out,
                    executor=executor, json=json, csv=csv, overwrite=overwrite, no_resume=no_resume,
-                   no_references=no_references, on_mismatch=on_mismatch)
+                   no_references=no_references, on_mismatch=on_mismatch, fisher_tasks=fisher_tasks)
     args = parse("sweep", [*model_refs(base, "base"), *model_refs(agents, "agents")], options)
     return _run(args, sink(progress))
 
@@ -74,7 +74,8 @@ def _run(args, to) -> "Sweep":
         check_root(root, args.base, list(args.agents))
     spec = SweepSpec(args.base, list(args.agents), grids, evaluator, args.select_on, args.report_on, args.limit,
                      args.on_mismatch, args.device, args.inputs, references=not args.no_references,
-                     make_evaluator=make_evaluator)
+                     make_evaluator=make_evaluator,
+                     fisher_tasks=[t for t in (args.fisher_tasks or "").split(",") if t.strip()] or None)
     executor = EXECUTORS[args.executor]()
     show = None if to is None else (lambda p: to(Progress("sweep", p.done, p.total, _progress_text(p))))
     try:

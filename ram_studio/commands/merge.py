@@ -42,6 +42,9 @@ def add_parser(sub, method_flags_for_merge: bool = True) -> None:
                     help="for a tied base whose agents stored an explicit lm_head untied by training: write an "
                          "untied head (merged from the base's embeddings and each agent's head) and "
                          "tie_word_embeddings false")
+    from ram_studio.commands.fisher_options import add_fisher_options
+
+    add_fisher_options(sp)
     add_writing_options(sp)
     sp.set_defaults(func=cmd_merge)
 
@@ -133,14 +136,36 @@ def _cached_statistics(spec) -> tuple[dict | None, dict | None]:
     return merge_statistics(result, spec.method, spec.params)
 
 
-def run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=None) -> int:
+def side_for(spec, args: argparse.Namespace, stop, fisher_record=None, quiet: bool = False):
+    """The side tensors the spec's method reads (each agent's Fisher for `fisher`: from the flags, or from a recipe's
+    record, whose cache keys must then match unless --allow-changed-inputs), else None."""
+    from merging.methods import get_method
+    from ram_studio.commands import fisher_options as fo
+
+    if get_method(spec.method).side_tensors != "fisher":
+        fo.given_origin(args, False)  # refuses Fisher flags given to another method
+        return None
+    if fisher_record is not None:
+        origin, tasks, keys = fo.recorded_origin(fisher_record)
+        keys = None if getattr(args, "allow_changed_inputs", False) else keys
+    else:
+        (origin, tasks), keys = fo.given_origin(args, True), None
+    from ram_studio.commands.evaluator_options import progress_printer, quiet_library_progress
+
+    quiet_library_progress()
+    return fo.fisher_side(spec, origin, tasks, progress=None if quiet else progress_printer("fisher"), cancel=stop,
+                          recorded_keys=keys)
+
+
+def run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=None, fisher_record=None) -> int:
     from merging.merge import merge_to_folder
     from merging.common.units import format_bytes
 
     with stop_on_signal() as stop:
         prefetch([spec.base, *spec.agents], args.quiet, stop)
+        side = side_for(spec, args, stop, fisher_record, args.quiet)
         counts, overlap = _cached_statistics(spec)
-        result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop,
+        result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop, side=side,
                                  expected_inputs=expected_inputs, counts=counts, provenance=provenance, overlap=overlap,
                                  warn=lambda message: say(f"warning: {message}", file=sys.stderr),
                                  progress=None if args.quiet else progress_printer("merge"),

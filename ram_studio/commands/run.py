@@ -42,7 +42,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.device:
         spec.device = args.device
     expected = None if args.allow_changed_inputs else doc.get("inputs", [])
-    return run_spec(spec, args, expected)
+    return run_spec(spec, args, expected, fisher_record=doc.get("fisher"))
 
 
 def _run_mergekit_config(path: Path, args: argparse.Namespace) -> int:

@@ -26,6 +26,9 @@ def add_parser(sub) -> None:
                          "that method's chosen value, e.g. \"dare_ta lambda=@task_arithmetic drop_rate=0.1,0.5\"")
     sp.add_argument("--grids", action="append", metavar="FILE.yaml", help="grids from a YAML file (grids: [...])")
     add_evaluator_options(sp)  # --tasks | --lm-eval [--include-path], --suite, --backend, --device, --batch-size
+    sp.add_argument("--fisher-tasks", default=None, metavar="TASK[,TASK]",
+                    help="for fisher candidates: each agent's own task among the evaluator's (demo or lm-eval), in the "
+                         "agents' order; default: the task named like the agent (code, or ram_demo_code)")
     sp.add_argument("--select-on", default="validation", help="the split candidates are chosen on (never test)")
     sp.add_argument("--report-on", default="test", help="the split the chosen candidates are reported on")
     sp.add_argument("--limit", type=int, help="score at most N examples per task and split")
@@ -67,7 +70,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     spec = SweepSpec(args.base, list(args.agents), grids, evaluator, args.select_on, args.report_on, args.limit,
                      args.on_mismatch, args.device, args.inputs, references=not args.no_references,
-                     make_evaluator=make_evaluator)
+                     make_evaluator=make_evaluator,
+                     fisher_tasks=[t for t in (args.fisher_tasks or "").split(",") if t.strip()] or None)
     executor = EXECUTORS[args.executor]()
     res, kept, failed = _run(spec, executor, args, root)
     _report(res, kept, failed, outputs, executor.name)

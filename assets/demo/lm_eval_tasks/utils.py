@@ -30,11 +30,27 @@ def _rows(task: str, split: str) -> list[dict]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
+TRAIN_ROWS = 2048  # the paper's largest Fisher N (its Table 11): the train split a Fisher pass reads
+
+
+@functools.lru_cache(maxsize=4)
+def _train_rows(task: str) -> tuple[dict, ...]:
+    """The first TRAIN_ROWS examples of the demo's train split (made from the task generators, not stored: the
+    same examples the demo evaluator's Fisher reads), in the rows' format."""
+    from assets.demo.tasks import MAX_NEW_TOKENS, make_split
+
+    return tuple({"task": e.task, "subset": e.subset, "prompt": e.prompt, "answer": e.answer, "habit": e.habit,
+                  "max_new_tokens": MAX_NEW_TOKENS[task]} for e in make_split(task, "train", TRAIN_ROWS))
+
+
 def load(task: str, **_: object) -> dict:
-    """`custom_dataset`: the task's validation and test rows as in-memory datasets (no cache files)."""
+    """`custom_dataset`: the task's train (for a Fisher pass; never scored), validation and test rows as in-memory
+    datasets (no cache files)."""
     import datasets
 
-    return {split: datasets.Dataset.from_list(_rows(task, split)) for split in ("validation", "test")}
+    splits = {split: datasets.Dataset.from_list(_rows(task, split)) for split in ("validation", "test")}
+    splits["train"] = datasets.Dataset.from_list(list(_train_rows(task)))
+    return splits
 
 
 @functools.lru_cache(maxsize=1)
