@@ -116,7 +116,7 @@ def ensure_fishers(evaluator: FisherEvaluator, base: Checkpoint, agents: list[Ch
                    ) -> list[dict[int, FisherFile]]:
     """Every agent's Fisher at every N of `plan`: from the cache, else one pass per agent (snapshots at the
     missing Ns) on the agent loaded by the evaluator, or into the model `load_into` gives."""
-    folder = check_cache_location([base, *agents])
+    folder = check_cache_location([base, *agents], getattr(evaluator, "include_path", None))
     try:
         return [_agent_fishers(evaluator, agents, index, fp, plan, folder, device, load_into, progress, cancel)
                 for index, fp in enumerate(prints)]

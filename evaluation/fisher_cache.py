@@ -88,13 +88,14 @@ def lookup(key: str) -> FisherFile | None:
     return FisherFile(path, doc)
 
 
-def check_cache_location(models: list[Checkpoint]) -> CheckedFolder:
-    """The Fisher folder, opened under the placement rules: never is, contains or lies inside one of the inputs
-    (the analysis cache's rule; the handle is what `publish` writes through)."""
+def check_cache_location(models: list[Checkpoint], task_folder: Path | None = None) -> CheckedFolder:
+    """The Fisher folder, opened under the placement rules: never is, contains or lies inside one of the inputs —
+    the models, and the lm-eval task folder the data comes from (`task_folder`) — like the analysis cache; the
+    handle is what `publish` writes through."""
     from merging.writing.placement import protected_paths
 
-    return CheckedFolder(fisher_dir(), protected_paths([(c.ref.raw, c.folder) for c in models]), "Fisher cache folder",
-                         HINT)
+    named = [(c.ref.raw, c.folder) for c in models] + ([("--include-path", Path(task_folder))] if task_folder else [])
+    return CheckedFolder(fisher_dir(), protected_paths(named), "Fisher cache folder", HINT)
 
 
 def publish(key: str, planned: list[PlannedTensor], tensors: Iterator[tuple[str, torch.Tensor]],

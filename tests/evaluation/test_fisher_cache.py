@@ -4,6 +4,7 @@ the pass gets nothing, and an entry another writer published first is kept, not 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -59,3 +60,23 @@ def test_an_entry_another_writer_published_first_is_kept(tmp_path, monkeypatch):
         publish("f" * 32, planned, iter([("w", torch.tensor([1.0, float("inf"), 0.0]))]), {"n": 1}, folder)
     assert sorted(p.name for p in fisher_dir().iterdir()) == [f"{key}.json", f"{key}.safetensors"]
     folder.close()
+
+
+def test_a_fisher_cache_inside_the_lm_eval_task_folder_is_refused(tmp_path, monkeypatch):
+    pytest.importorskip("lm_eval")
+    import shutil
+
+    from evaluation.lm_eval_backend import LmEvalEvaluator
+    from tests.factory import checksums
+
+    tasks = shutil.copytree(Path(__file__).resolve().parents[2] / "assets" / "demo" / "lm_eval_tasks",
+                            tmp_path / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setenv("RAM_STUDIO_CACHE", str(tasks / "cache"))
+    base = open_checkpoint(tiny_demo_model(tmp_path / "base"))
+    agent = open_checkpoint(tiny_demo_model(tmp_path / "code", seed=1))
+    before = checksums([tasks])
+    ev = LmEvalEvaluator(["ram_demo_code"], tasks, backend="hf")
+    with pytest.raises(RamStudioError, match="Fisher cache folder .* inside the input"):
+        ensure_fishers(ev, base, [agent], agent_prints([agent]), FisherPlan(("ram_demo_code",), "reference", (2,)),
+                       device=CPU)
+    assert checksums([tasks]) == before and not (tasks / "cache").exists()
