@@ -21,6 +21,7 @@ from merging.common.errors import RamStudioError, printable
 from merging.reading.checkpoint import Checkpoint, tensor_order
 from merging.common.dtypes import FLOAT_CODES
 from merging.reading.side_tensors import SideTensors
+from merging.writing.checked_output import CheckedFolder
 from merging.writing.shards import PlannedTensor
 
 from .base import LoadedModel
@@ -115,31 +116,39 @@ def ensure_fishers(evaluator: FisherEvaluator, base: Checkpoint, agents: list[Ch
                    ) -> list[dict[int, FisherFile]]:
     """Every agent's Fisher at every N of `plan`: from the cache, else one pass per agent (snapshots at the
     missing Ns) on the agent loaded by the evaluator, or into the model `load_into` gives."""
-    check_cache_location([base, *agents])
-    out = []
-    for index, (agent, fp, task) in enumerate(zip(agents, prints, plan.tasks)):
-        data = evaluator.fisher_examples(task, max(plan.ns))
-        digests = _digests(data, plan.ns)
-        keys = {n: fisher_key(fp, data.source, data.task, data.split, plan.rule, plan.seed, n, digests[n])
-                for n in plan.ns}
-        found = {n: lookup(k) for n, k in keys.items()}
-        missing = sorted(n for n, f in found.items() if f is None)
-        if missing:
-            def step(done: int, total: int, text: str, i=index) -> None:
-                if progress is not None:
-                    progress(done, total, f"agent {i + 1} of {len(agents)} ({agent.label}), {text}")
+    folder = check_cache_location([base, *agents], getattr(evaluator, "include_path", None))
+    try:
+        return [_agent_fishers(evaluator, agents, index, fp, plan, folder, device, load_into, progress, cancel)
+                for index, fp in enumerate(prints)]
+    finally:
+        folder.close()
 
-            made = _compute(evaluator, agent, index, fp, data, plan, missing, keys, digests, device, load_into,
-                            step, cancel)
-            found.update(made)
-        out.append(found)
-    return out
+
+def _agent_fishers(evaluator: FisherEvaluator, agents: list[Checkpoint], index: int, fp: str, plan: FisherPlan,
+                   folder: CheckedFolder, device: torch.device, load_into: LoadInto | None,
+                   progress: FisherProgress | None, cancel: threading.Event | None) -> dict[int, FisherFile]:
+    """One agent's Fishers at every N of `plan`: from the cache, else one pass (snapshots at the missing Ns)."""
+    agent = agents[index]
+    data = evaluator.fisher_examples(plan.tasks[index], max(plan.ns))
+    digests = _digests(data, plan.ns)
+    keys = {n: fisher_key(fp, data.source, data.task, data.split, plan.rule, plan.seed, n, digests[n])
+            for n in plan.ns}
+    found = {n: lookup(k) for n, k in keys.items()}
+    missing = sorted(n for n, f in found.items() if f is None)
+    if missing:
+        def step(done: int, total: int, text: str) -> None:
+            if progress is not None:
+                progress(done, total, f"agent {index + 1} of {len(agents)} ({agent.label}), {text}")
+
+        found.update(_compute(evaluator, agent, index, fp, data, plan, missing, keys, digests, device, load_into,
+                              step, cancel, folder))
+    return found
 
 
 def _compute(evaluator: FisherEvaluator, agent: Checkpoint, index: int, fp: str, data: FisherData, plan: FisherPlan,
              ns: list[int], keys: dict[int, str], digests: dict[int, str], device: torch.device,
-             load_into: LoadInto | None, progress: FisherProgress, cancel: threading.Event | None
-             ) -> dict[int, FisherFile]:
+             load_into: LoadInto | None, progress: FisherProgress, cancel: threading.Event | None,
+             folder: CheckedFolder) -> dict[int, FisherFile]:
     """One pass over the agent, publishing a cache entry at each N of `ns`."""
     t0 = time.perf_counter()
     loaded = load_into(index) if load_into is not None else evaluator.load(agent.folder)
@@ -151,7 +160,7 @@ def _compute(evaluator: FisherEvaluator, agent: Checkpoint, index: int, fp: str,
 
     def snapshot(n: int, stats: PassStats, tensors) -> None:
         made[n] = publish(keys[n], planned, tensors, _sidecar(agent, fp, data, plan, n, digests[n], stats, load_s,
-                                                             evaluator))
+                                                             evaluator), folder)
 
     fisher_pass(module, loaded.tokenizer, data, plan.rule, names, ns, snapshot, seed=plan.seed, progress=progress,
                 cancel=cancel)

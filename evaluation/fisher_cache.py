@@ -2,10 +2,12 @@
 (agent content, task data, answer rule, seed, N), named by a hash of all of it, with a JSON sidecar saying how
 it was computed.
 
-The analysis cache's rules apply: the folder may not be, contain or lie inside an input (checked before
-anything is written); files are written under a temporary name of our pattern and published with a link
-that never replaces another writer's file (two processes computing the same Fisher keep the first); a
-temporary file a killed writer left is removed only when provably ours (analysis.cache.remove_orphans). A
+The analysis cache's rules apply: the folder may not be, contain or lie inside an input (checked when the
+Fisher pass starts and again before each file is published); files are written through the folder's handle
+opened at the check (merging/writing/checked_output.CheckedFolder), under a temporary name of our pattern,
+and published with a rename that never replaces another writer's file (two processes computing the same
+Fisher keep the first); a temporary file a killed writer left is removed only when provably ours
+(analysis.cache.remove_orphans). A
 file is written one tensor at a time, each checked finite first. Reading back: the sidecar is parsed with
 the bounded JSON reader and must name its key; the safetensors file must be a regular file whose size and
 header hash are those the sidecar recorded.
@@ -22,11 +24,12 @@ from typing import Any, Iterator
 
 import torch
 
-from analysis.cache import _host, cache_dir, check_location, remove_orphans
+from analysis.cache import HINT, _host, cache_dir, remove_orphans
 from merging.common.errors import RamStudioError
 from merging.common.untrusted import TooComplex, loads_json
 from merging.reading.checkpoint import Checkpoint
 from merging.reading.safetensors_header import read_header
+from merging.writing.checked_output import CheckedFolder
 from merging.writing.shards import PlannedTensor, encode_header
 
 FISHER_FORMAT = 1  # bump when what a key stands for changes (the loss, the estimator, the file layout)
@@ -85,22 +88,25 @@ def lookup(key: str) -> FisherFile | None:
     return FisherFile(path, doc)
 
 
-def check_cache_location(models: list[Checkpoint]) -> None:
-    """Refuse a cache folder that is, contains or lies inside an input (the analysis cache's rule)."""
-    check_location(models)
+def check_cache_location(models: list[Checkpoint], task_folder: Path | None = None) -> CheckedFolder:
+    """The Fisher folder, opened under the placement rules: never is, contains or lies inside one of the inputs —
+    the models, and the lm-eval task folder the data comes from (`task_folder`) — like the analysis cache; the
+    handle is what `publish` writes through."""
+    from merging.writing.placement import protected_paths
+
+    named = [(c.ref.raw, c.folder) for c in models] + ([("--include-path", Path(task_folder))] if task_folder else [])
+    return CheckedFolder(fisher_dir(), protected_paths(named), "Fisher cache folder", HINT)
 
 
 def publish(key: str, planned: list[PlannedTensor], tensors: Iterator[tuple[str, torch.Tensor]],
-            sidecar: dict[str, Any]) -> FisherFile:
-    """Write the Fisher tensors (one at a time, float32, each checked finite) and the sidecar under `key`;
-    an entry another writer published first is kept (and returned) instead."""
-    folder = fisher_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+            sidecar: dict[str, Any], folder: CheckedFolder) -> FisherFile:
+    """Write the Fisher tensors (one at a time, float32, each checked finite) and the sidecar under `key` in the
+    checked `folder`; an entry another writer published first is kept (and returned) instead."""
     remove_orphans(folder)
     path, side = _paths(key)
-    tmp = _tmp(folder, key)
+    tmp = _tmp(key)
     try:
-        with open(tmp, "xb") as f:
+        with folder.create(tmp) as f:
             f.write(encode_header(planned, {"format": "pt", "ram_studio": "diagonal fisher"}))
             for plan, (name, t) in zip(planned, tensors):
                 if name != plan.name or tuple(t.shape) != plan.shape:
@@ -112,30 +118,37 @@ def publish(key: str, planned: list[PlannedTensor], tensors: Iterator[tuple[str,
                 f.write(t.to(torch.float32).contiguous().numpy().tobytes())
             f.flush()
             os.fsync(f.fileno())
-        _link_no_replace(tmp, path)
-        header = read_header(path)  # what is published (another writer's identical file, if it came first)
-        doc = {**sidecar, "format": FISHER_FORMAT, "key": key, "file": path.name, "file_bytes": header.file_size,
-               "header_sha256": header.header_sha256}
-        tmp = _tmp(folder, key)
-        with open(tmp, "x") as f:
-            json.dump(doc, f, indent=1)
-        _link_no_replace(tmp, side)
-    finally:
-        tmp.unlink(missing_ok=True)
+    except BaseException:
+        _forget(folder, tmp)
+        raise
+    folder.publish(tmp, path.name)
+    header = read_header(path)  # what is published (another writer's identical file, if it came first)
+    doc = {**sidecar, "format": FISHER_FORMAT, "key": key, "file": path.name, "file_bytes": header.file_size,
+           "header_sha256": header.header_sha256}
+    tmp = _tmp(key)
+    try:
+        with folder.create(tmp) as f:
+            f.write(json.dumps(doc, indent=1).encode())
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        _forget(folder, tmp)
+        raise
+    folder.publish(tmp, side.name)
     found = lookup(key)
     if found is None:
-        raise RamStudioError(f"the Fisher cache entry {key} cannot be read back from {folder}.",
+        raise RamStudioError(f"the Fisher cache entry {key} cannot be read back from {folder.path}.",
                              "Another process may be writing it; try again.")
     return found
 
 
-def _tmp(folder: Path, key: str) -> Path:
-    return folder / f".{key}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-
-
-def _link_no_replace(tmp: Path, final: Path) -> None:
-    """Publish `tmp` as `final` unless `final` exists (then the other writer's file stays)."""
+def _forget(folder: CheckedFolder, tmp: str) -> None:
+    """Remove our own temporary file after a failed write (gone already: nothing to do)."""
     try:
-        os.link(tmp, final)
-    except FileExistsError:
+        folder.unlink(tmp)
+    except OSError:
         pass
+
+
+def _tmp(key: str) -> str:
+    return f".{key}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"

@@ -25,6 +25,7 @@ import stat
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from merging.common.errors import RamStudioError, printable
 from merging.writing.placement import PARTIAL_MARK, Identity, Protected, refuse_inside_inputs
@@ -284,6 +285,21 @@ class CheckedFolder:
         tmp = _write_temp(self.fd, name, data, tmp)
         try:
             os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        finally:
+            _unlink(self.fd, tmp)
+
+    def create(self, tmp: str) -> BinaryIO:
+        """A new temporary file `tmp` in the folder, for an entry written piece by piece (created through the handle,
+        never following a link, never an existing file); publish it with `publish`."""
+        self.recheck()
+        return os.fdopen(os.open(tmp, _O_TMP, 0o644, dir_fd=self.fd), "wb")
+
+    def publish(self, tmp: str, name: str) -> bool:
+        """Move the temporary file `tmp` to `name` after checking the folder again, never replacing an entry another
+        writer published first (False then: theirs stays); `tmp` is gone afterwards either way."""
+        try:
+            self.recheck()
+            return _rename_no_replace(self.fd, tmp, name)
         finally:
             _unlink(self.fd, tmp)
 

@@ -1,16 +1,21 @@
-"""AppTest of Fisher merging in the app on the bundled demo: the Merge page's Fisher data and a merge job that runs the
-Fisher pass first (recorded in the recipe); the Sweep page's Fisher grid, its Fig. 9 view with the Fisher pass in
-the time; a Fisher task the agents cannot be matched to is an error box, not a traceback."""
+"""AppTest of Fisher merging in the app on the bundled demo: the Merge page's Fisher data (the demo's tasks or
+lm-evaluation-harness tasks) and a merge job that runs the Fisher pass first (its Fishers in the cache, recorded in
+the recipe); the Sweep page's Fisher grid, its Fig. 9 view with the Fisher pass in the time; a Fisher task the
+agents cannot be matched to is one error box, not a traceback."""
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from tests.app_helpers import APP_MAIN, app_env, plain, real_demo_complete, reload_hub_client
+
+ROOT = Path(__file__).resolve().parents[2]
+LM_TASKS = ROOT / "assets" / "demo" / "lm_eval_tasks"
 
 pytestmark = [pytest.mark.timeout(600),
               pytest.mark.skipif(not real_demo_complete(), reason="needs the bundled demo (its tokenizer and tasks)")]
@@ -47,8 +52,11 @@ def wait(at: AppTest, button: str, seconds: float = 400) -> None:
     raise AssertionError("the job did not finish in time")
 
 
-def fisher_form(at: AppTest, out: str, tasks: str = "") -> None:
+def fisher_form(at: AppTest, out: str, tasks: str = "", include: str | None = None) -> None:
     at.selectbox(key="merge_method").set_value("fisher").run()
+    if include is not None:
+        at.radio(key="fisher_source").set_value("lm-evaluation-harness").run()
+        at.text_input(key="fisher_include").set_value(include).run()
     at.number_input(key="param_fisher_fisher_examples").set_value(4).run()
     at.selectbox(key="param_fisher_fisher_rule").set_value("greedy").run()
     at.text_input(key="fisher_tasks").set_value(tasks).run()
@@ -68,7 +76,25 @@ def test_merge_page_runs_the_fisher_pass_then_the_merge(env):
     agents = recipe["fisher"]["agents"]
     assert sorted(a["task"] for a in agents) == ["code", "memory", "tool"]
     assert all(a["task"] == a["label"] for a in agents)  # each agent on its own task (the app's agent order)
+    assert recipe["fisher"]["n"] == 4 and all(a["seconds"] > 0 for a in agents)  # the pass ran, in the job
+    from evaluation.fisher_cache import fisher_dir
+
+    cached = {p.stem for p in fisher_dir().glob("*.safetensors")}
+    assert {a["key"] for a in agents} <= cached  # each agent's Fisher kept in the analysis cache
     assert any("diagonal Fisher" in c.value for c in at.caption)  # the merge's note, under the result
+
+
+def test_merge_page_fisher_on_lm_eval_tasks(env):
+    pytest.importorskip("lm_eval")
+    at = page("merge")
+    fisher_form(at, str(env / "fisher-lm-eval"), tasks="ram_demo_code,ram_demo_tool,ram_demo_memory",
+                include=str(LM_TASKS))
+    at.button(key="start_merge").click().run()
+    wait(at, "start_merge")
+    assert not at.exception and not at.error, [plain(e.value) for e in [*at.exception, *at.error]]
+    recipe = json.loads((env / "fisher-lm-eval" / "ram_recipe.json").read_text())
+    assert recipe["fisher"]["origin"]["backend"] == "lm-eval"
+    assert [a["task"] for a in recipe["fisher"]["agents"]] == ["ram_demo_code", "ram_demo_tool", "ram_demo_memory"]
 
 
 def test_a_fisher_task_that_does_not_fit_is_an_error_box(env):
@@ -76,8 +102,9 @@ def test_a_fisher_task_that_does_not_fit_is_an_error_box(env):
     fisher_form(at, str(env / "never"), tasks="code,tool")
     at.button(key="start_merge").click().run()
     wait(at, "start_merge")
-    assert not at.exception
+    assert not at.exception and len(at.error) == 1
     assert "2 Fisher task(s) for 3 agents" in plain(at.error[0].value)
+    assert "Traceback" not in plain(at.error[0].value)
     assert not (env / "never").exists()
 
 
