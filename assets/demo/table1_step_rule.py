@@ -85,14 +85,16 @@ def with_paper_rows(res: SweepResult, paper: dict[str, Entry], table: pd.DataFra
 
 
 def rule_pairs(res: SweepResult, paper: dict[str, Entry]) -> list[tuple[str, str, dict]]:
-    """The step rule's own comparisons on the report split (paired per example): each of RAM / RAM+ as chosen vs
-    under the paper's ε (when they differ), and under the paper's ε vs task arithmetic (the chosen rule vs task
-    arithmetic is among the sweep's comparisons)."""
+    """The step rule's own comparisons on the report split (paired per example), where validation chose a step
+    rule for RAM / RAM+: the chosen rule vs the paper's ε, and the paper's ε vs task arithmetic (the chosen rule vs
+    task arithmetic is among the sweep's comparisons)."""
     chosen, out = _chosen(res), []
     ta = chosen.get("task_arithmetic")
     for method, e in paper.items():
-        name = method if chosen.get(method) is e else PAPER.format(method)
-        if method in chosen and chosen[method] is not e:
+        if chosen.get(method) is e:
+            continue  # validation chose the paper's ε: the sweep's comparisons have it
+        name = PAPER.format(method)
+        if method in chosen:
             out.append((method, name, difference(chosen[method], e)))
         if ta is not None:
             out.append((name, "task_arithmetic", difference(e, ta)))
@@ -126,6 +128,53 @@ def write(res: SweepResult, paper: dict[str, Entry], out_dir: Path, trio: str) -
     return save(with_paper_rows(res, paper, table), trials, out_dir, trio, every, res.notes, name=NAME,
                 title="Mini Table 1 with the step rule in RAM / RAM+'s grid",
                 extra=extra(trials, {m: e.settings for m, e in _chosen(res).items()}, pairs))
+
+
+SHOWN = {"ram": "RAM", "ram_plus": "RAM+", "task_arithmetic": "task arithmetic"}
+
+
+def _shown(name: str) -> str:
+    """A row's name for readers: `RAM`, `RAM+`, `task arithmetic`, `RAM at the paper's ε`."""
+    for method in RULED:
+        if name == PAPER.format(method):
+            return f"{SHOWN[method]} at the paper's ε"
+    return SHOWN.get(name, name)
+
+
+def _pair(pairs: pd.DataFrame, a: str, b: str) -> tuple[float, float | None] | None:
+    """a − b and its standard error from the comparisons file (either order), or None."""
+    for x, y, sign in ((a, b, 1.0), (b, a, -1.0)):
+        got = pairs[(pairs["a"] == x) & (pairs["b"] == y)]
+        if len(got):
+            r = got.iloc[0]
+            return sign * float(r["diff"]), None if pd.isna(r["stderr"]) else float(r["stderr"])
+    return None
+
+
+def reading(results: Path) -> str | None:
+    """What the step rule did on one demo trio, from its committed files (NAME.csv and NAME_comparisons.csv): the
+    rule validation chose for RAM / RAM+, their test averages ± s.e. next to the paper's ε and task arithmetic,
+    and each difference judged by its paired standard error; None when the files are not there."""
+    if not (results / f"{NAME}.csv").exists() or not (results / f"{NAME}_comparisons.csv").exists():
+        return None
+    table = pd.read_csv(results / f"{NAME}.csv").set_index("model")
+    pairs = pd.read_csv(results / f"{NAME}_comparisons.csv")
+    parts = []
+    for method in (m for m in RULED if m in table.index):
+        steps = str(table.loc[method, "params"]).split("eps_steps=")[-1]
+        paper = PAPER.format(method) if PAPER.format(method) in table.index else method
+        score = plus_minus(table.loc[method, "avg"], table.loc[method, "avg_se"], 2)
+        text = f"{SHOWN[method]}: validation chose eps_steps = {float(steps):g}, test average {score}"
+        if paper != method:
+            text += f" (at the paper's ε: {plus_minus(table.loc[paper, 'avg'], table.loc[paper, 'avg_se'], 2)})"
+        own = f"{SHOWN[method]} at eps_steps = {float(steps):g}" if paper != method else f"{SHOWN[method]}"
+        judged = [(method, paper), (method, "task_arithmetic")] if paper != method else [(method, "task_arithmetic")]
+        for a, b in judged:
+            got = _pair(pairs, a, b)
+            if got is not None:
+                text += f"; {compare_text(own, _shown(b), got[0], got[1], 2)}"
+        parts.append(text + ".")
+    return " ".join(parts) or None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

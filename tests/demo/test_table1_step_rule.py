@@ -96,7 +96,8 @@ def test_the_paper_rule_is_scored_on_the_same_test_examples(written):
         name = m if own else step.PAPER.format(m)
         assert name in table.index and table.loc[name, "avg"] == pytest.approx(round(e.average, 2))
         assert (step.PAPER.format(m) in table.index) == (not own) == (chosen[m].params["eps_steps"] != 0.0)
-        checks = [((name, "task_arithmetic"), e, ta)] + ([] if own else [((m, name), chosen[m], e)])
+        # where validation chose the paper's ε, its pairs are the sweep's own comparisons
+        checks = [] if own else [((name, "task_arithmetic"), e, ta), ((m, name), chosen[m], e)]
         for (a, b), ea, eb in checks:
             (r,) = pairs[(pairs.a == a) & (pairs.b == b)].itertuples()
             diff, se = _brute(ea, eb, tasks)
@@ -104,3 +105,29 @@ def test_the_paper_rule_is_scored_on_the_same_test_examples(written):
             assert r.beyond_noise == (abs(diff) > 2 * se)
     # the sweep's own comparisons (chosen against chosen) follow the step rule's
     assert len(pairs) == len(step.rule_pairs(res, paper)) + len(res.comparisons)
+
+
+def test_the_reading_quotes_the_files_and_the_noise(written, tmp_path):
+    """The one-paragraph reading (the app's Signal dilution page shows it) quotes each score ± s.e. and each paired
+    difference from the files, and says "beats" or "trails" only beyond two standard errors."""
+    res, paper, out = written
+    text = step.reading(out)
+    clauses = [c for part in text.split(". ") for c in part.split("; ")]
+    table = pd.read_csv(out / "table1_step_rule.csv").set_index("model")
+    pairs = pd.read_csv(out / "table1_step_rule_comparisons.csv")
+    for m in step.RULED:
+        assert f"{table.loc[m, 'avg']:.2f} ± {table.loc[m, 'avg_se']:.2f}" in text
+        k = float(table.loc[m, "params"].split("eps_steps=")[1])
+        assert f"{step.SHOWN[m]}: validation chose eps_steps = {k:g}" in text
+        judged = pairs[((pairs.a == m) & pairs.b.isin([step.PAPER.format(m), "task_arithmetic"]))
+                       | ((pairs.a == "task_arithmetic") & (pairs.b == m))]
+        assert len(judged) == (2 if step.PAPER.format(m) in table.index else 1)
+        for r in judged.itertuples():
+            diff = r.diff if r.a == m else -r.diff
+            said = [c for c in clauses if c.startswith(step.SHOWN[m]) and (
+                f"{abs(diff):.2f} ± {r.stderr:.2f} points" in c or f"{diff:+.2f} ± {r.stderr:.2f} points" in c)]
+            assert len(said) >= 1, (r.a, r.b, text)
+            assert ("within noise" not in said[0]) == bool(r.beyond_noise), said[0]
+            assert (("beats" in said[0]) == (r.beyond_noise and diff > 0)
+                    and ("trails" in said[0]) == (r.beyond_noise and diff < 0)), said[0]
+    assert step.reading(tmp_path) is None  # no files, no reading
