@@ -20,7 +20,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from analysis.noise import beyond_noise, compare_text, plus_minus
+from analysis.noise import Z, beyond_noise, compare_text, plus_minus
 from evaluation.executors import EXECUTORS
 from evaluation.grid import read_grid_file
 from evaluation.store import ScoreStore
@@ -141,14 +141,23 @@ def _shown(name: str) -> str:
     return SHOWN.get(name, name)
 
 
-def _pair(pairs: pd.DataFrame, a: str, b: str) -> tuple[float, float | None] | None:
-    """a − b and its standard error from the comparisons file (either order), or None."""
+def _pair(pairs: pd.DataFrame, a: str, b: str) -> tuple[float, float, bool] | None:
+    """a − b, its standard error and whether it is beyond noise, from the comparisons file (either order; the
+    verdict as computed before rounding), or None."""
     for x, y, sign in ((a, b, 1.0), (b, a, -1.0)):
         got = pairs[(pairs["a"] == x) & (pairs["b"] == y)]
-        if len(got):
+        if len(got) and not pd.isna(got.iloc[0]["stderr"]):
             r = got.iloc[0]
-            return sign * float(r["diff"]), None if pd.isna(r["stderr"]) else float(r["stderr"])
+            return sign * float(r["diff"]), float(r["stderr"]), bool(r["beyond_noise"])
     return None
+
+
+def _judged(a: str, b: str, diff: float, se: float, beyond: bool) -> str:
+    """analysis.noise.compare_text's sentence, with the file's verdict (its numbers are rounded to 2 decimals)."""
+    if beyond:
+        edge = " (at the line of two standard errors, as rounded)" if abs(diff) <= Z * se else ""
+        return f"{a} {'beats' if diff > 0 else 'trails'} {b} by {abs(diff):.2f} ± {se:.2f} points{edge}"
+    return f"{a} and {b} are within noise ({diff:+.2f} ± {se:.2f} points)"
 
 
 def reading(results: Path) -> str | None:
@@ -172,7 +181,7 @@ def reading(results: Path) -> str | None:
         for a, b in judged:
             got = _pair(pairs, a, b)
             if got is not None:
-                text += f"; {compare_text(own, _shown(b), got[0], got[1], 2)}"
+                text += f"; {_judged(own, _shown(b), *got)}"
         parts.append(text + ".")
     return " ".join(parts) or None
 
