@@ -128,7 +128,8 @@ class AnalysisResult:
         if p.get("unit", "abs") not in UNITS:
             raise ValueError("unknown unit")
         return cls(p["base"], list(p["agents"]), tuple(p["ladder"]), int(p["total_params"]), frame,
-                   float(p["seconds"]), pair_frame, fingerprint, True, list(p.get("refs", [])), p.get("unit", "abs"))
+                   float(p["seconds"]), pair_frame, fingerprint, True, list(p.get("refs", [])),
+                   unit=p.get("unit", "abs"))
 
 
 def _split(frame: pd.DataFrame) -> dict:
