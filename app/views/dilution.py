@@ -140,6 +140,12 @@ def trio_evidence(prefix: str) -> tuple[str, "regimes.TableReading"] | None:
                "barely moved).")
     st.markdown(md(diag.text))
     st.markdown(md(read.text))
+    from assets.demo.table1_step_rule import NAME, reading as step_rule_reading
+
+    step = step_rule_reading(state.demo_results(prefix))
+    if step:
+        st.caption(md(f"With ε in representable steps of bf16 in RAM / RAM+'s grid (our extension; {NAME}.csv): "
+                      + step))
     return diag.regime, read
 
 

@@ -81,15 +81,17 @@ def comparisons(res: SweepResult) -> pd.DataFrame:
     """Every pair of chosen merges on the report split: a − b on the average and per task, with standard errors
     paired per example (evaluation/verdicts.py), and whether the difference exceeds two of them."""
     label = {e.label: e.method for e in res.candidates(res.spec.report_on)}
-    rows = []
-    for c in res.comparisons:
-        rec = {"a": label.get(c["a"], c["a"]), "b": label.get(c["b"], c["b"]), "split": c["split"],
-               "diff": _r(c["diff"]), "stderr": _r(c["stderr"]), "paired": c["paired"],
-               "beyond_noise": c["beyond_noise"]}
-        for t, d in c["tasks"].items():
-            rec.update({f"{t}_diff": _r(d["diff"]), f"{t}_se": _r(d["stderr"])})
-        rows.append(rec)
-    return pd.DataFrame(rows)
+    return pd.DataFrame([comparison_row(c, label.get(c["a"], c["a"]), label.get(c["b"], c["b"]))
+                         for c in res.comparisons])
+
+
+def comparison_row(c: dict, a: str, b: str) -> dict[str, object]:
+    """One row of table1_comparisons.csv from a comparison (evaluation/verdicts.py), its sides named `a` and `b`."""
+    rec: dict[str, object] = {"a": a, "b": b, "split": c["split"], "diff": _r(c["diff"]), "stderr": _r(c["stderr"]),
+                              "paired": c["paired"], "beyond_noise": c["beyond_noise"]}
+    for t, d in c["tasks"].items():
+        rec.update({f"{t}_diff": _r(d["diff"]), f"{t}_se": _r(d["stderr"])})
+    return rec
 
 
 def caption(t: pd.DataFrame, model_col: str, agents: list[str], pairs: pd.DataFrame | None = None) -> str:
@@ -136,26 +138,27 @@ SCORE_COLUMNS = ["code", "tool", "memory"]
 
 
 def save(table: pd.DataFrame, trials: pd.DataFrame, out_dir: Path, trio: str = "demo",
-         pairs: pd.DataFrame | None = None, notes: list[str] | None = None) -> pd.DataFrame:
-    """table1.csv (columns in order: scores, then their standard errors), table1.md (scores ± s.e., the chosen
-    settings, the pairwise differences and the sweep's notes), table1_validation_search.csv and
-    table1_comparisons.csv; returns the table."""
+         pairs: pd.DataFrame | None = None, notes: list[str] | None = None, *, name: str = "table1",
+         title: str = "Mini Table 1", extra: str = "") -> pd.DataFrame:
+    """NAME.csv (columns in order: scores, then their standard errors), NAME.md (`title`: scores ± s.e., the chosen
+    settings, the pairwise differences, the sweep's notes, then `extra`), NAME_validation_search.csv and
+    NAME_comparisons.csv; returns the table."""
     memory = sorted([c for c in table.columns if c.startswith("memory@") and not c.endswith("_se")],
                     key=lambda c: int(c[7:]))
     shown = [*SCORE_COLUMNS, *memory, "avg"]
     table = table.reindex(columns=["model", "params", *shown, *[f"{c}_se" for c in shown], "n", "val_avg",
                                    "val_avg_se", "grid_edge"])
     out_dir.mkdir(parents=True, exist_ok=True)
-    trials.to_csv(out_dir / "table1_validation_search.csv", index=False)
-    table.to_csv(out_dir / "table1.csv", index=False)
+    trials.to_csv(out_dir / f"{name}_validation_search.csv", index=False)
+    table.to_csv(out_dir / f"{name}.csv", index=False)
     if pairs is not None:
-        pairs.to_csv(out_dir / "table1_comparisons.csv", index=False)
-    (out_dir / "table1.md").write_text(markdown(table, trio, shown, pairs, notes or []))
+        pairs.to_csv(out_dir / f"{name}_comparisons.csv", index=False)
+    (out_dir / f"{name}.md").write_text(markdown(table, trio, shown, pairs, notes or [], title) + extra)
     return table
 
 
 def markdown(table: pd.DataFrame, trio: str, shown: list[str], pairs: pd.DataFrame | None,
-             notes: list[str]) -> str:
+             notes: list[str], title: str = "Mini Table 1") -> str:
     """table1.md: the table with `score ± s.e.` cells, the chosen settings, every pairwise difference of the
     chosen merges (paired), and the sweep's notes (coin tosses, grid edges)."""
     def edge(r) -> bool:
@@ -164,7 +167,7 @@ def markdown(table: pd.DataFrame, trio: str, shown: list[str], pairs: pd.DataFra
     cells = pd.DataFrame({c: [plus_minus(v, se, 2) for v, se in zip(table[c], table[f"{c}_se"])] for c in shown},
                          index=table["model"])
     n = table["n"].dropna().astype(str).unique()
-    out = (f"Mini Table 1 ({trio}, test split, accuracy % ± one standard error; hyper-parameters chosen on "
+    out = (f"{title} ({trio}, test split, accuracy % ± one standard error; hyper-parameters chosen on "
            f"validation)\n\n" + format_table(cells)
            + f"\n\nStandard errors: binomial √(p(1−p)/n) per task (n = {', '.join(n)} examples per task; 100 per "
              "memory length), √(Σ se²)/3 for the average of the three tasks.\n\nChosen settings:\n"
