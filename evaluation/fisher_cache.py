@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import torch
 
-from analysis.cache import _host, cache_dir, check_location, remove_orphans
+from analysis.cache import host_name, cache_dir, check_location, remove_orphans
 from merging.common.errors import RamStudioError
 from merging.common.untrusted import TooComplex, loads_json
 from merging.reading.checkpoint import Checkpoint
@@ -130,7 +130,7 @@ def publish(key: str, planned: list[PlannedTensor], tensors: Iterator[tuple[str,
 
 
 def _tmp(folder: Path, key: str) -> Path:
-    return folder / f".{key}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    return folder / f".{key}.{host_name()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
 
 
 def _link_no_replace(tmp: Path, final: Path) -> None:

@@ -57,7 +57,8 @@ def overlap_stacked(df: pd.DataFrame, agents: list[str], chance: dict[str, float
     fig.update_yaxes(title="share of the agent's changed elements (%)", range=[0, 118], tickvals=[0, 25, 50, 75, 100])
     fig.update_xaxes(title="agent")
     agent_axis(fig, agents)
-    return chart_layout(fig, height=max(360, 120 + 34 * n), margin=dict(l=10, r=10, t=30 if chance and few else 18, b=10))
+    return chart_layout(fig, height=max(360, 120 + 34 * n),
+                        margin=dict(l=10, r=10, t=30 if chance and few else 18, b=10))
 
 
 def unique_vs_chance_bars(df: pd.DataFrame, agents: list[str], log: bool = False) -> go.Figure:

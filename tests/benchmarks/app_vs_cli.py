@@ -285,11 +285,11 @@ def main(argv: list[str] | None = None) -> int:
            "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     cold_env = {**env, "RAM_STUDIO_CACHE": str(scratch / "cache-empty")}
     cli = [sys.executable, "-m", "ram_studio"]
-    from merging.kernels import _cached_marker_exists
+    from merging.kernels import cached_marker_exists
 
     report: dict = {"machine": f"{os.cpu_count()} cores, shared with other sessions", "load_start": load(),
                     "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "kernels_cached": {d: _cached_marker_exists(d, ("ram", "count_and_peak")) for d in ("bf16", "f32")},
+                    "kernels_cached": {d: cached_marker_exists(d, ("ram", "count_and_peak")) for d in ("bf16", "f32")},
                     "set": str(args.set), "jobs": {}}
     jobs, gc_jobs = args.jobs.split(","), args.gc_on_jobs.split(",")
     try:
