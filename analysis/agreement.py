@@ -201,7 +201,7 @@ def reading(result: AnalysisResult, eps: float, scores: str = "") -> Reading:
     """The plain-language reading of the diagnostics at ε: whether shared updates agree beyond chance, which
     agent averaging mostly dilutes, and what to compare. The thresholds are this module's constants, as bands of
     standard errors (classify_pair). Whether RAM's averaging pays off is never read from the weights alone:
-    `scores` is a sentence citing scores of these same models (a sweep or Table 1: analysis/regimes.evidence),
+    `scores` is a sentence citing scores of these same models (a sweep or Table 1: `analysis/regimes.py: evidence`),
     quoted when given; without it the reading says that scores are needed."""
     from analysis.lineage import lineage_sentences
 

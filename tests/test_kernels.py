@@ -100,7 +100,7 @@ def test_engine_outputs_identical_with_and_without_kernels(family, tmp_path, mon
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("eps", [0.0, 1e-5, 3e-4])
 def test_counting_kernel_equals_the_rule(dtype, eps):
-    """The fused shared/unique counter is the rule of merging/regions.py, bit for bit."""
+    """The fused shared/unique counter is the rule of merging/methods/regions.py, bit for bit."""
     from merging.methods import regions
     from merging.kernels.common import parts
     from merging.kernels.statistics import overlap_counts
