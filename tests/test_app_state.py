@@ -293,7 +293,8 @@ def test_merge_form_and_tune_show_the_declared_labels(env):
     no_problems(at)
     declared = {p.name: p.title for p in METHODS["ram_plus"].params}
     assert declared == {"eps": "ε (changed when |τ| > ε)", "r": "r (rescale strength)", "alpha": "α (clip bound on ρ)",
-                        "rho_scope": "ρ scope"}
+                        "rho_scope": "ρ scope", "count_tied_twice": "count tied ×2",
+                        "eps_steps": "ε in steps of the stored dtype (0: absolute ε)"}
     assert at.select_slider(key="tune_eps").label == declared["eps"]
     assert at.slider(key="tune_r").label == declared["r"] and at.slider(key="tune_alpha").label == declared["alpha"]
     assert at.radio(key="tune_scope").label == declared["rho_scope"]

@@ -140,10 +140,13 @@ def test_outputs_follow_the_placement_rules(tmp_path):
     assert sorted(p.name for p in src.iterdir()) == sorted(p.name for p in (ROOT / "assets/demo/models/code").iterdir())
 
 
-def test_analysis_tables_files_and_the_apps_figures(tmp_path):
+def test_analysis_tables_files_and_the_apps_figures(tmp_path, monkeypatch):
+    import plotly.io as pio
+
     from ram_studio import Progress, analyze
     from ram_studio.api.figures import charts
 
+    monkeypatch.setattr(pio.templates, "default", "plotly_white")  # the caller's own default, whatever ran before
     seen: list[Progress] = []
     stats = analyze("demo:base", DEMO, eps_ladder=[0, 1e-6, 1e-5], json=tmp_path / "s.json",
                     pairs_csv=tmp_path / "p.csv", progress=seen.append)
@@ -164,9 +167,7 @@ def test_analysis_tables_files_and_the_apps_figures(tmp_path):
     direct = c.styled(c.density_bars(global_density(stats.result, 1e-5), stats.agents), "Density per agent",
                       c.subtitle_of({"eps": 1e-5, "agents": stats.agents}), kind="light")
     assert stats.density_chart().to_dict() == direct.to_dict()
-    import plotly.io as pio
-
-    assert pio.templates.default != "ram_light"  # the caller's plotly default is left alone
+    assert pio.templates.default == "plotly_white"  # the caller's plotly default is left alone
     dark = stats.pair_chart(theme="dark")
     assert dark.layout.template.layout.font.color == c.THEMES["dark"]["ink"]
     lam = stats.lambdas(r=0.1, alpha=2.0)
