@@ -1,4 +1,4 @@
-"""Command line: `ram-studio inspect | analyze | merge | run | download | methods | sweep | evaluate`.
+"""Command line: `ram-studio inspect | analyze | merge | run | download | methods | sweep | evaluate | tasks`.
 
 Each command is one module in ram_studio/commands/ (its subparser and its handler); this module builds the parser
 and turns errors into one line and an exit status. Method flags (--eps, --r, --lambda, …) are generated from the
@@ -15,7 +15,7 @@ from typing import NoReturn, Sequence
 
 from merging.common.errors import Cancelled, MergeCancelled, RamStudioError, printable
 from merging.common.threads import openmp_waits_passively
-from ram_studio.commands import analyze, download, evaluate, inspect, merge, methods, run as run_cmd, sweep
+from ram_studio.commands import analyze, download, evaluate, inspect, merge, methods, run as run_cmd, sweep, tasks
 from ram_studio.console import say
 
 PROG = "ram-studio"
@@ -37,6 +37,7 @@ def build_parser(method_flags_for_merge: bool = True) -> argparse.ArgumentParser
     methods.add_parser(sub)
     sweep.add_parser(sub)
     evaluate.add_parser(sub)
+    tasks.add_parser(sub)
     return p
 
 

@@ -24,6 +24,7 @@ from evaluation.sweep import SweepResult, SweepSpec, run_sweep
 from .evaluate import format_table, suite_of_folder
 from .evaluator import DemoEvaluator
 from .table1 import AGENTS, DEMO_DIR, tables, trio_name
+from .tasks import score_columns
 
 GRIDS = DEMO_DIR / "table1_step_rule_grids.yaml"
 NAME = "table1_step_rule"
@@ -40,8 +41,7 @@ def sweep(models: Path, limit: int | None = None, executor: str = "local",
 def save(res: SweepResult, out_dir: Path, trio: str):
     """table1_step_rule.csv, .md and the validation search; returns the table."""
     table, trials = tables(res)
-    memory = sorted([c for c in table.columns if c.startswith("memory@")], key=lambda c: int(c[7:]))
-    table = table[["model", "params", "code", "tool", "memory", *memory, "avg", "val_avg"]]
+    table = table[["model", "params", *score_columns(table.columns), "avg", "val_avg"]]
     out_dir.mkdir(parents=True, exist_ok=True)
     trials.to_csv(out_dir / f"{NAME}_validation_search.csv", index=False)
     table.to_csv(out_dir / f"{NAME}.csv", index=False)
