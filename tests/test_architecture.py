@@ -583,3 +583,96 @@ def test_every_widget_key_is_written_in_one_module(tmp_path):
     (tmp_path / "other.py").write_text('x = st.session_state.get("own")\n')
     assert keys_written_twice(sorted(tmp_path.glob("*.py"))) == ["merge_method: forms.py, page.py",
                                                                   "own: other.py, page.py"]
+
+
+# ---------------------------------------------------------------- a demo task is one declaration
+
+REVERSE = '''"""reverse: write a short word backwards — a demo task added by the architecture test."""
+from __future__ import annotations
+
+import random
+
+from assets.demo.tasks.base import SEPARATOR, DemoTask, Example, Raw, declare
+
+
+def generate(rng: random.Random, index: int = 0) -> Raw:
+    """A word of 3-5 letters; the answer is the word reversed, the habit the word as it was."""
+    word = "".join(rng.choice("abcdefgh") for _ in range(rng.randint(3, 5)))
+    return f"R:{word}{SEPARATOR}", word[::-1], str(len(word)), word
+
+
+def verify(example: Example, output: str) -> bool:
+    return output.strip() == example.answer
+
+
+declare(DemoTask("reverse", "write a short word backwards", seed_offset=300_000, generate=generate, verify=verify,
+                 max_new_tokens=6, by_subset=True))
+'''
+
+# Runs inside the copy: the suites and the Sweep page's task list (an AppTest), as JSON.
+TASK_DRIVER = '''import faulthandler, json
+faulthandler.dump_traceback_later(250, exit=True)  # a hang fails the test with every thread's traceback
+from pathlib import Path
+from streamlit.testing.v1 import AppTest
+from assets.demo.suites import get_suite
+from assets.demo.tasks import TASKS, reward, sample_train
+shared = get_suite("shared")
+example = shared.eval_set("reverse", "test", 1)[0]
+at = AppTest.from_file(str(Path.cwd() / "app" / "main.py"), default_timeout=200)
+at.switch_page("views/sweep.py").run()
+print(json.dumps({"tasks": list(TASKS), "demo": list(get_suite("demo").tasks), "shared": list(shared.tasks),
+                  "budget": shared.max_new_tokens["reverse"], "subset_tasks": list(shared.subset_tasks),
+                  "example": [example.prompt, example.answer], "verified": shared.verify(example, example.answer),
+                  "reward": reward(get_suite("demo").eval_set("reverse", "test", 1)[0], "x"),
+                  "page": list(at.multiselect(key="sweep_tasks").options),
+                  "exceptions": [str(e.value) for e in at.exception]}))
+'''
+
+
+@pytest.mark.timeout(1200)
+def test_adding_a_demo_task_is_one_declaration(tmp_path):
+    """One new file in assets/demo/tasks/ — and nothing else, but running the lm-eval files' generator — gives a
+    task that both suites hold (the shared one with its envelope and budget), that `make_data` writes as lm-eval
+    task files and data, that the CLI lists, accepts and scores (the built-in evaluator and lm-eval agreeing), and
+    that the Sweep page offers; the existing tasks' data stays byte for byte the same."""
+    copy = repository_copy(tmp_path / "repo")
+    tasks_dir = copy / "assets" / "demo" / "lm_eval_tasks"
+    before = {p.name: p.read_bytes() for p in sorted(tasks_dir.rglob("*")) if p.is_file() and p.suffix != ".pyc"}
+    (copy / "assets" / "demo" / "tasks" / "reverse.py").write_text(REVERSE)
+    (tmp_path / "drive_tasks.py").write_text(TASK_DRIVER)
+    env = dict(HF_DATASETS_OFFLINE="1", HF_DATASETS_CACHE=str(tmp_path / "datasets"),
+               RAM_STUDIO_CACHE=str(tmp_path / "cache"), RAM_STUDIO_SWEEP_CACHE=str(tmp_path / "sweeps"))
+
+    stale = subprocess.run([sys.executable, "-m", "assets.demo.lm_eval_tasks.make_data", "--check"], cwd=copy,
+                           env={**os.environ, "PYTHONPATH": str(copy)}, capture_output=True, text=True, timeout=300)
+    assert stale.returncode == 1 and "ram_demo_reverse.yaml" in stale.stderr and "reverse_test.jsonl" in stale.stderr
+    run_in(copy, ["-m", "assets.demo.lm_eval_tasks.make_data"])
+    run_in(copy, ["-m", "assets.demo.lm_eval_tasks.make_data", "--check"])
+    after = {p.name: p.read_bytes() for p in sorted(tasks_dir.rglob("*")) if p.is_file() and p.suffix != ".pyc"}
+    assert {n for n in after if after[n] != before.get(n)} == {
+        "ram_demo.yaml", "ram_demo_validation.yaml", "ram_demo_reverse.yaml", "ram_demo_reverse_validation.yaml",
+        "reverse_validation.jsonl", "reverse_test.jsonl"}  # the groups gain the task; nothing else changes
+    assert b"  - ram_demo_reverse\n" in after["ram_demo.yaml"] and b"max_gen_toks: 6\n" in after["ram_demo_reverse.yaml"]
+    rows = [json.loads(line) for line in after["reverse_test.jsonl"].decode().splitlines()]
+    assert len(rows) == 300 and all(r["answer"] == r["habit"][::-1] and r["max_new_tokens"] == 6 for r in rows)
+
+    report = json.loads(run_in(copy, [str(tmp_path / "drive_tasks.py")], **env).stdout.strip().splitlines()[-1])
+    assert report["exceptions"] == []
+    assert report["tasks"] == report["demo"] == report["shared"] == ["code", "tool", "memory", "reverse"]
+    assert report["budget"] == 6 + 4 and report["subset_tasks"] == ["memory", "reverse"]  # the envelope's 4 tokens
+    prompt, answer = report["example"]
+    assert prompt.startswith("R:") and answer.endswith("</a>") and report["verified"] and report["reward"] == 0.0
+    assert report["page"] == ["code", "tool", "memory", "reverse"]
+
+    listed = run_in(copy, ["-m", "ram_studio", "tasks"]).stdout
+    assert "reverse" in listed and "write a short word backwards" in listed
+    assert "code,tool,memory,reverse" in run_in(copy, ["-m", "ram_studio", "evaluate", "--help"]).stdout.replace("\n", "")
+    scores = {}
+    for how, extra in (("demo", ["--tasks", "reverse"]),
+                       ("lm-eval", ["--lm-eval", "ram_demo_reverse", "--include-path", str(tasks_dir)])):
+        out = tmp_path / f"{how}.json"
+        run_in(copy, ["-m", "ram_studio", "evaluate", "demo:base", *extra, "--limit", "6", "--json", str(out),
+                      "--quiet"], **env)
+        scores[how] = json.loads(out.read_text())["scores"]
+    assert list(scores["demo"]) == ["reverse"] and list(scores["lm-eval"]) == ["ram_demo_reverse"]
+    assert scores["demo"]["reverse"] == pytest.approx(scores["lm-eval"]["ram_demo_reverse"], abs=1e-9)
