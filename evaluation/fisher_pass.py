@@ -195,8 +195,8 @@ def _log_likelihood(module: torch.nn.Module, prompt: list[int], answer: list[int
     return logp.gather(1, torch.tensor(answer, device=device)[:, None]).sum()
 
 
-def answer_for(module: torch.nn.Module, tokenizer: Any, ex: FisherExample, rule: str, prompt: list[int], eos: int | None,
-            seed: int) -> list[int]:
+def answer_for(module: torch.nn.Module, tokenizer: Any, ex: FisherExample, rule: str, prompt: list[int],
+               eos: int | None, seed: int) -> list[int]:
     """The answer's token ids: the reference (with end-of-text), or the agent's greedy or sampled answer."""
     if rule == "reference":
         if ex.answer is None:

@@ -388,7 +388,8 @@ def test_no_module_imports_another_modules_private_name():
 def test_the_private_import_check_can_fail():
     project = set(TEST_ROOTS)
     source = ("from app.charts.base import _layout, chart_layout\nfrom .base import _x\nimport merging.kernels as k\n"
-              "import torch\nk._WARMUP.wait()\ntorch._C\nk.__name__\nk._repr_html_()\nfrom merging import _hidden as h\n")
+              "import torch\nk._WARMUP.wait()\ntorch._C\nk.__name__\nk._repr_html_()\n"
+              "from merging import _hidden as h\n")
     assert private_imports(source, "x.py", project) == [
         "x.py:1: from app.charts.base import _layout", "x.py:2: from .base import _x",
         "x.py:9: from merging import _hidden", "x.py:5: k._WARMUP"]
@@ -652,7 +653,8 @@ def test_adding_a_demo_task_is_one_declaration(tmp_path):
     assert {n for n in after if after[n] != before.get(n)} == {
         "ram_demo.yaml", "ram_demo_validation.yaml", "ram_demo_reverse.yaml", "ram_demo_reverse_validation.yaml",
         "reverse_validation.jsonl", "reverse_test.jsonl"}  # the groups gain the task; nothing else changes
-    assert b"  - ram_demo_reverse\n" in after["ram_demo.yaml"] and b"max_gen_toks: 6\n" in after["ram_demo_reverse.yaml"]
+    assert b"  - ram_demo_reverse\n" in after["ram_demo.yaml"]
+    assert b"max_gen_toks: 6\n" in after["ram_demo_reverse.yaml"]
     rows = [json.loads(line) for line in after["reverse_test.jsonl"].decode().splitlines()]
     assert len(rows) == 300 and all(r["answer"] == r["habit"][::-1] and r["max_new_tokens"] == 6 for r in rows)
 
@@ -666,7 +668,8 @@ def test_adding_a_demo_task_is_one_declaration(tmp_path):
 
     listed = run_in(copy, ["-m", "ram_studio", "tasks"]).stdout
     assert "reverse" in listed and "write a short word backwards" in listed
-    assert "code,tool,memory,reverse" in run_in(copy, ["-m", "ram_studio", "evaluate", "--help"]).stdout.replace("\n", "")
+    helped = run_in(copy, ["-m", "ram_studio", "evaluate", "--help"]).stdout
+    assert "code,tool,memory,reverse" in helped.replace("\n", "")
     scores = {}
     for how, extra in (("demo", ["--tasks", "reverse"]),
                        ("lm-eval", ["--lm-eval", "ram_demo_reverse", "--include-path", str(tasks_dir)])):

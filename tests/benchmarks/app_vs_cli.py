@@ -274,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", default="merge,analyze,evaluate,fig3")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--gc-on-jobs", default="merge,evaluate,fig3",
-                    help="jobs also run in a server with Streamlit's default post-script GC (as the app ran before it turned that GC off)")
+                    help="jobs also run in a server with Streamlit's default post-script GC (as the app ran before it "
+                         "turned that GC off)")
     ap.add_argument("--plain-job", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.plain_job:
