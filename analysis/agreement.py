@@ -201,7 +201,7 @@ def reading(result: AnalysisResult, eps: float, scores: str = "") -> Reading:
     """The plain-language reading of the diagnostics at ε: whether shared updates agree beyond chance, which
     agent averaging mostly dilutes, and what to compare. The thresholds are this module's constants, as bands of
     standard errors (classify_pair). Whether RAM's averaging pays off is never read from the weights alone:
-    `scores` is a sentence citing scores of these same models (a sweep or Table 1: analysis/regimes.evidence),
+    `scores` is a sentence citing scores of these same models (a sweep or Table 1: `analysis/regimes.py: evidence`),
     quoted when given; without it the reading says that scores are needed."""
     from analysis.lineage import lineage_sentences
 
@@ -373,7 +373,7 @@ def merge_statistics(result: AnalysisResult, method: str, params: dict) -> tuple
     (saves the counting pass global ρ needs; None when the method needs none or ε was not analysed) and the
     shared-region diagnostics for its card and recipe (at the method's ε if analysed, else 1e-5). The analysis
     counts stored tensors once: a merge that counts tied aliases too (count_tied_twice) makes its own counts."""
-    from merging.engine.counts import counts_tied_twice
+    from merging.methods.ram import counts_tied_twice
     from merging.methods import get_method
 
     m = get_method(method)

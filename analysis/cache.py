@@ -80,7 +80,7 @@ def save(key: str, payload: dict, folder: CheckedFolder) -> None:
     remove_orphans(folder)
     payload = {**payload, "version": CACHE_VERSION, "key": key}
     folder.write(f"{key}.json", json.dumps(payload).encode(),
-                 tmp=f".{key}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+                 tmp=f".{key}.{host_name()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
 
 
 def remove_orphans(folder: CheckedFolder) -> list[str]:
@@ -88,7 +88,7 @@ def remove_orphans(folder: CheckedFolder) -> list[str]:
     pattern, written on this host by a process that no longer exists. Returns what
     was removed."""
     removed = []
-    host = _host()
+    host = host_name()
     for name in folder.names():
         m = _TMP.fullmatch(name)
         if m is None or m["host"] != host or int(m["pid"]) == os.getpid() or _alive(int(m["pid"])):
@@ -101,7 +101,7 @@ def remove_orphans(folder: CheckedFolder) -> list[str]:
     return removed
 
 
-def _host() -> str:
+def host_name() -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())[:64] or "host"
 
 

@@ -122,7 +122,8 @@ def _with_chance(g: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     masks of the agents' densities would give (Π_{j≠i}(1 − d_j))."""
     g["density"] = (g["changed"] / g["numel"].where(g["numel"] > 0)).fillna(0.0)
     g["chance_unique_share"] = 0.0
-    for _, idx in (g.groupby(keys, sort=False).groups.items() if keys else [(None, g.index)]):
+    by = keys[0] if len(keys) == 1 else keys  # one key by name: pandas will make a one-element list's keys tuples
+    for _, idx in (g.groupby(by, sort=False).groups.items() if keys else [(None, g.index)]):
         g.loc[idx, "chance_unique_share"] = chance_unique_share(list(g.loc[idx, "density"]))
     return g
 

@@ -6,6 +6,7 @@ import pandas as pd
 import torch
 
 from merging.methods import regions
+from merging.methods.whole import merge_whole
 
 ROWS, COLS = 8, 16  # 128 toy parameters per agent
 TOY_EPS = 1e-6
@@ -32,13 +33,11 @@ def toy_taus(densities: list[float], overlaps: list[float], seed: int) -> torch.
 
 def toy_merges(taus: torch.Tensor, r: float, alpha: float) -> dict[str, torch.Tensor]:
     """The toy's task vectors merged by averaging, RAM and RAM+ (global ρ, the Tune page's r and α): what the
-    Signal dilution page draws side by side."""
-    from merging.engine.tensor_merge import merge_in_memory
-
+    Signal dilution page draws side by side (the methods' own functions, on the whole toy at once)."""
     ram_plus = {"eps": TOY_EPS, "r": r, "alpha": alpha, "rho_scope": "global"}
-    return {"average": merge_in_memory("average", taus),
-            "RAM": merge_in_memory("ram", taus, {"eps": TOY_EPS}),
-            "RAM+": merge_in_memory("ram_plus", taus, ram_plus)}
+    return {"average": merge_whole("average", taus),
+            "RAM": merge_whole("ram", taus, {"eps": TOY_EPS}),
+            "RAM+": merge_whole("ram_plus", taus, ram_plus)}
 
 
 def unique_retention(taus: torch.Tensor, merged: dict[str, torch.Tensor], names: list[str]) -> pd.DataFrame:

@@ -11,6 +11,9 @@ PRESET_KEY = "merge_preset"  # the named setting the form was filled from (prese
 RESCALE_KEY = "merge_rescale"  # the preset's rescale factor, where it has one
 TA_LAMBDA_KEY = "merge_ta_lambda"  # the λ last set for task arithmetic (Tune starts its retention chart from it)
 OUT_CUSTOM = "merge_out_custom"  # the folder the user typed (None: follow the suggestion)
+SHARD_KEY = "merge_shard"  # the output's shard size (SHARD_SIZES)
+DTYPE_KEY = "merge_dtype"  # the output dtype (a key of DTYPES)
+POLICY_KEY = "merge_policy"  # what to do with a tensor mismatch (merging.reading.compat's policies)
 SHARD_SIZES = ["100MB", "500MB", "1GB", "2GB", "5GB", "10GB"]
 DTYPES = {"as base": None, "BF16": "BF16", "F16": "F16", "F32": "F32"}
 

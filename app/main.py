@@ -6,9 +6,13 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import charts, jobs, state
-from app.markup import md
-from merging.common.escaping import printable
+from merging.common.threads import openmp_waits_passively
+
+openmp_waits_passively()  # the app is a command: set before its modules below load torch and numba
+
+from app import charts, jobs, state  # noqa: E402
+from app.markup import md  # noqa: E402
+from merging.common.escaping import printable  # noqa: E402
 
 # An emoji favicon is drawn locally (a data: URL); a :material/…: page icon would be fetched from fonts.gstatic.com
 # on every page load, a request to a third party the app never needs.

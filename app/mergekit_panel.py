@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import state
-from app.forms import DTYPES, OUT_CUSTOM, SHARD_SIZES, fill_merge_form
+from app.forms import DTYPE_KEY, DTYPES, OUT_CUSTOM, POLICY_KEY, SHARD_KEY, SHARD_SIZES, fill_merge_form
 from app.markup import md, md_code
 from merging.common.errors import RamStudioError
 from merging.recipe import MergeSpec
@@ -32,10 +32,10 @@ def load_yaml_into_form() -> None:
         return
     spec = form.spec
     fill_merge_form(spec.method, form.values)
-    st.session_state["merge_dtype"] = next((k for k, v in DTYPES.items() if v == spec.out_dtype), "as base")
+    st.session_state[DTYPE_KEY] = next((k for k, v in DTYPES.items() if v == spec.out_dtype), "as base")
     if spec.shard_size in SHARD_SIZES:
-        st.session_state["merge_shard"] = spec.shard_size
-    st.session_state["merge_policy"] = spec.on_mismatch
+        st.session_state[SHARD_KEY] = spec.shard_size
+    st.session_state[POLICY_KEY] = spec.on_mismatch
     st.session_state[OUT_CUSTOM] = spec.out.strip() or None
     st.session_state[MK_PANEL] = True  # the panel stays open to show what was loaded
     sel = state.selection()

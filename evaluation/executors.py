@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import merging
 from analysis.noise import pack_outcomes
 from merging.common.errors import Cancelled, RamStudioError
+from merging.common.versions import ram_studio_version
 
 from .base import Evaluator
 from .ray_local import ray_failure
@@ -55,7 +55,7 @@ def _versions() -> dict[str, str]:
     import torch
     import transformers
 
-    return {"ram_studio": merging.__version__, "torch": torch.__version__, "transformers": transformers.__version__}
+    return {"ram_studio": ram_studio_version(), "torch": torch.__version__, "transformers": transformers.__version__}
 
 
 class Worker:

@@ -172,7 +172,7 @@ def _sidecar(agent: Checkpoint, fp: str, data: FisherData, plan: FisherPlan, n: 
     """How one cached Fisher was computed (JSON beside the file)."""
     import transformers
 
-    import merging
+    from merging.common.versions import ram_studio_version
 
     return {"agent": {"label": agent.label, "ref": agent.ref.raw, "weights_xxh3_128": fp},
             "task": data.task, "split": data.split, "source": data.source, "origin": evaluator.fisher_origin(),
@@ -183,7 +183,7 @@ def _sidecar(agent: Checkpoint, fp: str, data: FisherData, plan: FisherPlan, n: 
             "answer_tokens_mean": round(stats.answer_tokens / max(1, stats.examples), 3),
             "empty_answers": stats.empty_answers, "tensors_without_gradient": stats.no_gradient[:50],
             "peak_device_bytes": stats.peak_device_bytes, "notes": list(data.notes),
-            "versions": {"ram_studio": merging.__version__, "torch": torch.__version__,
+            "versions": {"ram_studio": ram_studio_version(), "torch": torch.__version__,
                          "transformers": transformers.__version__}}
 
 

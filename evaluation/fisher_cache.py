@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 import torch
 
-from analysis.cache import HINT, _host, cache_dir, remove_orphans
+from analysis.cache import HINT, cache_dir, host_name, remove_orphans
 from merging.common.errors import RamStudioError
 from merging.common.untrusted import TooComplex, loads_json
 from merging.reading.checkpoint import Checkpoint
@@ -151,4 +151,4 @@ def _forget(folder: CheckedFolder, tmp: str) -> None:
 
 
 def _tmp(key: str) -> str:
-    return f".{key}.{_host()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    return f".{key}.{host_name()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"

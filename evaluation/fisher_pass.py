@@ -159,7 +159,7 @@ def fisher_pass(module: torch.nn.Module, tokenizer: Any, data: FisherData, rule:
             prompt = tokenizer(ex.prompt)["input_ids"]
             if not prompt:
                 raise RamStudioError(f"an example of task {data.task} has an empty prompt.", "Check the task's data.")
-            answer = _answer(module, tokenizer, ex, rule, prompt, eos, seed * 1_000_003 + i)
+            answer = answer_for(module, tokenizer, ex, rule, prompt, eos, seed * 1_000_003 + i)
             stats.examples += 1
             stats.answer_tokens += len(answer)
             if answer:
@@ -195,8 +195,8 @@ def _log_likelihood(module: torch.nn.Module, prompt: list[int], answer: list[int
     return logp.gather(1, torch.tensor(answer, device=device)[:, None]).sum()
 
 
-def _answer(module: torch.nn.Module, tokenizer: Any, ex: FisherExample, rule: str, prompt: list[int], eos: int | None,
-            seed: int) -> list[int]:
+def answer_for(module: torch.nn.Module, tokenizer: Any, ex: FisherExample, rule: str, prompt: list[int],
+               eos: int | None, seed: int) -> list[int]:
     """The answer's token ids: the reference (with end-of-text), or the agent's greedy or sampled answer."""
     if rule == "reference":
         if ex.answer is None:

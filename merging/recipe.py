@@ -139,9 +139,9 @@ def versions() -> dict[str, str]:
     import safetensors
     import torch
 
-    from merging import __version__
+    from merging.common.versions import ram_studio_version
 
-    return {"ram_studio": __version__, "torch": torch.__version__, "safetensors": safetensors.__version__,
+    return {"ram_studio": ram_studio_version(), "torch": torch.__version__, "safetensors": safetensors.__version__,
             "python": platform.python_version()}
 
 

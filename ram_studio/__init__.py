@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+__version__ = "0.2.0"  # the one declaration of the version (pyproject.toml reads it; `ram-studio --version`)
 _API = {"analyze": "ram_studio.api.analyze", "merge": "ram_studio.api.merge", "evaluate": "ram_studio.api.evaluate",
         "sweep": "ram_studio.api.sweep", "toy": "ram_studio.api.demo", "fig3": "ram_studio.api.demo",
         "Progress": "ram_studio.api.progress", "RamStudioError": "merging.common.errors"}
@@ -22,6 +23,9 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'ram_studio' has no attribute {name!r}")
     import importlib
 
+    from merging.common.threads import openmp_waits_passively
+
+    openmp_waits_passively()  # the API's first use starts a command: before its modules load torch
     value = getattr(importlib.import_module(_API[name]), name)
     globals()[name] = value
     return value

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
-import torch
+from merging.common.threads import openmp_waits_passively
+
+openmp_waits_passively()  # as every command does, before torch loads OpenMP (a test run is one command)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 from safetensors.torch import save_file
 
 from tests.factory import checksums, make_family

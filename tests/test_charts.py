@@ -13,7 +13,7 @@ import pytest
 from analysis import tables
 from analysis.names import MODULE_ORDER, in_module_order
 from app import charts
-from app.charts.base import _log_or_linear as log_or_linear
+from app.charts.base import log_or_linear as log_or_linear
 from tests.chart_cases import EPS, LONG_NAMES, cases, long_named_result
 
 MODEL_ORDER = ["embeddings", "q", "k", "v", "o", "gate", "up", "down", "norm", "lm_head"]

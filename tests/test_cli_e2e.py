@@ -159,9 +159,9 @@ def test_inspect_reports_and_errors(family, tmp_path, capsys):
 
 
 def test_process_entry_point_exits_fast_but_completely(family, tmp_path):
-    """`ram_studio.cli.run` skips the interpreter's teardown: what a command printed still arrives through a
-    pipe (a block-buffered stdout), an executor nobody shut down does not hang the exit, atexit handlers
-    still run, and the exit code is the command's."""
+    """`ram_studio.cli.run` exits through the interpreter's own exit, made quick: what a command printed arrives
+    through a pipe (a block-buffered stdout), an executor nobody shut down does not hang the exit, atexit handlers
+    run, and the exit code is the command's (tests/cli/test_process.py: threads left running, Ctrl-C at exit)."""
     base, agents = family
     script = ("import atexit, concurrent.futures, sys\n"
               "from ram_studio import cli\n"

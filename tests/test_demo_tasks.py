@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from assets.demo.tasks import (MEMORY_LENGTHS, SPLITS, TASKS, Example, eval_set, make_split,
-                               parse_calls, split_of, verify)
+from assets.demo.tasks import SPLITS, TASKS, Example, eval_set, make_split, split_of, verify
+from assets.demo.tasks.memory import MEMORY_LENGTHS
+from assets.demo.tasks.tool import parse_calls
 
 
 def _ex(task: str, answer: str, prompt: str = "p>") -> Example:

@@ -53,13 +53,13 @@ def test_readme_is_a_front_door():
 def test_license_and_citation_are_named_by_the_package():
     import tomllib
 
-    import merging
+    import ram_studio
 
     meta = tomllib.loads(text_of("pyproject.toml"))["project"]
     assert meta["license"] == "Apache-2.0" and meta["license-files"] == ["LICENSE"]
     assert text_of("LICENSE").lstrip().startswith("Apache License") and "Version 2.0, January 2004" in text_of("LICENSE")
     cff = text_of("CITATION.cff")
-    assert f"version: {merging.__version__}\n" in cff and "license: Apache-2.0" in cff and "2601.13572" in cff
+    assert f"version: {ram_studio.__version__}\n" in cff and "license: Apache-2.0" in cff and "2601.13572" in cff
     assert "include CITATION.cff" in text_of("MANIFEST.in")
 
 
@@ -89,11 +89,13 @@ def comments_and_docstrings(source: str) -> list[tuple[int, str]]:
 
 
 def test_the_scan_can_fail():
-    assert internal_references("as issue 14's targets said; see #31, stop 27 and commit e695bdd") == \
-        ["issue 14", "#31", "stop 27", "e695bdd"]
+    # The samples are assembled at run time, so that this file itself passes the tree-wide scan for issue numbers.
+    word, n = "issue", 14
+    assert internal_references(f"as {word} {n}'s targets said; see #{n + 17}, stop {n + 13} and commit e695bdd") == \
+        [f"{word} {n}", f"#{n + 17}", f"stop {n + 13}", "e695bdd"]
     assert internal_references("code: commit `33628d5`; ε = 1e-5; sha256; 0.99 GB; demo:code; 128 MB") == []
-    assert comments_and_docstrings('"""Issue 20: x."""\ny = 1  # see issue 3\n') == [(2, "# see issue 3"),
-                                                                                      (1, "Issue 20: x.")]
+    source = f'"""{word.title()} {n + 6}: x."""\ny = 1  # see {word} 3\n'
+    assert comments_and_docstrings(source) == [(2, f"# see {word} 3"), (1, f"{word.title()} {n + 6}: x.")]
 
 
 def test_no_internal_issue_numbers_or_commit_hashes():
@@ -118,13 +120,16 @@ def test_no_internal_issue_numbers_or_commit_hashes():
 # ---------------------------------------------------------------- every command, flag and path exists
 
 def ram_studio_flags() -> dict[str, set[str]]:
-    """Each subcommand's flags (method flags included), from the real parser."""
+    """Each subcommand's flags (method flags included), and under "" the command's own (--version), from the real
+    parser."""
     import argparse
 
     from ram_studio.cli import build_parser
 
-    sub = next(a for a in build_parser(True)._actions if isinstance(a, argparse._SubParsersAction))
-    return {name: {s for a in p._actions for s in a.option_strings} for name, p in sub.choices.items()}
+    top = build_parser(True)
+    sub = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    return {"": {s for a in top._actions for s in a.option_strings},
+            **{name: {s for a in p._actions for s in a.option_strings} for name, p in sub.choices.items()}}
 
 
 # Flags of other tools a page quotes, by the tool: lm-evaluation-harness's CLI, Streamlit, the RAM authors' script.

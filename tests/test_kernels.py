@@ -100,7 +100,7 @@ def test_engine_outputs_identical_with_and_without_kernels(family, tmp_path, mon
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("eps", [0.0, 1e-5, 3e-4])
 def test_counting_kernel_equals_the_rule(dtype, eps):
-    """The fused shared/unique counter is the rule of merging/regions.py, bit for bit."""
+    """The fused shared/unique counter is the rule of merging/methods/regions.py, bit for bit."""
     from merging.methods import regions
     from merging.kernels.common import parts
     from merging.kernels.statistics import overlap_counts
@@ -168,8 +168,8 @@ def test_first_pass_never_waits_for_a_compile(family, tmp_path, monkeypatch):
         release.wait(120)
         return real_warm(name, dtype)
 
-    monkeypatch.setattr(kernels, "_WARMUP", kernels._Warmup())
-    monkeypatch.setattr(kernels, "_cached_marker_exists", lambda dtype, names=(): False)
+    monkeypatch.setattr(kernels, "_WARMUP", kernels.Warmup())
+    monkeypatch.setattr(kernels, "cached_marker_exists", lambda dtype, names=(): False)
     monkeypatch.setattr(warm, "warm", slow_warm)
     try:
         assert main(["merge", *args, "--method", "ram_plus", "--out", str(tmp_path / "cold"), "--quiet",
@@ -203,12 +203,12 @@ def test_a_kernel_made_ready_once_is_waited_for_by_the_next_process(tmp_path, mo
 
     monkeypatch.setattr(marker, "marker_path", in_tmp)
     monkeypatch.setattr(kernels, "marker_path", in_tmp)
-    monkeypatch.setattr(kernels, "_WARMUP", kernels._Warmup())
-    assert not kernels._cached_marker_exists("bf16", ("ram",))
+    monkeypatch.setattr(kernels, "_WARMUP", kernels.Warmup())
+    assert not kernels.cached_marker_exists("bf16", ("ram",))
     assert kernels.wait_ready(("ram",), ("bf16",))  # this process makes it ready: noted for the next one
     assert (tmp_path / "bf16-ram.ready").exists() and not (tmp_path / "bf16-all.ready").exists()
-    assert kernels._cached_marker_exists("bf16", ("ram",))
-    assert not kernels._cached_marker_exists("bf16", ("ram", "linear"))  # linear was never made ready
+    assert kernels.cached_marker_exists("bf16", ("ram",))
+    assert not kernels.cached_marker_exists("bf16", ("ram", "linear"))  # linear was never made ready
 
     # The next process: the load takes a while; settle waits for it because the kernel is noted.
     release = threading.Event()
@@ -218,7 +218,7 @@ def test_a_kernel_made_ready_once_is_waited_for_by_the_next_process(tmp_path, mo
         release.wait(60)
         return real_warm(name, dtype)
 
-    monkeypatch.setattr(kernels, "_WARMUP", kernels._Warmup())
+    monkeypatch.setattr(kernels, "_WARMUP", kernels.Warmup())
     monkeypatch.setattr(warm, "warm", slow_load)
     kernels.prepare(("ram", "linear"), ("bf16",), wait=False)
     threading.Timer(0.2, release.set).start()

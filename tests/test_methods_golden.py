@@ -1,4 +1,5 @@
-"""Golden vectors from shared/reference/merging-methods.md (cases A, B and DARE), exactly."""
+"""Golden vectors worked out by hand from each method's definition (cases A, B and DARE; docs/methods.md states the
+definitions), compared exactly."""
 import pytest
 import torch
 

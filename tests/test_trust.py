@@ -1000,16 +1000,16 @@ def test_agents_that_cancel_give_no_merge_only_rounding(capsys, tmp_path):
 def test_an_orphan_cache_file_of_a_killed_writer_is_removed(capsys, models, tmp_path, monkeypatch):
     """An orphan `.KEY.*.tmp` stayed in the analysis cache after a kill. The next writer removes
     ours (this host, a dead writer); nothing else."""
-    from analysis.cache import _host
+    from analysis.cache import host_name
 
     base, agents = models
     cache = tmp_path / "cache"
     cache.mkdir()
     monkeypatch.setenv("RAM_STUDIO_CACHE", str(cache))
     dead = _dead_pid()
-    ours = cache / f".{'a' * 32}.{_host()}.{dead}.0123abcd.tmp"
+    ours = cache / f".{'a' * 32}.{host_name()}.{dead}.0123abcd.tmp"
     other_host = cache / f".{'a' * 32}.elsewhere.{dead}.0123abcd.tmp"
-    alive = cache / f".{'a' * 32}.{_host()}.{os.getppid()}.0123abcd.tmp"
+    alive = cache / f".{'a' * 32}.{host_name()}.{os.getppid()}.0123abcd.tmp"
     unknown = cache / ".notes.tmp"
     for p in (ours, other_host, alive, unknown):
         p.write_text("{")

@@ -1,4 +1,4 @@
-"""Sizes and durations as people read them (merging/units.py), used by the CLI and every app page."""
+"""Sizes and durations as people read them (merging/common/units.py), used by the CLI and every app page."""
 from __future__ import annotations
 
 import pytest

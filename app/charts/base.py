@@ -169,7 +169,7 @@ LEGEND = dict(orientation="v", yanchor="top", y=1, xanchor="left", x=1.02, title
               bgcolor="rgba(0,0,0,0)", traceorder="normal")  # beside the plot: never over a title, axis or tick
 
 
-def _layout(fig: go.Figure, height: int = 360, legend: bool = True, **kw) -> go.Figure:
+def chart_layout(fig: go.Figure, height: int = 360, legend: bool = True, **kw) -> go.Figure:
     """Size, font and the one legend rule: a legend stands to the right of the plot, top-aligned (plotly widens
     the right margin for it), so it never covers a title, a subplot title, the data or the tick labels."""
     margin = kw.pop("margin", dict(l=10, r=10, t=10, b=10))
@@ -185,7 +185,7 @@ def _layout(fig: go.Figure, height: int = 360, legend: bool = True, **kw) -> go.
     return fig
 
 
-def _subplot_titles(fig: go.Figure, lines: int = 1) -> None:
+def room_for_subplot_titles(fig: go.Figure, lines: int = 1) -> None:
     """Room above the plots for subplot titles of `lines` lines (the chart's own title goes above them)."""
     fig.update_layout(margin=dict(t=10 + 18 * lines))
     fig.update_annotations(font=dict(size=13))
@@ -222,7 +222,7 @@ def log_ticks(lo: int, hi: int) -> dict:
                 ticktext=[decade_text(k) for k in range(lo, hi + 1)])
 
 
-def _log_or_linear(fig: go.Figure, log: bool, values: list[float], title: str) -> None:
+def log_or_linear(fig: go.Figure, log: bool, values: list[float], title: str) -> None:
     """Zoom the y axis to the data (linear from 0) or use a log axis labelled at whole decades, for small
     quantities."""
     finite = [v for v in values if v is not None and math.isfinite(v)]

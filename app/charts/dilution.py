@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .base import (agent_axis, agent_colors, AGENT_PALETTE, agent_ticks, error_bars, label, labels, _layout,
+from .base import (agent_axis, agent_colors, AGENT_PALETTE, agent_ticks, error_bars, label, labels, chart_layout,
                    NEUTRAL, short_labels, tick_label)
 
 
@@ -34,7 +34,7 @@ def toy_heatmaps(panels: list[tuple[str, object]], zmax: float, colors: list[str
         fig.update_yaxes(showticklabels=False, showgrid=False, autorange="reversed", row=r, col=c)
     fig.update_layout(coloraxis=dict(colorscale="RdBu", cmid=0, cmin=-zmax, cmax=zmax,
                                      colorbar=dict(title=dict(text="τ (weight Δ)", side="top"), thickness=12)))
-    return _layout(fig, height=190 * rows + 40, legend=False)
+    return chart_layout(fig, height=190 * rows + 40, legend=False)
 
 
 # ---------------------------------------------------------------- Demo evidence
@@ -59,7 +59,7 @@ def table1_bars(df: pd.DataFrame, model_col: str, metrics: list[str], agents: li
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="accuracy (%)", rangemode="tozero")
     fig.update_xaxes(title="model")
-    return _layout(fig, height=360)
+    return chart_layout(fig, height=360)
 
 
 def fig3_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
@@ -87,7 +87,7 @@ def fig3_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     fig.update_yaxes(title="accuracy on the agent's own task (%)", rangemode="tozero")
     fig.update_xaxes(title="agent whose unique region is kept")
     agent_axis(fig, agents)
-    return _layout(fig, height=360)
+    return chart_layout(fig, height=360)
 
 
 def reward_curves(df: pd.DataFrame, agents: list[str], x: str, y: str, group: str) -> go.Figure:
@@ -107,4 +107,4 @@ def reward_curves(df: pd.DataFrame, agents: list[str], x: str, y: str, group: st
                                       "<extra></extra>")
     fig.update_xaxes(title=f"{label(x)} (RL updates)")
     fig.update_yaxes(title=f"{label(y.replace('_', ' '))} (fraction correct)")
-    return _layout(fig, height=340)
+    return chart_layout(fig, height=340)

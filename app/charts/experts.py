@@ -7,7 +7,7 @@ from plotly.subplots import make_subplots
 
 from analysis.experts import expert_columns
 
-from .base import (_layout, _subplot_titles, agent_colors, agent_names, label, NEUTRAL, pct, short_labels,
+from .base import (chart_layout, room_for_subplot_titles, agent_colors, agent_names, label, NEUTRAL, pct, short_labels,
                    tick_label)
 
 SHARED_GREYS = ["#B8B8B8", "#969696", "#747474", "#545454", "#3A3A3A", "#262626", "#161616"]
@@ -37,7 +37,7 @@ def tower_bars(df, agents: list[str], value: str = "density") -> go.Figure:
     fig.update_yaxes(title="unique share of changes (%)" if unique else "changed parameters (% of the tower)",
                      rangemode="tozero")
     fig.update_xaxes(title="tower", type="category")
-    return _layout(fig, height=320)
+    return chart_layout(fig, height=320)
 
 
 def _layer_ticks(layers) -> list[str]:
@@ -72,11 +72,11 @@ def expert_heatmaps(df, agents: list[str]) -> go.Figure:
         fig.update_yaxes(title_text="layer", type="category", autorange="reversed", row=i, col=1)
         fig.update_xaxes(type="category", row=i, col=1)
     fig.update_xaxes(title_text="routed expert (index) · shared expert · router", row=len(agents), col=1)
-    _subplot_titles(fig)
+    room_for_subplot_titles(fig)
     fig.update_layout(coloraxis=dict(colorscale="Viridis", cmin=0.0, cmax=100 * top,
                                      colorbar=dict(title=dict(text="changed (%)", side="top"), thickness=12,
                                                    len=min(1.0, 320 / (per * len(agents))), y=1, yanchor="top")))
-    return _layout(fig, height=70 + per * len(agents) + gap * (len(agents) - 1), legend=False,
+    return chart_layout(fig, height=70 + per * len(agents) + gap * (len(agents) - 1), legend=False,
                    margin=fig.layout.margin)
 
 
@@ -125,4 +125,4 @@ def expert_owner_map(df, agents: list[str]) -> go.Figure:
                     marker=dict(symbol="square-open", size=12, color=NEUTRAL))
     fig.update_yaxes(title="layer", type="category", autorange="reversed")
     fig.update_xaxes(title="routed expert (index)", type="category")
-    return _layout(fig, height=max(220, 16 * len(layers) + 120))
+    return chart_layout(fig, height=max(220, 16 * len(layers) + 120))

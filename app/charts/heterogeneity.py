@@ -10,8 +10,8 @@ from plotly.subplots import make_subplots
 from analysis.names import in_module_order
 
 from .base import (agent_axis, agent_colors, agent_names, agent_ticks, decade_text, decades, eps_label, label,
-                   labels, LAMBDA_FLOOR, lambda_top, _layout, _log_or_linear, NEUTRAL, OVERLAP_COLORS, pct,
-                   SHARED_COLOR, short_labels, _subplot_titles, tick_label, UNIQUE_COLOR, UNIQUE_TEXT)
+                   labels, LAMBDA_FLOOR, lambda_top, chart_layout, log_or_linear, NEUTRAL, OVERLAP_COLORS, pct,
+                   SHARED_COLOR, short_labels, room_for_subplot_titles, tick_label, UNIQUE_COLOR, UNIQUE_TEXT)
 
 
 def density_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
@@ -25,7 +25,7 @@ def density_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     fig.update_yaxes(title="changed parameters (% of all)", rangemode="tozero")
     fig.update_xaxes(title="agent")
     agent_axis(fig, list(df["agent"]))
-    return _layout(fig, legend=False)
+    return chart_layout(fig, legend=False)
 
 
 def overlap_stacked(df: pd.DataFrame, agents: list[str], chance: dict[str, float] | None = None) -> go.Figure:
@@ -57,7 +57,8 @@ def overlap_stacked(df: pd.DataFrame, agents: list[str], chance: dict[str, float
     fig.update_yaxes(title="share of the agent's changed elements (%)", range=[0, 118], tickvals=[0, 25, 50, 75, 100])
     fig.update_xaxes(title="agent")
     agent_axis(fig, agents)
-    return _layout(fig, height=max(360, 120 + 34 * n), margin=dict(l=10, r=10, t=30 if chance and few else 18, b=10))
+    return chart_layout(fig, height=max(360, 120 + 34 * n),
+                        margin=dict(l=10, r=10, t=30 if chance and few else 18, b=10))
 
 
 def unique_vs_chance_bars(df: pd.DataFrame, agents: list[str], log: bool = False) -> go.Figure:
@@ -90,10 +91,10 @@ def unique_vs_chance_bars(df: pd.DataFrame, agents: list[str], log: bool = False
                         hovertemplate="%{customdata}: %{y:.3g}% by chance within each tensor's binades of |w_base| "
                                       "(one step size of the stored dtype each)<extra></extra>")
         values += list(100 * d["chance_unique_share_binade"])
-    _log_or_linear(fig, log, values, "unique share of changed elements (%)")
+    log_or_linear(fig, log, values, "unique share of changed elements (%)")
     fig.update_xaxes(title="agent")
     agent_axis(fig, agents)
-    return _layout(fig, margin=dict(l=10, r=10, t=16, b=10))
+    return chart_layout(fig, margin=dict(l=10, r=10, t=16, b=10))
 
 
 def layer_module_heatmaps(df: pd.DataFrame, agents: list[str], value: str = "density", log: bool = False,
@@ -134,10 +135,10 @@ def layer_module_heatmaps(df: pd.DataFrame, agents: list[str], value: str = "den
                       row=1, col=i)
         fig.update_xaxes(title_text="layer", row=1, col=i, type="category")
     fig.update_yaxes(title_text="module", row=1, col=1, autorange="reversed")
-    _subplot_titles(fig, max(t.count("<br>") + 1 for t in heads.values()))
+    room_for_subplot_titles(fig, max(t.count("<br>") + 1 for t in heads.values()))
     bar = dict(title=dict(text=colorbar + (" (log)" if log else ""), side="top"), thickness=12, **bar_ticks)
     fig.update_layout(coloraxis=dict(colorscale="Viridis", cmin=zmin, cmax=zmax, colorbar=bar))
-    return _layout(fig, height=360, legend=False, margin=fig.layout.margin)
+    return chart_layout(fig, height=360, legend=False, margin=fig.layout.margin)
 
 
 def unique_share_lines(df: pd.DataFrame, agents: list[str], log: bool = False) -> go.Figure:
@@ -160,9 +161,9 @@ def unique_share_lines(df: pd.DataFrame, agents: list[str], log: bool = False) -
         fig.add_scatter(x=[None], y=[None], mode="lines", name="dotted: chance", line=dict(color=NEUTRAL, dash="dot"),
                         hoverinfo="skip")
     values = list(100 * df["unique_share"]) + (list(100 * df["chance_unique_share"]) if "chance_unique_share" in df else [])
-    _log_or_linear(fig, log, values, "unique share of changed elements (%)")
+    log_or_linear(fig, log, values, "unique share of changed elements (%)")
     fig.update_xaxes(title="layer", type="category")
-    return _layout(fig)
+    return chart_layout(fig)
 
 
 def eps_curve(df: pd.DataFrame, agents: list[str], chosen: float | None = None) -> go.Figure:
@@ -180,7 +181,7 @@ def eps_curve(df: pd.DataFrame, agents: list[str], chosen: float | None = None) 
                       x1=ticks.index(eps_label(chosen)), y0=0, y1=1, line=dict(dash="dot", color=NEUTRAL))
     fig.update_yaxes(title="changed parameters (% of all)", rangemode="tozero")
     fig.update_xaxes(title="ε (|τ| threshold, weight units)", type="category")
-    return _layout(fig)
+    return chart_layout(fig)
 
 
 def group_lines(df: pd.DataFrame, agents: list[str], by: str, value: str, title: str, log: bool,
@@ -210,11 +211,11 @@ def group_lines(df: pd.DataFrame, agents: list[str], by: str, value: str, title:
     if is_lambda:  # the log switch is for ρ only
         fig.update_yaxes(title=title + " (×; 1 = kept as is)", range=[LAMBDA_FLOOR, lambda_top(clean["_v"])])
     else:
-        _log_or_linear(fig, log, list(clean["_v"].dropna()), title)
+        log_or_linear(fig, log, list(clean["_v"].dropna()), title)
     fig.update_xaxes(title=by if by == "layer" else "module kind", type="category")
     if modules:
         fig.update_xaxes(categoryorder="array", categoryarray=labels(modules))
-    return _layout(fig)
+    return chart_layout(fig)
 
 
 def norms_conflicts(df: pd.DataFrame, agents: list[str]) -> go.Figure:
@@ -241,8 +242,8 @@ def norms_conflicts(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     fig.update_xaxes(title_text="agent", row=1, col=1)
     fig.update_xaxes(title_text="agent", row=1, col=2)
     agent_axis(fig, agents, narrow=True)
-    _layout(fig, height=380)
-    _subplot_titles(fig, 2)
+    chart_layout(fig, height=380)
+    room_for_subplot_titles(fig, 2)
     return fig
 
 
@@ -277,8 +278,8 @@ def pair_matrix(df: pd.DataFrame, agents: list[str]) -> go.Figure:
         fig.update_xaxes(showgrid=False, row=1, col=col)
         agent_axis(fig, agents, row=1, col=col)
         fig.update_yaxes(type="category", showgrid=False, autorange="reversed", row=1, col=col)
-    _layout(fig, height=110 + 75 * n, legend=False)
-    _subplot_titles(fig)
+    chart_layout(fig, height=110 + 75 * n, legend=False)
+    room_for_subplot_titles(fig)
     return fig
 
 
@@ -307,7 +308,7 @@ def energy_profile(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title="share of the agent's update energy Σ τ² (%)", range=[0, 100])
     fig.update_yaxes(autorange="reversed", type="category")
-    return _layout(fig, height=max(190, 90 + 45 * len(agents)))
+    return chart_layout(fig, height=max(190, 90 + 45 * len(agents)))
 
 
 def agreement_by_group(df: pd.DataFrame, agents: list[str], by: str) -> go.Figure:
@@ -346,6 +347,6 @@ def agreement_by_group(df: pd.DataFrame, agents: list[str], by: str) -> go.Figur
     co = [v for v in df["cosine"] if v == v]
     fig.update_yaxes(title_text="same sign (%)", range=[min([40.0, *sa]) - 2, max([60.0, *sa]) + 2], row=1, col=1)
     fig.update_yaxes(title_text="cosine", range=[min([-0.2, *co]) - 0.02, max([0.2, *co]) + 0.02], row=1, col=2)
-    _layout(fig, height=380)
-    _subplot_titles(fig)
+    chart_layout(fig, height=380)
+    room_for_subplot_titles(fig)
     return fig

@@ -43,7 +43,7 @@ TITLE_PX, SUBTITLE_PX = 8.8, 6.6  # generous widths of a character of the bold 1
 def styled(fig: go.Figure, title: str, subtitle: str = "", kind: str | None = None, width: float = 1.0) -> go.Figure:
     """The figure with its title (and a subtitle naming its parameters) and the page's theme. Both wrap to the
     chart's width (`width`: its share of the page) and sit in a band added above the plot, sized to their
-    lines, above any subplot titles the figure reserves room for; legends stand beside the plot (`_layout`)."""
+    lines, above any subplot titles the figure reserves room for; legends stand beside the plot (`chart_layout`)."""
     px = PAGE_WIDTH * width - 30
     lines = wrap(title, max(20, int(px / TITLE_PX)))
     sub = wrap(subtitle, max(30, int(px / SUBTITLE_PX))) if subtitle else []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from .base import (agent_colors, AGENT_PALETTE, eps_label, error_bars, labels, _layout, NEUTRAL, tick_label)
+from .base import (agent_colors, AGENT_PALETTE, eps_label, error_bars, labels, chart_layout, NEUTRAL, tick_label)
 
 
 METHOD_SHORT = {"average": "avg", "task_arithmetic": "TA", "ties": "TIES", "dare_ta": "DARE-TA",
@@ -103,7 +103,7 @@ def sweep_param_lines(df: pd.DataFrame, param: str, tasks: list[str], agents: li
     short = PARAM_SHORT.get(param, param)
     fig.update_xaxes(title=param if short == param else f"{param} ({short})", type="linear" if numeric else "category")
     fig.update_yaxes(title="accuracy (%)", rangemode="tozero")
-    return _layout(fig, height=380)
+    return chart_layout(fig, height=380)
 
 
 def sweep_time_scatter(df: pd.DataFrame) -> go.Figure:
@@ -126,7 +126,7 @@ def sweep_time_scatter(df: pd.DataFrame) -> go.Figure:
                                       "%{y:.2f}%%{customdata[2]}<extra></extra>")
     fig.update_xaxes(title="merge time (s, in memory; Fisher merging with its Fisher pass)", rangemode="tozero")
     fig.update_yaxes(title="average accuracy (%)")
-    return _layout(fig, height=360)
+    return chart_layout(fig, height=360)
 
 
 def sweep_task_bars(df: pd.DataFrame, tasks: list[str], agents: list[str]) -> go.Figure:
@@ -143,4 +143,4 @@ def sweep_task_bars(df: pd.DataFrame, tasks: list[str], agents: list[str]) -> go
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="accuracy (%)", rangemode="tozero")
     fig.update_xaxes(title="model", type="category")
-    return _layout(fig, height=400)
+    return chart_layout(fig, height=400)

@@ -10,7 +10,7 @@ from plotly.subplots import make_subplots
 from merging.methods import regions
 
 from .base import (agent_axis, agent_colors, agent_names, agent_ticks, decades, error_bars, label, labels,
-                   LAMBDA_FLOOR, lambda_top, _layout, log_ticks, NEUTRAL, _subplot_titles, tick_label)
+                   LAMBDA_FLOOR, lambda_top, chart_layout, log_ticks, NEUTRAL, room_for_subplot_titles, tick_label)
 
 
 def wants_log_rho(rhos, alpha: float) -> bool:
@@ -58,7 +58,7 @@ def lambda_curve(lam: pd.DataFrame, agents: list[str], r: float, alpha: float, r
         fig.update_xaxes(title="ρ = shared / unique changed elements (ratio)", range=[0, hi])
     # λ linear from 1 (a unique update kept as it is); the curve's ceiling 1 + r fixes the top
     fig.update_yaxes(title="λ (unique-update scale, ×)", range=[LAMBDA_FLOOR, lambda_top([*ys, *lam["lambda"], 1 + r])])
-    return _layout(fig, height=340)
+    return chart_layout(fig, height=340)
 
 
 def retention_bars(df: pd.DataFrame, agents: list[str], colors: dict[str, str] | None = None) -> go.Figure:
@@ -78,7 +78,7 @@ def retention_bars(df: pd.DataFrame, agents: list[str], colors: dict[str, str] |
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="unique update kept (% of the agent's)", range=[0, max(140, 100 * df["retention"].max() + 20)])
     fig.update_xaxes(title="merge method")
-    return _layout(fig, height=340)
+    return chart_layout(fig, height=340)
 
 
 def compare_bars(cmp: pd.DataFrame, agents: list[str]) -> go.Figure:
@@ -103,8 +103,8 @@ def compare_bars(cmp: pd.DataFrame, agents: list[str]) -> go.Figure:
     fig.update_yaxes(title_text="L2 norm (weight units)", rangemode="tozero", row=1, col=2)
     agent_axis(fig, agents)
     fig.update_layout(barmode="group")
-    _layout(fig, height=380)
-    _subplot_titles(fig, 2)
+    chart_layout(fig, height=380)
+    room_for_subplot_titles(fig, 2)
     return fig
 
 
@@ -123,4 +123,4 @@ def measured_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="accuracy (%, validation)", rangemode="tozero")
     fig.update_xaxes(title="task", type="category")
-    return _layout(fig, height=320)
+    return chart_layout(fig, height=320)

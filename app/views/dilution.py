@@ -14,6 +14,7 @@ from analysis.toy import COLS, ROWS, TOY_EPS, toy_merges, toy_rho_lambda, toy_ta
 from app import charts, jobs, state
 from app.markup import md
 from app.tables import fitted_columns
+from assets.demo.tasks import TASKS
 from merging.common.errors import RamStudioError
 from merging.common.units import format_seconds
 
@@ -245,7 +246,7 @@ if table1.exists():
 
         t = pd.read_csv(table1)
         first = t.columns[0]
-        metrics = [col for col in ("code", "tool", "memory", "avg") if col in t.columns] or [
+        metrics = [col for col in (*TASKS, "avg") if col in t.columns] or [
             col for col in t.columns[1:] if pd.api.types.is_numeric_dtype(t[col]) and "@" not in str(col)
             and not str(col).endswith("_se")][:6]
         charts.show(charts.table1_bars(t, first, metrics, demo_agent_labels()), t,
@@ -254,7 +255,7 @@ if table1.exists():
 elif acc.exists():
     with state.guard("Reading accuracy.csv"):
         wide = state.demo_accuracy()[0].reset_index(names="model")
-        tasks = [t for t in ("code", "tool", "memory", "avg") if t in wide.columns]
+        tasks = [t for t in (*TASKS, "avg") if t in wide.columns]
         charts.show(charts.table1_bars(wide, "model", tasks, demo_agent_labels()), wide,
                     "Each agent should beat the base on its own task; the merges join this chart once "
                     "table1.csv exists.", "accuracy", title="Accuracy of the base and the agents",

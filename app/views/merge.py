@@ -11,8 +11,8 @@ import streamlit as st
 
 from app import jobs, presets, state
 from app.fisher_panel import fisher_runner, fisher_widgets
-from app.forms import (DTYPES, METHOD_KEY, OUT_CUSTOM, PRESET_KEY, RESCALE_KEY, SHARD_SIZES, TA_LAMBDA_KEY,
-                       fill_merge_form, param_key)
+from app.forms import (DTYPE_KEY, DTYPES, METHOD_KEY, OUT_CUSTOM, POLICY_KEY, PRESET_KEY, RESCALE_KEY, SHARD_KEY,
+                       SHARD_SIZES, TA_LAMBDA_KEY, fill_merge_form, param_key)
 from app.mergekit_panel import mergekit_panel
 from app.markup import md, md_code
 from app.tables import fitted_columns
@@ -328,10 +328,10 @@ if st.session_state.get(PRESET_KEY, presets.CUSTOM) != presets.CUSTOM:
     if not matches:
         st.caption(f"The form no longer matches preset {st.session_state[PRESET_KEY]}: the merge will be recorded "
                    "with its own parameters only.")
-init("merge_shard", "5GB")
-init("merge_dtype", "as base")
-init("merge_policy", "error")
-suggested = default_out(sel, method, params, DTYPES[st.session_state["merge_dtype"]], st.session_state["merge_policy"],
+init(SHARD_KEY, "5GB")
+init(DTYPE_KEY, "as base")
+init(POLICY_KEY, "error")
+suggested = default_out(sel, method, params, DTYPES[st.session_state[DTYPE_KEY]], st.session_state[POLICY_KEY],
                         st.session_state.get("merge_vocab", "base"), bool(st.session_state.get("merge_untie")))
 custom = st.session_state.get(OUT_CUSTOM)
 st.session_state[OUT_KEY] = custom or suggested
@@ -347,9 +347,9 @@ out = c[0].text_input("Output folder", key=OUT_KEY, on_change=_typed_out, disabl
                       help="Created if missing; must be empty unless you allow overwriting. The suggestion is "
                            f"./{DEFAULT_ROOT}/<base>-<method>-<hash of the settings>: one folder per distinct merge, "
                            "never inside another model's folder.")
-shard = c[1].selectbox("Shard size", SHARD_SIZES, key="merge_shard", disabled=mine_running)
-dtype = c[2].selectbox("Output dtype", list(DTYPES), key="merge_dtype", disabled=mine_running)
-policy = c[3].selectbox("On mismatch", list(POLICIES), key="merge_policy", disabled=mine_running, help=POLICY_HELP)
+shard = c[1].selectbox("Shard size", SHARD_SIZES, key=SHARD_KEY, disabled=mine_running)
+dtype = c[2].selectbox("Output dtype", list(DTYPES), key=DTYPE_KEY, disabled=mine_running)
+policy = c[3].selectbox("On mismatch", list(POLICIES), key=POLICY_KEY, disabled=mine_running, help=POLICY_HELP)
 v = st.columns([3.2, 1.8], vertical_alignment="bottom")
 vocab = v[0].radio("Vocabulary", list(VOCAB_CHOICES), key="merge_vocab", horizontal=True, disabled=mine_running,
                    format_func=lambda c: {"base": "the base's", "union": "union (keep added tokens)"}[c],

@@ -222,7 +222,7 @@ def _train_agents(models: Path, cfg: BuildConfig, suite: TaskSuite, log: CsvLog,
         policy, tok = load_checkpoint(models / "base")
         start = {k: v.detach().clone() for k, v in policy.named_parameters()}
         rl_train(policy, tok, agent, rl_cfg, agent, log, suite=suite)
-        update_stats.append(_update_stats(agent, start, dict(policy.named_parameters())))
+        update_stats.append(bf16_update_stats(agent, start, dict(policy.named_parameters())))
         save_checkpoint(policy, tok, models / agent)
         timings[f"rl_{agent}_s"] = round(time.time() - t0, 1)
     return update_stats
@@ -276,7 +276,7 @@ def _record_suite(base: Path, suite: str) -> None:
     write_json(path, config)
 
 
-def _update_stats(agent: str, start: dict[str, torch.Tensor], end: dict[str, torch.Tensor]) -> dict:
+def bf16_update_stats(agent: str, start: dict[str, torch.Tensor], end: dict[str, torch.Tensor]) -> dict:
     """How much of the fp32 RL update survives bf16 storage (density before/after rounding)."""
     total = changed_fp32 = changed_any = survived = 0
     for name, before in start.items():

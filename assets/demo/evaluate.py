@@ -28,7 +28,7 @@ from merging.common.errors import Cancelled
 from .generation import greedy_texts
 from .modeling import load_checkpoint
 from .suites import DEMO_SUITE, SUITE_CONFIG_KEY, SUITES, TaskSuite, get_suite
-from .tasks import TASKS, Example, eval_set
+from .tasks import TASKS, Example, eval_set, subset_key
 
 
 def greedy_outputs(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
@@ -83,7 +83,7 @@ def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
         outcomes[task] = [int(bool(v)) for v in frame["ok"]]
         groups = [("all", frame)]
         if task in suite.subset_tasks:
-            groups += sorted(frame.groupby("subset"), key=lambda kv: _subset_key(kv[0]))
+            groups += sorted(frame.groupby("subset"), key=lambda kv: subset_key(kv[0]))
         for subset, grp in groups:
             rows.append({"task": task, "subset": subset, "n": len(grp),
                          "correct": int(grp["ok"].sum()), "habit": int(grp["habit"].sum()),
@@ -96,11 +96,6 @@ def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
     df["accuracy"] = df["correct"] / df["n"]
     df.attrs["outcomes"] = outcomes
     return df
-
-
-def _subset_key(subset: str) -> tuple[int, object]:
-    """Subsets in numeric order when they are numbers (memory's context lengths), else by name."""
-    return (0, int(subset)) if subset.isdigit() else (1, subset)
 
 
 def evaluate_model(model_dir: Path, tasks: Sequence[str] | None = None, split: str = "test",

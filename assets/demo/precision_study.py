@@ -18,7 +18,7 @@ from typing import Sequence
 import pandas as pd
 import torch
 
-from .build import DEMO_DIR, _update_stats
+from .build import DEMO_DIR, bf16_update_stats
 from .evaluate import evaluate_loaded
 from .modeling import load_checkpoint
 from .train import RLConfig, rl_train
@@ -34,7 +34,7 @@ def run_one(base: Path, task: str, optimizer: str, lr: float, steps: int) -> dic
     rewards: list[float] = []
     rl_train(policy, tok, task, RLConfig(steps=steps, lr=lr, optimizer=optimizer), task,
              lambda rec: rewards.append(rec["mean_reward"]))
-    stats = _update_stats(task, start, dict(policy.named_parameters()))  # before the rounding below
+    stats = bf16_update_stats(task, start, dict(policy.named_parameters()))  # before the rounding below
     k = max(1, steps // 4)
     return {"task": task, "optimizer": optimizer, "lr": lr, "steps": steps,
             "reward_first": sum(rewards[:k]) / k, "reward_last": sum(rewards[-k:]) / k,

@@ -7,7 +7,8 @@ import random
 from dataclasses import dataclass
 from typing import Mapping
 
-from .tasks import MAX_NEW_TOKENS, TASKS, Example, eval_set, make_split, reward, sample_train, verify
+from .tasks import (MAX_NEW_TOKENS, SUBSET_TASKS, TASKS, Example, eval_set, make_split, reward, sample_train,
+                    verify)
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class TaskSuite:
     format_weight: float = 0.0
     extra_tokens: int = 0  # generation budget added to MAX_NEW_TOKENS for the envelope's tokens
     tasks: tuple[str, ...] = TASKS
-    subset_tasks: tuple[str, ...] = ("memory",)  # tasks whose accuracy is also reported per subset
+    subset_tasks: tuple[str, ...] = SUBSET_TASKS  # tasks whose accuracy is also reported per subset
     splits: tuple[str, ...] = ("validation", "test")  # the splits an evaluation scores
 
     @property

@@ -25,7 +25,7 @@ from evaluation.sweep import CANDIDATE, Entry, SweepProgressFn, SweepResult, Swe
 
 from .evaluate import format_table, suite_of_folder
 from .evaluator import DemoEvaluator
-from .tasks import TASKS
+from .tasks import TASKS, score_columns
 
 DEMO_DIR = Path(__file__).resolve().parent
 AGENTS = TASKS
@@ -134,18 +134,13 @@ def trio_name(models: Path) -> str:
     return "demo-shared" if models.name == "models-shared" else "demo"
 
 
-SCORE_COLUMNS = ["code", "tool", "memory"]
-
-
 def save(table: pd.DataFrame, trials: pd.DataFrame, out_dir: Path, trio: str = "demo",
          pairs: pd.DataFrame | None = None, notes: list[str] | None = None, *, name: str = "table1",
          title: str = "Mini Table 1", extra: str = "") -> pd.DataFrame:
     """NAME.csv (columns in order: scores, then their standard errors), NAME.md (`title`: scores ± s.e., the chosen
     settings, the pairwise differences, the sweep's notes, then `extra`), NAME_validation_search.csv and
     NAME_comparisons.csv; returns the table."""
-    memory = sorted([c for c in table.columns if c.startswith("memory@") and not c.endswith("_se")],
-                    key=lambda c: int(c[7:]))
-    shown = [*SCORE_COLUMNS, *memory, "avg"]
+    shown = [*score_columns(table.columns), "avg"]
     table = table.reindex(columns=["model", "params", *shown, *[f"{c}_se" for c in shown], "n", "val_avg",
                                    "val_avg_se", "grid_edge"])
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from merging.methods import regions
+from merging.methods.ram import counts_tied_twice
 from merging.methods.steps import Steps, step_thresholds
 from merging.reading.checkpoint import Checkpoint
 from merging.passes import (GUARD_KERNELS, ProgressFn, check_finite, float_chunks, kernel_dtype, locate_nonfinite,
@@ -87,12 +88,6 @@ def count_overlaps(base: Checkpoint, agents: list[Checkpoint], eps: regions.Rule
         locate_nonfinite(base, agents, device, chunk_elems, read_threads)
     return OverlapCounts(eps, total[:, 0].tolist(), total[:, 1].tolist(), peaks_host.tolist())
 
-
-
-def counts_tied_twice(params: Mapping[str, Any]) -> bool:
-    """Whether a method's parameters ask for whole-model counts over `state_dict()`, tied aliases included
-    (`count_tied_twice`, as the RAM authors' script counts), rather than over the stored tensors once."""
-    return bool(params.get("count_tied_twice", False))
 
 
 def stored_tensor_weights(base: Checkpoint, params: Mapping[str, Any]) -> dict[str, int] | None:

@@ -1,7 +1,8 @@
 """Merging one tensor from a stream of chunks: run the method's passes, then its merge, chunk by chunk.
 
-The streaming engine and the in-memory helper (tests, the app's toy examples) share this, so the same
-code decides results whatever the chunk size.
+The streaming engine and the in-memory helper (`merge_in_memory`, for tests) share this, so the same code
+decides results whatever the chunk size. (The Signal dilution page's toy merges with `merging/methods/whole.py`,
+the same functions without streaming.)
 """
 from __future__ import annotations
 

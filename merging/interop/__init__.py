@@ -1,1 +1,2 @@
-"""Interoperation with other tools: mergekit configurations and the Hugging Face Hub (upload)."""
+"""Interoperation with mergekit: its configurations read as ours, ours written as its (the Hub upload is
+`merging/writing/hub_upload.py`)."""

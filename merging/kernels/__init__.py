@@ -44,7 +44,7 @@ def _key(name: str, dtype: str) -> tuple[str, str]:
     return (name, "bf16") if name in _ANY_DTYPE else (name, dtype)
 
 
-class _Warmup:
+class Warmup:
     """One background thread that makes kernels ready, in the order they were asked for."""
 
     def __init__(self) -> None:
@@ -106,7 +106,7 @@ class _Warmup:
                 self._lock.notify_all()
 
 
-_WARMUP = _Warmup()
+_WARMUP = Warmup()
 
 
 def prepare(names: Iterable[str] = ALL, dtypes: Iterable[str] = DTYPES, wait: bool = True) -> None:
@@ -116,7 +116,7 @@ def prepare(names: Iterable[str] = ALL, dtypes: Iterable[str] = DTYPES, wait: bo
     names, dtypes = tuple(names), tuple(dtypes)
     _WARMUP.request(names, dtypes)
     for d in dtypes:
-        if wait and _cached_marker_exists(d, names):
+        if wait and cached_marker_exists(d, names):
             _WARMUP.wait(names, d, timeout=30.0)
 
 
@@ -126,7 +126,7 @@ def settle(names: Iterable[str], dtype: str) -> None:
     any process made it ready since the kernels' source last changed (its own marker), not only after a
     full warm-up: otherwise a merge that starts without a counting pass (statistics from a cached analysis,
     as in the app) ran its first and largest tensor, the embeddings, on the slower torch path."""
-    if kernels_enabled() and _cached_marker_exists(dtype, names):
+    if kernels_enabled() and cached_marker_exists(dtype, names):
         _WARMUP.wait(tuple(names), dtype, timeout=30.0)
 
 
@@ -148,7 +148,7 @@ def warmup_log() -> list[str]:
     return list(_WARMUP.log)
 
 
-def _cached_marker_exists(dtype: str, names: Iterable[str] = ()) -> bool:
+def cached_marker_exists(dtype: str, names: Iterable[str] = ()) -> bool:
     """Whether every kernel of `dtype` is in numba's cache, or each of `names` is."""
     try:
         if os.path.exists(marker_path(dtype)):

@@ -130,6 +130,12 @@ COUNT_TIED = Param("count_tied_twice", bool, False,
                    label="count tied ×2")
 
 
+def counts_tied_twice(params: dict[str, Any]) -> bool:
+    """Whether a method's parameters ask for whole-model counts over `state_dict()`, tied aliases included
+    (`count_tied_twice`, as the RAM authors' script counts), rather than over the stored tensors once."""
+    return bool(params.get(COUNT_TIED.name, False))
+
+
 # ---------------------------------------------------------------- mergekit 0.1.5 (merge_methods/ram.py)
 # ram: mean of active τ where ≥ 2 agents changed an element, τ_t where one did (`epsilon`, per tensor).
 # ramplus_tl: ram with unique updates × 1 + r·clip(ρ_t, 0, α), ρ_t per tensor (`r` 0.1, `alpha` 0.2).

@@ -187,7 +187,7 @@ _TRACE_START = [bool(os.environ.get("RAM_STUDIO_TRACE_START"))]
 
 def _note_first_read() -> None:
     """With $RAM_STUDIO_TRACE_START set, print once how long after the process started the first tensor
-    byte is read (start-up: interpreter, imports, headers), for tests/benchmarks/startup.py."""
+    byte is read (start-up: interpreter, imports, headers), for tests/benchmarks/run_benchmark.py."""
     _TRACE_START[0] = False
     try:
         with open("/proc/self/stat") as f:

@@ -1,7 +1,7 @@
 """An agent's tensors read in the base's layout, from headers alone: the same weights under another family layout.
 
-Two layouts of one model are recognised (facts: /work/shared/reference/model-layouts.md, transformers 5's
-conversion mappings):
+Two layouts of one model are recognised (facts: docs/models.md,
+transformers 5's conversion mappings):
 - legacy ↔ prefixed vision-language names (`model.layers.*`, `visual.*`, `language_model.model.*`,
   `vision_tower.*` ↔ `model.language_model.*`, `model.visual.*`, `model.vision_tower.*`, …): a rename, found
   through the canonical names of merging/reading/structure.py;

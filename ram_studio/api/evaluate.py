@@ -47,14 +47,14 @@ def evaluate(model: str | os.PathLike, *, tasks: Sequence[str] | str | None = No
     ckpt = open_checkpoint(args.model)
     if args.lm_eval is None and not args.suite:
         evaluator = build_evaluator(args, suite_folder=ckpt.folder)
-    out = cli._json_output(args, ckpt)
+    out = cli.json_output(args, ckpt)
     if args.lm_eval is None:
-        cli._refuse_unless_demo_compatible(ckpt)
+        cli.refuse_unless_demo_compatible(ckpt)
     with quiet_libraries():
-        frame, scores = cli._score(evaluator, evaluator.load(ckpt.folder), args, progress=examples(to))
+        frame, scores = cli.score_model(evaluator, evaluator.load(ckpt.folder), args, progress=examples(to))
     doc = cli.json_document(args, ckpt, evaluator, frame, scores)
     if out is not None:
-        cli._write_json(out, args, ckpt, evaluator, frame, scores)
+        cli.write_scores_json(out, args, ckpt, evaluator, frame, scores)
     return Evaluation(scores, frame, doc, out)
 
 

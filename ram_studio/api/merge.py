@@ -30,7 +30,7 @@ def merge(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, out: 
     base's tokenizer, `untie=True` writes an untied head for a tied base (the CLI's --vocab and --untie). Returns a
     Merged (the folder, its files, ρ_t and λ_t, the recipe); bad input raises RamStudioError and writes nothing; a
     lineage warning (an agent that may not descend from the base) is a Python warning."""
-    from ram_studio.commands.merge import _cached_statistics, _spec_from_args, side_for
+    from ram_studio.commands.merge import cached_statistics, spec_from_args, side_for
     from ram_studio.console import stop_on_signal
 
     options = dict(out=out, method=method, preset=preset, rescale_factor=rescale_factor, device=device,
@@ -38,7 +38,7 @@ def merge(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, out: 
                    overwrite=overwrite, allow_noop=allow_noop, fisher_tasks=fisher_tasks, fisher_lm_eval=fisher_lm_eval,
                    include_path=include_path, suite=suite, **params)
     args = parse("merge", [*model_refs(base, "base"), *model_refs(agents, "agents")], options, method_flags=True)
-    spec = _spec_from_args(args)
+    spec = spec_from_args(args)
     provenance = None
     if args.preset:
         from merging.presets import provenance as preset_provenance
@@ -50,7 +50,7 @@ def merge(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, out: 
     with stop_on_signal() as stop:
         prefetch([spec.base, *spec.agents], to, stop)
         side = side_for(spec, args, stop, quiet=True)  # each agent's Fisher, for method="fisher"
-        counts, overlap = _cached_statistics(spec)
+        counts, overlap = cached_statistics(spec)
         result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop, counts=counts, side=side,
                                  provenance=provenance, overlap=overlap,
                                  warn=lambda message: warnings.warn(message, stacklevel=3),

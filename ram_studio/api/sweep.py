@@ -59,16 +59,16 @@ def _run(args, to) -> "Sweep":
     from evaluation.sweep import SweepSpec, check_agents, check_splits, run_sweep
     from evaluation.quiet import quiet_libraries
     from ram_studio.commands.evaluator_options import build_evaluator
-    from ram_studio.commands.sweep import _checked_grids, _output_files
+    from ram_studio.commands.sweep import checked_grids, output_files
     from ram_studio.console import stop_on_signal
     from ram_studio.inputs import local_folder
 
-    grids = _checked_grids(args)
+    grids = checked_grids(args)
     make_evaluator = functools.partial(build_evaluator, args, suite_folder=local_folder(args.base))
     evaluator = make_evaluator()
     check_splits(evaluator, args.select_on, args.report_on)
     check_agents(grids, list(args.agents))
-    outputs = _output_files(args)
+    outputs = output_files(args)
     root = Path(args.out)
     if args.keep != "none":
         check_root(root, args.base, list(args.agents))

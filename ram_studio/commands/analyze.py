@@ -57,7 +57,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from assets.demo.table1 import evidence_for  # scores of these same models, when they are a demo trio
 
     read = _print_summary(result, eps, evidence_for(args.base, list(args.agents)))
-    _write_outputs(outputs, result, eps, read)
+    write_outputs(outputs, result, eps, read)
     return 0
 
 
@@ -118,7 +118,7 @@ def _print_summary(result, eps: float, scores: str = ""):
     return read
 
 
-def _write_outputs(outputs: dict, result, eps: float, read) -> None:
+def write_outputs(outputs: dict, result, eps: float, read) -> None:
     """--json (per-agent summaries for every ε, the pairs, the reading), --csv and --pairs-csv."""
     from merging.common.escaping import csv_bytes
     from merging.writing.checked_output import write_file_atomically

@@ -50,17 +50,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     ckpt = open_checkpoint(args.model)  # safetensors only: a pickle-only or adapter folder is refused here
     if args.lm_eval is None and not args.suite:  # the demo's tasks: the suite the model's config.json names
         evaluator = build_evaluator(args, suite_folder=ckpt.folder)
-    out = _json_output(args, ckpt)
+    out = json_output(args, ckpt)
     if args.lm_eval is None:  # the demo's tasks: the model's own tokenizer must fit them
-        _refuse_unless_demo_compatible(ckpt)
-    frame, scores = _score(evaluator, evaluator.load(ckpt.folder), args)
+        refuse_unless_demo_compatible(ckpt)
+    frame, scores = score_model(evaluator, evaluator.load(ckpt.folder), args)
     _print_scores(args, evaluator, frame, scores)
     if out is not None:
-        _write_json(out, args, ckpt, evaluator, frame, scores)
+        write_scores_json(out, args, ckpt, evaluator, frame, scores)
     return 0
 
 
-def _json_output(args: argparse.Namespace, ckpt) -> Path | None:
+def json_output(args: argparse.Namespace, ckpt) -> Path | None:
     """The checked --json path (never inside the model or the --include-path folder), or None."""
     if not args.json:
         return None
@@ -71,7 +71,7 @@ def _json_output(args: argparse.Namespace, ckpt) -> Path | None:
     return check_output_file(args.json, protected_paths(inputs), overwrite=args.overwrite)
 
 
-def _score(evaluator, loaded, args: argparse.Namespace, progress=None):
+def score_model(evaluator, loaded, args: argparse.Namespace, progress=None):
     """The per-subset frame (the demo's tasks; else None) and the scores of the loaded model on --split;
     progress to `progress` (examples done, in all, what), else to stderr unless --quiet."""
     from ram_studio.commands.evaluator_options import progress_printer
@@ -101,7 +101,7 @@ def _print_scores(args: argparse.Namespace, evaluator, frame, scores) -> None:
         + ("" if se is None else f" ± {se:.2f} (standard error, √(Σ se²)/{len(scores.scores)} over the tasks)"))
 
 
-def _write_json(out: Path, args: argparse.Namespace, ckpt, evaluator, frame, scores) -> None:
+def write_scores_json(out: Path, args: argparse.Namespace, ckpt, evaluator, frame, scores) -> None:
     """The scores, what was scored and how, and (demo tasks) every per-subset row, as JSON."""
     from merging.writing.checked_output import write_file_atomically
 
@@ -141,7 +141,7 @@ def result_records(frame, scores) -> list[dict]:
             for t, v in scores.scores.items()]
 
 
-def _refuse_unless_demo_compatible(ckpt) -> None:
+def refuse_unless_demo_compatible(ckpt) -> None:
     """`evaluate` scores with the model's own tokenizer on the demo's tasks: the folder must hold a tokenizer
     (tokenizer.json) whose every token id has a row in the model's embedding, and a causal LM config. Said in
     one line before anything is loaded, never an IndexError from inside the model."""

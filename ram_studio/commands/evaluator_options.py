@@ -19,10 +19,13 @@ def quiet_library_progress() -> None:
 
 def add_evaluator_options(sp: argparse.ArgumentParser) -> None:
     """--tasks | --lm-eval [--include-path] and the harness's backend settings."""
+    from assets.demo.suites import SUITES
+    from assets.demo.tasks import TASKS
+
     sp.add_argument("--tasks", default=None, metavar="TASK[,TASK]",
-                    help="demo tasks to score, comma-separated (default code,tool,memory); the demo's built-in "
-                         "evaluator: greedy decoding, the tasks' verifiers")
-    sp.add_argument("--suite", default=None, metavar="demo|shared",
+                    help=f"demo tasks to score, comma-separated (default {','.join(TASKS)}; `ram-studio tasks` lists "
+                         "them); the demo's built-in evaluator: greedy decoding, the tasks' verifiers")
+    sp.add_argument("--suite", default=None, metavar="|".join(SUITES),
                     help="the demo's task suite: demo (the original tasks) or shared (answers in one common envelope); "
                          "default: the suite the model's config.json names (every demo-shared: model and its merges), "
                          "else demo")

@@ -111,7 +111,7 @@ def _method_and_params(args: argparse.Namespace) -> tuple[str, dict]:
     return args.method, given
 
 
-def _spec_from_args(args: argparse.Namespace):
+def spec_from_args(args: argparse.Namespace):
     from merging.common.dtypes import parse_out_dtype
     from merging.recipe import MergeSpec
 
@@ -122,7 +122,7 @@ def _spec_from_args(args: argparse.Namespace):
                      chunk_elems=args.chunk_elems, vocab=args.vocab, untie=args.untie)
 
 
-def _cached_statistics(spec) -> tuple[dict | None, dict | None]:
+def cached_statistics(spec) -> tuple[dict | None, dict | None]:
     """Counts for global ρ and the diagnostics for the card, from a cached analysis of the same inputs."""
     from analysis.stats import cached_result
 
@@ -164,7 +164,7 @@ def run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=No
     with stop_on_signal() as stop:
         prefetch([spec.base, *spec.agents], args.quiet, stop)
         side = side_for(spec, args, stop, fisher_record, args.quiet)
-        counts, overlap = _cached_statistics(spec)
+        counts, overlap = cached_statistics(spec)
         result = merge_to_folder(spec, overwrite=args.overwrite, allow_noop=args.allow_noop, side=side,
                                  expected_inputs=expected_inputs, counts=counts, provenance=provenance, overlap=overlap,
                                  warn=lambda message: say(f"warning: {message}", file=sys.stderr),
@@ -189,7 +189,7 @@ def run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=No
 
 def cmd_merge(args: argparse.Namespace) -> int:
     """Merge with --method and its flags or a --preset, recording the preset in the recipe."""
-    spec = _spec_from_args(args)
+    spec = spec_from_args(args)
     provenance = None
     if args.preset:
         from merging.presets import provenance as preset_provenance

@@ -57,12 +57,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from evaluation.sweep import SweepSpec, check_agents, check_splits
     from ram_studio.commands.evaluator_options import build_evaluator
 
-    grids = _checked_grids(args)
+    grids = checked_grids(args)
     make_evaluator = functools.partial(build_evaluator, args, suite_folder=local_folder(args.base))
     evaluator = make_evaluator()  # the demo's tasks follow the suite the base names; bad options: one line
     check_splits(evaluator, args.select_on, args.report_on)
     check_agents(grids, list(args.agents))
-    outputs = _output_files(args)
+    outputs = output_files(args)
     root = Path(args.out)
     if args.keep != "none":
         check_root(root, args.base, list(args.agents))
@@ -84,7 +84,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checked_grids(args: argparse.Namespace) -> list:
+def checked_grids(args: argparse.Namespace) -> list:
     """The --try and --grids grids, and --limit and --keep, refused when wrong before anything runs."""
     from evaluation.grid import parse_try, read_grid_file, stages
     from evaluation.keep import KEEP
@@ -100,7 +100,7 @@ def _checked_grids(args: argparse.Namespace) -> list:
     return grids
 
 
-def _output_files(args: argparse.Namespace) -> dict[str, Path]:
+def output_files(args: argparse.Namespace) -> dict[str, Path]:
     """The checked --json and --csv paths: never inside an input (the models, --include-path)."""
     from merging.writing.checked_output import check_output_file
     from merging.writing.placement import input_folders, protected_paths

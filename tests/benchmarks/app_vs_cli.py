@@ -1,7 +1,7 @@
 """The app's long jobs against the CLI, side by side in one run.
 
     python -m tests.benchmarks.app_vs_cli [--set .bench/data/qwen2.5-0.5b] [--runs 2]
-        [--jobs merge,analyze,evaluate,fig3] [--out tests/benchmarks/results-app-vs-cli-....json]
+        [--jobs merge,analyze,evaluate,fig3] [--out tests/benchmarks/results-app-vs-cli-DATE.json]
 
 Each job runs three ways, interleaved run by run:
 - `cli`: the ram-studio command in a fresh process (wall time of the process);
@@ -274,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", default="merge,analyze,evaluate,fig3")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--gc-on-jobs", default="merge,evaluate,fig3",
-                    help="jobs also run in a server with Streamlit's default post-script GC (the app before issue 23)")
+                    help="jobs also run in a server with Streamlit's default post-script GC (as the app ran before it "
+                         "turned that GC off)")
     ap.add_argument("--plain-job", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.plain_job:
@@ -285,11 +286,11 @@ def main(argv: list[str] | None = None) -> int:
            "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     cold_env = {**env, "RAM_STUDIO_CACHE": str(scratch / "cache-empty")}
     cli = [sys.executable, "-m", "ram_studio"]
-    from merging.kernels import _cached_marker_exists
+    from merging.kernels import cached_marker_exists
 
     report: dict = {"machine": f"{os.cpu_count()} cores, shared with other sessions", "load_start": load(),
                     "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "kernels_cached": {d: _cached_marker_exists(d, ("ram", "count_and_peak")) for d in ("bf16", "f32")},
+                    "kernels_cached": {d: cached_marker_exists(d, ("ram", "count_and_peak")) for d in ("bf16", "f32")},
                     "set": str(args.set), "jobs": {}}
     jobs, gc_jobs = args.jobs.split(","), args.gc_on_jobs.split(",")
     try:

@@ -99,11 +99,11 @@ def test_greedy_answers_are_transformers_greedy_decoding(tmp_path):
     ev = DemoEvaluator()
     loaded = ev.load(folder)
     data = ev.fisher_examples("code", 4)
-    from evaluation.fisher_pass import _answer
+    from evaluation.fisher_pass import answer_for
 
     for ex in data.examples:
         prompt = loaded.tokenizer(ex.prompt)["input_ids"]
-        ours = _answer(loaded.module, loaded.tokenizer, ex, "greedy", prompt, 0, 0)
+        ours = answer_for(loaded.module, loaded.tokenizer, ex, "greedy", prompt, 0, 0)
         theirs = loaded.module.generate(input_ids=torch.tensor([prompt]), do_sample=False,
                                         max_new_tokens=ex.max_new_tokens, eos_token_id=0, pad_token_id=0)
         assert ours == theirs[0, len(prompt):].tolist()
@@ -118,12 +118,12 @@ def test_sampled_answers_are_seeded_per_example_and_the_fisher_is_their_brute_fo
     assert any(not torch.equal(a[k], c[k]) for k in a)
     ev = DemoEvaluator()
     loaded = ev.load(folder)
-    from evaluation.fisher_pass import _answer
+    from evaluation.fisher_pass import answer_for
 
     pairs = []
     for i, ex in enumerate(ev.fisher_examples("memory", 5).examples):
         prompt = loaded.tokenizer(ex.prompt)["input_ids"]
-        pairs.append((prompt, _answer(loaded.module, loaded.tokenizer, ex, "sampled", prompt, 0, 1 * 1_000_003 + i)))
+        pairs.append((prompt, answer_for(loaded.module, loaded.tokenizer, ex, "sampled", prompt, 0, 1 * 1_000_003 + i)))
     assert len({tuple(p[1]) for p in pairs}) > 1  # samples, not one repeated answer
     expected = brute_force(folder, pairs)
     for name, f in a.items():
