@@ -17,7 +17,6 @@ F1, …) gets neither: its score is shown without a standard error and never com
 """
 from __future__ import annotations
 
-import contextlib
 import difflib
 import hashlib
 import random
@@ -26,10 +25,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from merging.common.errors import Cancelled, RamStudioError, first_line, printable
+from merging.common.errors import Cancelled, RamStudioError, first_line
 from merging.reading.transformers_load import load_causal_lm, load_tokenizer, refuse_custom_code
 
 from .base import EvalProgress, LoadedModel, Scores
+from .lm_eval_errors import task_errors
 from .quiet import quiet_libraries
 
 INSTALL_HINT = "Install it with: pip install 'ram-studio[eval]' (or pip install 'lm-eval[hf]')."
@@ -267,51 +267,6 @@ class LmEvalEvaluator:
         scores.stderr = {renamed.get(k, k): v for k, v in scores.stderr.items()}
         scores.outcomes = {renamed.get(k, k): v for k, v in scores.outcomes.items()}
         return scores
-
-
-@contextlib.contextmanager
-def task_errors(names: Sequence[str], doing: str):
-    """An exception raised inside an lm-eval task (its process_results, its data loader, a missing data file…)
-    becomes one RamStudioError naming the task and what failed, never a traceback."""
-    try:
-        yield
-    except RamStudioError:  # ours (a cancel included) stays as it is
-        raise
-    except Exception as exc:  # noqa: BLE001 — whatever a task's own code or lm-eval raises
-        task, where = _failing_task(exc)
-        name = task or ", ".join(names)
-        raise RamStudioError(f"lm-eval task {printable(name, 80)} failed while {doing}{where}: "
-                             f"{type(exc).__name__}: {first_line(exc, 200)}.",
-                             "Check the task's files (its YAML, data files and Python in --include-path); "
-                             "the demo's tasks show a working layout.") from None
-
-
-def _failing_task(exc: BaseException) -> tuple[str | None, str]:
-    """The task whose code raised (from the traceback's frames: a lm-eval Task object or a task name among the
-    locals, innermost first), and where (`in FUNCTION (FILE, line N)` of the innermost frame)."""
-    from lm_eval.api.task import Task
-
-    frames = []
-    tb = exc.__traceback__
-    while tb is not None:
-        frames.append(tb)
-        tb = tb.tb_next
-    where = ""
-    if frames:
-        code = frames[-1].tb_frame.f_code
-        where = f" in {code.co_name} ({Path(code.co_filename).name}, line {frames[-1].tb_lineno})"
-    for tb in reversed(frames):
-        local = tb.tb_frame.f_locals
-        for key in ("task", "self", "task_obj"):
-            obj = local.get(key)
-            if isinstance(obj, Task):
-                name = getattr(getattr(obj, "config", None), "task", None) or getattr(obj, "task_name", None)
-                if isinstance(name, str):
-                    return name, where
-        for key in ("task_name", "name"):
-            if isinstance(local.get(key), str) and "lm_eval" in tb.tb_frame.f_code.co_filename:
-                return local[key], where
-    return None, where
 
 
 def _scores(out: dict, tasks: dict, split: str, seconds: float) -> Scores:

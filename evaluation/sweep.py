@@ -24,9 +24,10 @@ from merging.common.errors import Cancelled, RamStudioError, printable
 from . import verdicts
 from .base import Evaluator
 from .grid import Candidate, Grid, stages
+from .selection import (CANDIDATE, REFERENCE, best_of_chosen, grid_order, mark_and_order,  # noqa: F401 (select)
+                        select, select_finished)
 from .store import ScoreStore, score_key
 
-CANDIDATE, REFERENCE = "candidate", "reference"
 
 
 @dataclass(frozen=True)
@@ -167,20 +168,6 @@ def check_agents(grids: list[Grid], agents: list[str]) -> None:
         if len(agents) < need:
             raise RamStudioError(f"{g.method} merges at least {need} agents; the sweep has {len(agents)}.",
                                  "Add agents, or drop that grid.")
-
-
-def select(method: str, entries: list[Entry], split: str) -> Candidate | None:
-    """The best candidate of `method` by average score on `split`, ties going to the first in sweep order.
-
-    Called with the selection split's entries only; refuses anything else, so a report-split score can
-    never decide a choice."""
-    if any(e.split != split for e in entries):
-        raise AssertionError("selection was handed scores of another split")
-    best: Entry | None = None
-    for e in entries:
-        if e.kind == CANDIDATE and e.method == method and e.ok and (best is None or e.average > best.average):
-            best = e
-    return None if best is None else best.candidate
 
 
 def _entry(job: Job, result: dict[str, Any], labels: list[str], resumed: bool) -> Entry:
@@ -338,9 +325,9 @@ def run_sweep(spec: SweepSpec, executor: Executor, *, store: ScoreStore | None =
         for i, stage in enumerate(plan):
             run.score(_stage_jobs(stage, spec, run, selected, seen, notes), "select")
             finished = {g.method for g in stage} - {g.method for later in plan[i + 1:] for g in later}
-            _select_finished(finished, spec, run.entries, seen, selected, notes)
-        best = _best(spec, run.entries, selected)
-        reports = [Job(spec.report_on, selected[m]) for m in sorted(selected, key=_grid_order(spec).index)]
+            select_finished(finished, spec, run.entries, seen, selected, notes)
+        best = best_of_chosen(spec, run.entries, selected)
+        reports = [Job(spec.report_on, selected[m]) for m in sorted(selected, key=grid_order(spec).index)]
         if spec.references:
             reports += [Job(spec.report_on, index=i) for i in range(len(labels))]
         run.total += len(reports)
@@ -349,18 +336,13 @@ def run_sweep(spec: SweepSpec, executor: Executor, *, store: ScoreStore | None =
         raise Cancelled("sweep interrupted.") from None
     finally:
         executor.close()
-    _mark_and_order(run.entries, spec, set(selected.values()), best, seen, labels)
+    mark_and_order(run.entries, spec, set(selected.values()), best, seen, labels)
     comparisons = verdicts.judge(run.entries, spec.select_on, spec.report_on, selected, best, notes)
     run.phase, run.current = "done", ""
     run.report()
     damaged = [run.store.note()] if run.store.note() else []
     return SweepResult(spec, run.entries, selected, best, run.context, time.perf_counter() - run.t0,
                        notes + run.context.get("notes", []) + damaged, comparisons)
-
-
-def _grid_order(spec: SweepSpec) -> list[str]:
-    """The methods in the order of the grids (ties and listings follow it)."""
-    return [g.method for g in spec.grids]
 
 
 def _stage_jobs(stage, spec: SweepSpec, run: Scoring, selected: dict[str, Candidate],
@@ -381,40 +363,3 @@ def _stage_jobs(stage, spec: SweepSpec, run: Scoring, selected: dict[str, Candid
             else:
                 run.total -= 1
     return jobs
-
-
-def _select_finished(finished: set[str], spec: SweepSpec, entries: list[Entry], seen: dict[Candidate, tuple[int, int]],
-                     selected: dict[str, Candidate], notes: list[str]) -> None:
-    """Choose each method no later stage extends, on the selection split (a note when none could be scored)."""
-    # in the sweep's order, whatever order the executor returned them in: ties go to the first
-    chosen_from = sorted((e for e in entries if e.split == spec.select_on and e.candidate in seen),
-                         key=lambda e: seen[e.candidate])
-    order = _grid_order(spec)
-    for method in sorted(finished, key=order.index):
-        pick = select(method, chosen_from, spec.select_on)
-        if pick is None:
-            notes.append(f"{method}: no candidate could be scored, so none is selected")
-        else:
-            selected[method] = pick
-
-
-def _best(spec: SweepSpec, entries: list[Entry], selected: dict[str, Candidate]) -> Candidate | None:
-    """The selected candidate with the highest selection-split average (ties: the first method in grid order)."""
-    valid = {e.candidate: e for e in entries if e.kind == CANDIDATE and e.split == spec.select_on}
-    best = None
-    for method in _grid_order(spec):
-        c = selected.get(method)
-        if c is not None and (best is None or valid[c].average > valid[best].average):
-            best = c
-    return best
-
-
-def _mark_and_order(entries: list[Entry], spec: SweepSpec, chosen: set[Candidate], best: Candidate | None,
-                    seen: dict[Candidate, tuple[int, int]], labels: list[str]) -> None:
-    """Flag the selected and the best entries and sort them in place: the selection split, then the report
-    split; candidates in the order of the grids (each grid's in its own order), then the base and the agents."""
-    for e in entries:
-        e.selected = e.candidate in chosen
-        e.best = e.candidate is not None and e.candidate == best
-    entries.sort(key=lambda e: (e.split != spec.select_on, e.kind != CANDIDATE,
-                                seen[e.candidate] if e.kind == CANDIDATE else (labels.index(e.label), 0)))

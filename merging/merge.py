@@ -28,7 +28,7 @@ from merging.passes import ProgressFn
 from merging.engine.loop import output_plan, stream_merge
 from merging.engine.vocab_rows import widen_plan, write_vocab_rows
 from merging.common.errors import RamStudioError
-from merging.reading.fingerprint import Fingerprinter, refuse_identical_agents
+from merging.reading.fingerprint import Fingerprinter
 from merging.interop.mergekit import to_mergekit_yaml
 from merging.methods import get_method
 from merging.methods.base import MergeMethod
@@ -37,7 +37,8 @@ from merging.writing.commit import (PARTIAL_MARKER, TargetLock, commit, create_p
                                     recheck_placement)
 from merging.writing.placement import FolderTarget, check_output_folder, protected_files, protected_paths
 from merging.reading.model_folder import FileIdentity
-from merging.recipe import OUT_DTYPES, MergeSpec, check_agent_count, fingerprint_mismatches, recipe_document, write_recipe
+from merging.recipe import (OUT_DTYPES, MergeSpec, check_agent_count, file_identity, input_identities, recipe_document,
+                            refuse_changed, write_recipe)
 from merging.methods.regions import rho
 from merging.writing.side_files import base_float_dtype, copy_side_files, is_side_file, plan_side_files
 from merging.reading.side_tensors import SideTensors, open_side_tensors, refuse_stale_side
@@ -172,7 +173,7 @@ def _resolve(spec: MergeSpec, options: MergeOptions) -> _Run:
     parse_size(spec.shard_size)
     ins = open_inputs(spec, method.min_agents)
     if options.expected_inputs is not None:  # sizes and headers can be compared now; contents once they are read
-        _refuse_changed(options.expected_inputs, [_file_identity(c, None) for c in [ins.base, *ins.agents]],
+        refuse_changed(options.expected_inputs, [file_identity(c, None) for c in [ins.base, *ins.agents]],
                         content=False)
     return _Run(spec, options, method, params, device, ins, _side_inputs(method, options.side, ins))
 
@@ -241,7 +242,7 @@ def _merge_into(target: FolderTarget, run: _Run
         notes += engine.precision
         refuse_idle_agents(run.ins.labels, engine.max_abs_tau)
         if identities is None:
-            identities = _identities(run.models, prints.finish(), run.ins.labels, run.options.expected_inputs)
+            identities = input_identities(run.models, prints.finish(), run.ins.labels, run.options.expected_inputs)
         if run.options.side is not None:
             refuse_stale_side(run.options.side, run.ins.labels, [i["weights_xxh3_128"] for i in identities[1:]])
         _check_change(engine, run, notes)
@@ -268,7 +269,7 @@ def _global_counts(run: _Run, prints: Fingerprinter
                         progress=run.options.count_progress, cancel=run.options.cancel, fingerprinter=prints,
                         weights=stored_tensor_weights(run.ins.base, run.params))
     refuse_idle_agents(run.ins.labels, oc.max_abs_tau)
-    identities = _identities(run.models, prints.finish(), run.ins.labels, run.options.expected_inputs)
+    identities = input_identities(run.models, prints.finish(), run.ins.labels, run.options.expected_inputs)
     return oc.as_lists(), identities
 
 
@@ -365,38 +366,6 @@ def refuse_idle_agents(labels: list[str], peaks: list[float]) -> None:
     if idle:
         raise RamStudioError(f"agent {', '.join(idle)} is identical to the base: it would contribute nothing.",
                              "Check the paths: an agent must be a fine-tuned model, not a copy of the base.")
-
-
-def _identities(models: list[Checkpoint], prints: list[dict[str, Any]], labels: list[str],
-                expected: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Each input's identity for the recipe; refuses byte-identical agents and (with `expected`) inputs
-    whose content differs from what a recipe recorded."""
-    refuse_identical_agents(labels, prints[1:])
-    out = []
-    for c, label, fp in zip(models, ["base", *labels], prints):
-        # A Hub snapshot folder is named by its commit hash: record it, so a recipe pins what was merged.
-        out.append({"ref": c.ref.raw, "kind": c.ref.kind, "label": label, "revision": c.ref.revision,
-                    "commit": c.folder.name if c.ref.kind == "hub" else None,
-                    "weights_xxh3_128": fp["weights_xxh3_128"], **_file_identity(c, fp)})
-    if expected is not None:
-        _refuse_changed(expected, out, content=True)
-    return out
-
-
-def _file_identity(c: Checkpoint, fp: dict[str, Any] | None) -> dict[str, Any]:
-    """Each weight file's name, size, header hash and (once read) content fingerprint."""
-    return {"label": c.label, "files": [{"name": h.path.name, "size": h.file_size, "header_sha256": h.header_sha256,
-                                         **({"xxh3_128": fp["files"][h.path.name]} if fp else {})}
-                                        for h in c.headers]}
-
-
-def _refuse_changed(expected: list[dict[str, Any]], found: list[dict[str, Any]], content: bool) -> None:
-    problems = fingerprint_mismatches(expected, found, content)
-    if problems:
-        raise RamStudioError(f"the inputs differ from those the recipe recorded: {'; '.join(problems[:3])}"
-                             + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "") + ".",
-                             "Point the recipe at the original models, or pass --allow-changed-inputs to "
-                             "merge the models as they are now.")
 
 
 def _lambda_rows(labels: list[str], counts: dict[str, list[int]] | None, shared: dict[str, Any]):

@@ -9,11 +9,15 @@ import json
 import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from merging.common.errors import RamStudioError, printable
 from merging.common.units import parse_size
+from merging.reading.fingerprint import refuse_identical_agents
 from merging.common.untrusted import TooComplex, loads_json
+
+if TYPE_CHECKING:
+    from merging.reading.checkpoint import Checkpoint
 
 RECIPE_NAME = "ram_recipe.json"
 RECIPE_FORMAT = 2
@@ -229,3 +233,35 @@ def check_local_inputs(spec: MergeSpec, doc: dict[str, Any]) -> None:
                 f"exist from here ({Path.cwd()}).",
                 "Run from the folder the merge ran in (relative paths are relative to it), or give the recipe "
                 "the folders' paths as they are on this machine. It is never looked up on the Hub.")
+
+
+def input_identities(models: list[Checkpoint], prints: list[dict[str, Any]], labels: list[str],
+                expected: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Each input's identity for the recipe; refuses byte-identical agents and (with `expected`) inputs
+    whose content differs from what a recipe recorded."""
+    refuse_identical_agents(labels, prints[1:])
+    out = []
+    for c, label, fp in zip(models, ["base", *labels], prints):
+        # A Hub snapshot folder is named by its commit hash: record it, so a recipe pins what was merged.
+        out.append({"ref": c.ref.raw, "kind": c.ref.kind, "label": label, "revision": c.ref.revision,
+                    "commit": c.folder.name if c.ref.kind == "hub" else None,
+                    "weights_xxh3_128": fp["weights_xxh3_128"], **file_identity(c, fp)})
+    if expected is not None:
+        refuse_changed(expected, out, content=True)
+    return out
+
+
+def file_identity(c: Checkpoint, fp: dict[str, Any] | None) -> dict[str, Any]:
+    """Each weight file's name, size, header hash and (once read) content fingerprint."""
+    return {"label": c.label, "files": [{"name": h.path.name, "size": h.file_size, "header_sha256": h.header_sha256,
+                                         **({"xxh3_128": fp["files"][h.path.name]} if fp else {})}
+                                        for h in c.headers]}
+
+
+def refuse_changed(expected: list[dict[str, Any]], found: list[dict[str, Any]], content: bool) -> None:
+    problems = fingerprint_mismatches(expected, found, content)
+    if problems:
+        raise RamStudioError(f"the inputs differ from those the recipe recorded: {'; '.join(problems[:3])}"
+                             + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "") + ".",
+                             "Point the recipe at the original models, or pass --allow-changed-inputs to "
+                             "merge the models as they are now.")
