@@ -2,14 +2,8 @@
 (ties to the first in sweep order), the best of the chosen, and the order its entries are shown in."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .grid import Candidate
-
-if TYPE_CHECKING:
-    from .sweep import Entry, SweepSpec
-
-CANDIDATE, REFERENCE = "candidate", "reference"
+from .sweep_records import CANDIDATE, Entry, SweepSpec
 
 
 def select(method: str, entries: list[Entry], split: str) -> Candidate | None:
