@@ -4,7 +4,7 @@ it was computed.
 
 The analysis cache's rules apply: the folder may not be, contain or lie inside an input (checked when the
 Fisher pass starts and again before each file is published); files are written through the folder's handle
-opened at the check (`CheckedFolder` in merging/writing/checked_output.py), under a temporary name of our pattern,
+opened at the check (`merging/writing/checked_output.py: CheckedFolder`), under a temporary name of our pattern,
 and published with a rename that never replaces another writer's file (two processes computing the same
 Fisher keep the first); a temporary file a killed writer left is removed only when provably ours
 (analysis.cache.remove_orphans). A

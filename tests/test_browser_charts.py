@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists() and not REQUIRED, r
               pytest.mark.timeout(300)]
 
 # Boxes of every drawn chart, in page pixels (getBoundingClientRect of plotly's SVG groups).
-MEASURE = """() => [...document.querySelectorAll('.js-plotly-plot')].map(div => {
+MEASURE = r"""() => [...document.querySelectorAll('.js-plotly-plot')].map(div => {
   const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
   const all = sel => [...div.querySelectorAll(sel)].filter(e => e.getBoundingClientRect().width > 0);
   return {id: div.id, svg: box(div.querySelector('.main-svg')),

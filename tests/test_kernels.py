@@ -16,6 +16,11 @@ from merging.engine.tensor_merge import merge_in_memory
 pytest.importorskip("numba")
 
 
+# The first test waits for the numba kernels, compiled here when the cache is cold (all of them: about 3 min of CPU,
+# much longer on a loaded machine); a warm cache makes it seconds.
+pytestmark = pytest.mark.timeout(900)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _kernels_ready():
     """The engine runs the torch path until a kernel is ready (compiled in the background on a fresh

@@ -33,6 +33,11 @@ def merged(family, out, method, extra, chunk):
     return shards, inputs
 
 
+# The first test waits for the numba kernels, compiled here when the cache is cold (all of them: about 3 min of CPU,
+# much longer on a loaded machine); a warm cache makes it seconds.
+pytestmark = pytest.mark.timeout(900)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _kernels_ready():
     assert wait_ready()

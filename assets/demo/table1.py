@@ -56,7 +56,7 @@ def row(e: Entry, prefix: str = "") -> dict[str, float | None]:
     return out
 
 
-def examples_text(e: Entry) -> str:
+def examples_of(e: Entry) -> str:
     """Examples per task: one number when every task has as many, else each task's."""
     counts = [e.n.get(t, 0) for t in e.scores]
     return str(counts[0]) if len(set(counts)) == 1 else "/".join(f"{t}:{e.n.get(t, 0)}" for t in e.scores)
@@ -66,10 +66,10 @@ def tables(res: SweepResult) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(table1: base, agents and each method's chosen candidate on test, with standard errors; every validation
     trial, with whether it is within noise of the best overall and of its method's chosen)."""
     valid = {e.candidate: e for e in res.candidates(res.spec.select_on)}
-    rows = [{"model": e.label, "params": "", "n": examples_text(e), **row(e)} for e in res.references()]
+    rows = [{"model": e.label, "params": "", "n": examples_of(e), **row(e)} for e in res.references()]
     for e in res.candidates(res.spec.report_on):
         v = valid[e.candidate]
-        rows.append({"model": e.method, "params": e.settings, "n": examples_text(e), "val_avg": round(v.average, 2),
+        rows.append({"model": e.method, "params": e.settings, "n": examples_of(e), "val_avg": round(v.average, 2),
                      "val_avg_se": _r(v.average_stderr), "grid_edge": " ".join(e.grid_edge), **row(e)})
     trials = [{"method": e.method, "params": e.settings, **row(e, "val_"), "within_noise": bool(e.within_noise),
                "within_noise_of_chosen": bool(e.within_noise_method), **{k: e.params[k] for k in e.candidate.given}}

@@ -29,7 +29,8 @@ from evaluation.verdicts import difference
 
 from .evaluate import suite_of_folder
 from .evaluator import DemoEvaluator
-from .table1 import AGENTS, DEMO_DIR, comparison_row, examples_text, comparisons, row, save, tables, trio_name
+from .table1 import (AGENTS, DEMO_DIR, comparison_row, comparisons, examples_of, row, save, tables,
+                     trio_name)
 
 GRIDS = DEMO_DIR / "table1_step_rule_grids.yaml"
 NAME = "table1_step_rule"
@@ -78,7 +79,8 @@ def with_paper_rows(res: SweepResult, paper: dict[str, Entry], table: pd.DataFra
             continue
         v = valid[e.candidate]
         at = next(i for i, r in enumerate(rows) if r["model"] == method) + 1
-        rows.insert(at, {"model": PAPER.format(method), "params": e.settings, "n": examples_text(e), "val_avg": round(v.average, 2),
+        rows.insert(at, {"model": PAPER.format(method), "params": e.settings, "n": examples_of(e),
+                         "val_avg": round(v.average, 2),
                          "val_avg_se": None if v.average_stderr is None else round(v.average_stderr, 2),
                          "grid_edge": "", **row(e)})
     return pd.DataFrame(rows)

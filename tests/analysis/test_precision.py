@@ -26,6 +26,11 @@ PATHS = {"kernel": {"RAM_STUDIO_KERNELS": "numba"}, "torch": {"RAM_STUDIO_KERNEL
          "gpu-style torch": {"RAM_STUDIO_KERNELS": "torch", "RAM_STUDIO_GPU_STYLE": "1"}}
 
 
+# The first test waits for the numba kernels it needs, compiled here when the cache is cold (measured: 3 min on a
+# 2-core machine under a load of 12), as long as the fixture's own limit.
+pytestmark = pytest.mark.timeout(1800)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _kernels_ready():
     """The pass runs the torch path until a kernel is ready: the kernel cases wait for it first."""

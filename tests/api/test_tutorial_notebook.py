@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "docs" / "tutorials" / "signal-dilution.ipynb"
@@ -19,6 +20,7 @@ def test_the_notebook_is_committed_without_outputs():
     assert any("from ram_studio import" in c.source for c in code)  # built on the Python API
 
 
+@pytest.mark.timeout(900)  # a Jupyter kernel runs the whole tutorial (4 min measured on a loaded 2-core machine)
 def test_the_notebook_runs_on_a_jupyter_kernel(tmp_path, monkeypatch):
     """Every cell runs without an error in a fresh kernel (the caches are the test's own, empty: every number is
     computed); the figures come back as plotly figures and the readings as the analysis wrote them."""

@@ -13,6 +13,11 @@ from tests.factory import make_agent, make_base, state
 EMBED = "model.embed_tokens.weight"
 
 
+# The first test waits for the numba kernels it needs, compiled here when the cache is cold (a minute or two of
+# CPU); a warm cache makes it seconds.
+pytestmark = pytest.mark.timeout(900)
+
+
 @pytest.fixture(scope="module")
 def tied(tmp_path_factory):
     root = tmp_path_factory.mktemp("tied")

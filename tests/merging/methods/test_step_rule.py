@@ -15,6 +15,11 @@ from tests.factory import edge_base, make_edge_family, ordinals, state, step_at
 CODES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
 
 
+# The first test waits for the numba kernels it needs, compiled here when the cache is cold (measured: 13 min on a
+# 2-core machine under a load of 12), as long as the fixture's own limit.
+pytestmark = pytest.mark.timeout(1800)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _kernels_ready():
     """The engine runs the torch path until a kernel is ready: the kernel cases wait for them first."""
