@@ -151,8 +151,9 @@ def make_vocab_agent(base: Path, dst: Path, tokens: Sequence[str], *, seed: int,
     from transformers import PreTrainedTokenizerFast
 
     agent = make_agent(base, dst, density, seed=seed, scale=scale)
-    tok = PreTrainedTokenizerFast.from_pretrained(base)  # the saved tokenizer as it is (AutoTokenizer would pick
-    # Qwen2's class from the config, which appends its own end-of-text token)
+    # the saved tokenizer as it is (AutoTokenizer would pick Qwen2's class from the config, which appends its own
+    # end-of-text token)
+    tok = PreTrainedTokenizerFast.from_pretrained(base, trust_remote_code=False)
     if special:
         tok.add_special_tokens({"additional_special_tokens": list(tokens)})
     else:

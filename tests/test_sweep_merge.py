@@ -41,7 +41,7 @@ def fisher_side(ins: CandidateInputs, module: torch.nn.Module, params: dict):
     from evaluation.base import LoadedModel
     from evaluation.fisher import SweepFishers
 
-    loaded = LoadedModel(module, AutoTokenizer.from_pretrained(str(DEMO / "base")))
+    loaded = LoadedModel(module, AutoTokenizer.from_pretrained(str(DEMO / "base"), trust_remote_code=False))
     return SweepFishers(DemoEvaluator(), ins, loaded, None, {}).side(params)[0]
 
 

@@ -28,7 +28,7 @@ def vocab(tmp_path_factory):
     tools = make_vocab_agent(base, root / "tools", ["<think>", "</think>"], seed=20)
     from transformers import PreTrainedTokenizerFast
 
-    tok = PreTrainedTokenizerFast.from_pretrained(tools)
+    tok = PreTrainedTokenizerFast.from_pretrained(tools, trust_remote_code=False)
     tok.add_special_tokens({"additional_special_tokens": ["<tool_call>"]})
     tok.save_pretrained(tools)
     t = state(tools)
@@ -116,13 +116,14 @@ def test_union_keeps_every_added_token(capsys, vocab, tmp_path):
 
     from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-    for tok in (PreTrainedTokenizerFast.from_pretrained(dest), AutoTokenizer.from_pretrained(dest)):
+    for tok in (PreTrainedTokenizerFast.from_pretrained(dest, trust_remote_code=False),
+                AutoTokenizer.from_pretrained(dest, trust_remote_code=False)):
         assert tok.convert_tokens_to_ids(["<think>", "</think>", "<tool_call>"]) == [96, 97, 98]
         ids = tok("a<think>b</think><tool_call>", add_special_tokens=False)["input_ids"]
         assert ids[1] == 96 and ids[3:5] == [97, 98], ids
-    ref = PreTrainedTokenizerFast.from_pretrained(tools)
+    ref = PreTrainedTokenizerFast.from_pretrained(tools, trust_remote_code=False)
     assert ref("a<think>b</think><tool_call>", add_special_tokens=False)["input_ids"] == ids
-    model = AutoModelForCausalLM.from_pretrained(dest)
+    model = AutoModelForCausalLM.from_pretrained(dest, trust_remote_code=False)
     logits = model(torch.tensor([ids])).logits
     assert logits.shape[-1] == 99 and torch.isfinite(logits.float()).all()
 

@@ -91,8 +91,8 @@ def test_one_dtype_key_top_level_and_nested(capsys, tmp_path):
     assert out["text_config_like"] == {"dtype": "float32", "hidden": 1}
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    assert AutoConfig.from_pretrained(dest).dtype == torch.float32
-    assert AutoModelForCausalLM.from_pretrained(dest, dtype="auto").dtype == torch.float32
+    assert AutoConfig.from_pretrained(dest, trust_remote_code=False).dtype == torch.float32
+    assert AutoModelForCausalLM.from_pretrained(dest, dtype="auto", trust_remote_code=False).dtype == torch.float32
 
 
 PROCESSOR_FILES = {
@@ -141,6 +141,6 @@ def test_vision_language_card_and_processor_files(capsys, vision_language, tmp_p
         assert torch.equal(merged[name], torch.from_numpy(want).to(b[name].dtype)), name
     from transformers import AutoModelForImageTextToText
 
-    model = AutoModelForImageTextToText.from_pretrained(dest)
+    model = AutoModelForImageTextToText.from_pretrained(dest, trust_remote_code=False)
     logits = model(input_ids=torch.tensor([[3, 5, 7]])).logits
     assert logits.shape == (1, 3, 160) and torch.isfinite(logits.float()).all()

@@ -61,7 +61,7 @@ def ram_numpy(base: np.ndarray, agents: list[np.ndarray], eps: float = 1e-5) -> 
 def loads_and_runs(folder: Path, tied_expected: bool) -> None:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False)
     assert model.config.tie_word_embeddings is tied_expected
     same = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     assert same is tied_expected

@@ -41,7 +41,8 @@ def brute_force(folder: Path, pairs: list[tuple[list[int], list[int]]]) -> dict[
     """mean_n (∂ Σ_i log p(a_i | prompt, a_<i) / ∂θ)², float64, torch.autograd.grad per example, full logits."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, use_safetensors=True).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, use_safetensors=True,
+                                                 trust_remote_code=False).eval()
     names = dict(model.named_parameters())  # tied weights appear once, under the embedding's name
     total = {n: torch.zeros(p.shape, dtype=torch.float64) for n, p in names.items()}
     for prompt, answer in pairs:

@@ -37,7 +37,7 @@ def load_like_script(folder: Path) -> dict[str, torch.Tensor]:
     """The model as the script holds it: loaded by transformers in float32, then its `state_dict()`."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, trust_remote_code=False)
     out = {k: v.detach().clone() for k, v in model.state_dict().items()}
     del model
     return out

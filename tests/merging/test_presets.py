@@ -146,7 +146,7 @@ def test_sweep_candidates_count_as_the_merge(trios):
     ref = script.run_script_rules(dirs[0], dirs[1:], "arm-r", 1.05, 1e-5, loaded)
     inputs = CandidateInputs(str(dirs[0]), [str(d) for d in dirs[1:]], mode="stream")
     method, params = apply_preset("authors-soft", None, {}, 1.05)
-    module = AutoModelForCausalLM.from_pretrained(str(dirs[0]), dtype=torch.float32)
+    module = AutoModelForCausalLM.from_pretrained(str(dirs[0]), dtype=torch.float32, trust_remote_code=False)
     assert inputs.merge_into(module, method, params).lambdas == ref.lambdas
     once = inputs.merge_into(module, method, {**params, "count_tied_twice": False}).lambdas
     assert all(a != b for a, b in zip(once, ref.lambdas))

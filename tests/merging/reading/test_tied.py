@@ -51,7 +51,7 @@ def state_dict_elements(folder: Path) -> tuple[int, dict[str, str]]:
     that share their storage with another listed name."""
     from transformers import AutoModelForCausalLM
 
-    sd = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).state_dict()
+    sd = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, trust_remote_code=False).state_dict()
     first: dict[int, str] = {}
     aliases = {}
     for k, v in sd.items():
