@@ -16,13 +16,14 @@ from merging.reading.prepare import prepare_inputs
 from merging.common.device import gpu_style, pick_device
 from merging.common.dtypes import FLOAT_CODES
 from merging.passes import ProgressFn, check_finite, float_chunks, locate_nonfinite, uses_kernels
-from merging.common.errors import RamStudioError, printable
+from merging.common.errors import RamStudioError
 from merging.reading.fingerprint import Fingerprinter, refuse_identical_agents
 from merging.recipe import check_agent_count
 from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
 
 from . import cache
 from .ladder import DEFAULT_LADDER, DOMINANCE, OverlapAccumulator, Pending, overlap_accumulator, pairs
+from .ladder_check import MAX_LADDER, validate_ladder  # noqa: F401 (re-exported: the CLI checks a ladder early)
 from merging.reading.structure import Structure, structure_of
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: not before the pass starts reading
@@ -201,27 +202,6 @@ def size_note(base: Checkpoint, n_agents: int, ladder: Sequence[float]) -> str |
     return (f"{tensors:,} float tensors: the analysis keeps statistics per tensor, ε and agent or pair ({rows:,} rows, "
             f"about {rows * BYTES_PER_ROW / 2**30:.1f} GB at its peak), which takes minutes however small the "
             "tensors are.")
-
-
-MAX_LADDER = 64  # ε values per pass: each costs a full set of per-tensor statistics (time and memory)
-
-
-def validate_ladder(ladder: Sequence[float]) -> tuple[float, ...]:
-    """ε values must be finite, ≥ 0 and distinct (at most MAX_LADDER of them); they are sorted."""
-    if len(ladder) > MAX_LADDER:
-        raise RamStudioError(f"the ε ladder has {len(ladder):,} values, more than {MAX_LADDER}: every ε adds a full set "
-                             "of per-tensor statistics to the pass (time and memory grow with it).",
-                             f"Give at most {MAX_LADDER} values of ε (the default ladder has 8).")
-    try:
-        values = sorted({float(e) for e in ladder})
-    except (TypeError, ValueError):
-        raise RamStudioError(f"cannot read the ε ladder {printable(str(ladder), 80)}.",
-                             "Give numbers like 0,1e-6,1e-5.") from None
-    if not values:
-        raise RamStudioError("the ε ladder is empty.", "Give at least one ε, e.g. 1e-5.")
-    if any(e < 0 or e != e or e == float("inf") for e in values):
-        raise RamStudioError(f"invalid ε in {values}: each ε must be a finite number ≥ 0.", "E.g. 0,1e-6,1e-5.")
-    return tuple(values)
 
 
 def cached_result(base: str, agents: Sequence[str], policy: str = "error") -> AnalysisResult | None:

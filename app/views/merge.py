@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +10,7 @@ import streamlit as st
 
 from app import jobs, presets, state
 from app.fisher_panel import fisher_runner, fisher_widgets
+from app.hub_push import push_form
 from app.forms import (DTYPE_KEY, DTYPES, METHOD_KEY, OUT_CUSTOM, POLICY_KEY, PRESET_KEY, RESCALE_KEY, SHARD_KEY,
                        SHARD_SIZES, TA_LAMBDA_KEY, fill_merge_form, param_key)
 from app.mergekit_panel import mergekit_panel
@@ -191,23 +191,6 @@ def results(job: jobs.Job, sel: state.Selection) -> None:
     push_form(written)
     if sel.is_demo and importlib.util.find_spec("assets.demo.evaluate") is not None:
         evaluate_section(res.out, job.request.method, sel.demo_trio)
-
-
-def push_form(written) -> None:
-    """Optional upload; the token is used for this one call and never kept (the form clears it)."""
-    with st.expander("Push to the Hugging Face Hub"):
-        with st.form("push", clear_on_submit=True, border=False):
-            repo = st.text_input("Repository id", placeholder="your-name/merged-agents")
-            private = st.checkbox("Private repository", value=True)
-            token = st.text_input("Token (leave empty to use HF_TOKEN or your saved login)", type="password")
-            go = st.form_submit_button("Push", icon=":material/cloud_upload:")
-        if go:
-            with state.guard("The upload"):
-                from merging.writing.hub_upload import upload
-
-                url = upload(written, repo, private, token or os.environ.get("HF_TOKEN") or None)
-                st.success(f"Pushed to {md(url)}", icon=":material/cloud_done:")
-            del token
 
 
 def run_demo_eval(folder: Path, job: jobs.Job) -> dict:
