@@ -127,7 +127,9 @@ def test_a_long_running_servers_memory_stays_within_its_limits(tmp_path):
     analyses, records = kept(log, "(?:analysis|analyses)"), kept(log, "job records?")
     assert len(analyses) >= SETS // 2, log[-3000:]  # the analyses were dropped as new ones came…
     assert all(mb <= ANALYSIS_LIMIT / MB for _, mb in analyses)  # …the server never kept more than its limit
-    assert records and all(mb <= JOB_LIMIT / MB for _, mb in records)
+    # the newest job record stays even when it alone is larger than the limit (a page is still showing it); with
+    # two or more kept, the limit holds
+    assert records and all(mb <= JOB_LIMIT / MB or n == 1 for n, mb in records), records
     warm = dict(samples)[f"set {WARM_UP}"]
     growth = max(rss for _, rss in samples[WARM_UP + 1:]) - warm
     assert growth <= ANALYSIS_LIMIT + JOB_LIMIT + ALLOWANCE, (
