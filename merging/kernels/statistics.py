@@ -3,7 +3,7 @@ and tensor-local ρ), and the joint-state histogram of the analysis.
 """
 from __future__ import annotations
 
-import numba as nb
+from merging.kernels.numba_import import numba as nb
 import numpy as np
 
 from merging.kernels.common import (LANES, BLOCK, ZERO, block_thresholds, f32_bits, fold_peak, load, part_span,

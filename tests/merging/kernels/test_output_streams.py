@@ -14,8 +14,10 @@ def test_numba_error_colouring_cannot_swap_the_output_streams():
     saw — from whichever thread compiles. A notebook's or a test's captured stderr then went to the terminal."""
     script = textwrap.dedent("""
         import io, sys
-        import merging.kernels  # before numba, as every kernel import goes through the package
+        import os
+        import merging.kernels.common  # imports numba, as every kernel module does
         import numba.core.errors as errors
+        assert "NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING" not in os.environ  # numba's switch, for its import only
         mine_out, mine_err = io.StringIO(), io.StringIO()
         sys.stdout, sys.stderr = mine_out, mine_err
         # What numba runs while it formats a typing error during a compile. With colouring on, each call saves
