@@ -43,7 +43,7 @@ class Fingerprinter:
         rows = data.shape[0] if (len(shape) > 0 and data.dim() > 0) else 1
         self.add_bytes(model, tensor, start_row, rows, data)
 
-    def add_bytes(self, model: int, tensor: str, start_row: int, rows: int, data: torch.Tensor) -> None:
+    def add_bytes(self, model: int, tensor: str, start_row: int, rows: int, data: torch.Tensor | memoryview) -> None:
         """Hash `data` (the stored bytes of `rows` rows from `start_row`), if they are the next unhashed rows.
 
         Only the lookup is under the shared lock: different models are hashed by different reader
@@ -101,7 +101,9 @@ class Fingerprinter:
         return self._state[model][name].digest
 
 
-def _bytes(t: torch.Tensor) -> memoryview:
+def _bytes(t: torch.Tensor | memoryview) -> memoryview:
+    if isinstance(t, memoryview):  # bytes as read (merging/reading/batches.py)
+        return t
     flat = t.contiguous().reshape(-1)
     return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
 
