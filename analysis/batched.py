@@ -88,7 +88,7 @@ def _batch(out: dict[str, np.ndarray], n: int) -> TensorBatch:
 
 
 def run_batches(reader: BatchReader, batches: list[list[str]], base, ladder: tuple[float, ...], steps: bool):
-    """Each batch's names and statistics, in turn."""
+    """Each batch's names, statistics and bytes read, in turn."""
     for names in batches:
         stage, starts = reader.read(names)
-        yield names, batch_statistics(stage, starts, base.tensors[names[0]].dtype, ladder, steps)
+        yield names, batch_statistics(stage, starts, base.tensors[names[0]].dtype, ladder, steps), stage.nbytes

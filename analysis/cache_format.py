@@ -27,22 +27,24 @@ DTYPES = {"<i8": np.int64, "<i4": np.int32, "<f8": np.float64, "|b1": np.bool_}
 MAX_HEADER = 256 << 20
 
 
-def encode(meta: dict, tables: dict[str, "pd.DataFrame"], arrays: dict[str, np.ndarray]) -> bytes:
-    """The entry's bytes for `meta` (JSON values), `tables` (frames) and `arrays` (numeric numpy arrays)."""
-    chunks: list[bytes] = []
+def encode(meta: dict, tables: dict[str, "pd.DataFrame"], arrays: dict[str, np.ndarray]) -> list:
+    """The entry's bytes for `meta` (JSON values), `tables` (frames) and `arrays` (numeric numpy arrays), as a list
+    of pieces to write one after the other (the arrays' own memory where it can be: no copy of the entry)."""
+    chunks: list = []
     size = 0
 
     def put(values: np.ndarray) -> dict:
         nonlocal size
-        data = np.ascontiguousarray(values).tobytes()
-        spec = {"dtype": np.dtype(values.dtype).newbyteorder("<").str if values.dtype != np.bool_ else "|b1",
-                "offset": size, "shape": list(values.shape)}
-        chunks.append(data + b"\0" * (-len(data) % 8))
-        size += len(data) + (-len(data) % 8)
+        data = np.ascontiguousarray(values)
+        spec = {"dtype": data.dtype.str, "offset": size, "shape": list(values.shape)}
+        chunks.append(memoryview(data.reshape(-1)).cast("B") if data.size else b"")
+        pad = -data.nbytes % 8
+        if pad:
+            chunks.append(b"\0" * pad)
+        size += data.nbytes + pad
         return spec
 
-    header = {"meta": meta, "tables": {}, "arrays": {k: put(v.astype(v.dtype.newbyteorder("<"), copy=False))
-                                                     for k, v in arrays.items()}}
+    header = {"meta": meta, "tables": {}, "arrays": {k: put(_little(v)) for k, v in arrays.items()}}
     for name, frame in tables.items():
         cols = []
         for c in frame.columns:
@@ -50,7 +52,15 @@ def encode(meta: dict, tables: dict[str, "pd.DataFrame"], arrays: dict[str, np.n
         header["tables"][name] = {"rows": len(frame), "columns": cols}
     head = json.dumps(header).encode()
     pad = b"\0" * (-(len(MAGIC) + 8 + len(head)) % 8)
-    return b"".join([MAGIC, struct.pack("<Q", len(head) + len(pad)), head, pad, *chunks])
+    return [MAGIC, struct.pack("<Q", len(head) + len(pad)), head, pad, *chunks]
+
+
+def _little(values: np.ndarray) -> np.ndarray:
+    """The array in one of DTYPES, little endian (a view when it already is)."""
+    if values.dtype == np.bool_:
+        return values
+    want = "<f8" if values.dtype.kind == "f" else "<i4" if values.dtype == np.int32 else "<i8"
+    return np.asarray(values, dtype=want)
 
 
 def _column(col: "pd.Series", put) -> dict:
@@ -58,17 +68,15 @@ def _column(col: "pd.Series", put) -> dict:
     import pandas as pd
 
     kind = col.dtype.kind if isinstance(col.dtype, np.dtype) else ""
-    if kind in "if" and kind:
-        return {"kind": "array", **put(col.to_numpy().astype("<i8" if kind == "i" else "<f8"))}
-    if kind == "b":
-        return {"kind": "array", **put(col.to_numpy())}
+    if kind in ("i", "u", "f", "b"):
+        return {"kind": "array", **put(_little(col.to_numpy()))}
     codes, uniques = pd.factorize(col, use_na_sentinel=False)
     values = [v if isinstance(v, str) else int(v) for v in uniques.tolist()]
     if not all(isinstance(v, str) for v in values) and not all(type(v) is int for v in values):
         raise TypeError(f"column {col.name!r} mixes text and numbers")
     return {"kind": "text" if all(isinstance(v, str) for v in values) else "ints", "values":
             values if all(isinstance(v, str) for v in values) else [str(v) for v in values],
-            **put(codes.astype("<i4"))}
+            **put(np.asarray(codes, dtype="<i4"))}
 
 
 def decode(data: bytes) -> tuple[dict, dict[str, "pd.DataFrame"], dict[str, np.ndarray]]:
@@ -96,7 +104,7 @@ def decode(data: bytes) -> tuple[dict, dict[str, "pd.DataFrame"], dict[str, np.n
             if not isinstance(c, dict) or not isinstance(c.get("name"), str) or c["name"] in cols:
                 raise ValueError("bad column")
             cols[c["name"]] = _column_values(body, c, rows)
-        tables[str(name)] = pd.DataFrame(cols) if cols else pd.DataFrame(index=range(rows))
+        tables[str(name)] = pd.DataFrame(cols, copy=False) if cols else pd.DataFrame(index=range(rows))
     return header["meta"], tables, arrays
 
 

@@ -17,8 +17,9 @@ import numpy as np
 import torch
 
 from merging.common.device import gpu_style
-from merging.common.dtypes import FLOAT_CODES, ITEMSIZE
+from merging.common.dtypes import FLOAT_CODES
 from merging.common.errors import MergeCancelled
+from merging.common.timeline import mark
 from merging.passes import ProgressFn, ProgressTracker, check_finite, float_chunks, locate_nonfinite, uses_kernels
 from merging.reading.batches import BatchReader
 from merging.reading.checkpoint import Checkpoint, tensor_order
@@ -54,30 +55,34 @@ def run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], ladd
     units = plan_units(names, structure_of(base.tensors), numel, grouped)
     sums = UnitSums(units, len(agents), len(ladder))
     position = {n: i for i, n in enumerate(names)}
-    per_elem = {n: sum(ITEMSIZE[c.tensors[n].dtype] for c in [base, *agents] if n in c.tensors) for n in names}
-    tracker = ProgressTracker("analyze", sum(base.tensors[n].numel * per_elem[n] for n in names), len(names), progress)
+    total = sum(sum(t[n].end - t[n].begin for n in names if n in t) for t in [c.tensors for c in [base, *agents]])
+    tracker = ProgressTracker("analyze", total, len(names), progress)  # bytes of input
     batches, rest = batches_for(names, base, agents)
+    mark(f"pass planned ({len(names):,} tensors, {sum(map(len, batches)):,} of them in {len(batches)} batches)")
     if batches:
         _import_meanwhile("pandas")
         reader = BatchReader(base, agents, prints)
         try:
-            for batch_names, stats in run_batches(reader, batches, base, ladder, steps):
+            for batch_names, stats, nbytes in run_batches(reader, batches, base, ladder, steps):
                 if cancel is not None and cancel.is_set():
                     raise MergeCancelled()
                 if not stats.finite.all():
                     locate_nonfinite(base, agents, device, chunk_elems)
                 idx = np.array([position[n] for n in batch_names], dtype=np.int64)
                 sums.add(idx, stats.with_chance(numel[idx]))
-                tracker.advance(sum(base.tensors[n].numel * per_elem[n] for n in batch_names), batch_names[-1],
-                                len(batch_names))
+                tracker.advance(nbytes, batch_names[-1], len(batch_names))
         finally:
             reader.close()
+        mark("small tensors done (batches)")
     if rest:
         _stream(base, agents, labels, ladder, device, chunk_elems, cancel, steps, prints, rest, tracker, sums,
                 lambda idx: numel[idx], position)
+        mark("other tensors done (chunks)")
     tracker.advance(0, "", force=True)
     refuse_identical_agents(labels, prints.finish()[1:])
+    mark("fingerprints finished")
     frame, pair_frame = sums.frames(labels, ladder)
+    mark("frames built")
     return PassOutput(frame, pair_frame, sums.counts, int(numel.sum()), time.perf_counter() - start)
 
 
@@ -97,6 +102,7 @@ def _stream(base, agents, labels, ladder, device, chunk_elems, cancel, steps, pr
                           fingerprinter=prints, kernels=("overlap_histogram",), names=names, tracker=tracker)
     for i, (data, chunk, last, fused) in enumerate(chunks):
         if i == 0:
+            mark("first chunk read")
             _import_meanwhile("pandas")  # the frame needs it after the pass: 0.3 s, now on a side thread
         dtype = base.tensors[data.span.tensor].dtype
         if deferred:

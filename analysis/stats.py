@@ -14,6 +14,7 @@ from merging.common.device import pick_device
 from merging.common.dtypes import FLOAT_CODES
 from merging.passes import ProgressFn
 from merging.common.errors import RamStudioError, printable
+from merging.common.timeline import mark
 from merging.recipe import check_agent_count
 from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
 
@@ -191,6 +192,7 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
     lineage = [w.__dict__ for w in prep.lineage]
     for w in prep.lineage if warn is not None else []:
         warn(w.text)
+    mark("inputs compared (headers, layouts, lineage)")
     key = cache.fingerprint(b, ags, ladder, policy, unit)
     folder = cache.check_location([b, *ags]) if use_cache else None
     if folder is not None:
@@ -213,6 +215,7 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
     result.lineage = lineage
     if folder is not None:
         cache.save(key, result.to_payload(), folder)
+        mark("cache entry written")
     return result
 
 
@@ -232,8 +235,9 @@ def size_note(base: Checkpoint, n_agents: int, ladder: Sequence[float]) -> str |
         return None
     from merging.reading.structure import structure_of
 
-    names = [n for n, e in base.tensors.items() if e.dtype in FLOAT_CODES]
-    cols = structure_of(names).columns()
+    st = structure_of(base.tensors)  # the pass asks for the same (remembered)
+    floats = [i for i, n in enumerate(st.names) if base.tensors[n].dtype in FLOAT_CODES]
+    cols = {c: v[floats] for c, v in st.columns().items()}
     groups = len(set(zip(*(cols[c].tolist() for c in GROUP_COLUMNS))))
     rows = groups * len(ladder) * (n_agents + n_agents * (n_agents - 1) // 2)
     return (f"{tensors:,} float tensors: the analysis keeps its statistics per group of tensors with the same place "

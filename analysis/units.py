@@ -226,7 +226,7 @@ class UnitSums:
         cols["eps_below_step"] = np.broadcast_to(self.below[:, None, :], (U, n, L)).reshape(-1)
         cols["chance_unique_tensor"] = a["chance_unique_tensor"].reshape(-1)
         cols["tensors"] = np.repeat(u.tensors, n * L)
-        frame = pd.DataFrame(cols)
+        frame = pd.DataFrame(cols, copy=False)  # the columns are views of these arrays: no second copy
         pairs = [(x, y) for x in range(n) for y in range(x + 1, n)]
         P = len(pairs)
         pcols = {"a": np.tile(np.repeat(_objects([labels[x] for x, _ in pairs]), L), U),
@@ -235,7 +235,7 @@ class UnitSums:
         for c, arr in self.pair.items():
             pcols[c] = arr.reshape(-1)
         pcols["tensors"] = np.repeat(u.tensors, P * L)
-        return frame, pd.DataFrame(pcols)
+        return frame, pd.DataFrame(pcols, copy=False)
 
 
 def _dtype(column: str):

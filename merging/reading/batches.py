@@ -17,51 +17,44 @@ from merging.common.dtypes import ITEMSIZE
 from merging.reading.checkpoint import Checkpoint
 from merging.reading.chunks import ShardFiles
 from merging.reading.fingerprint import Fingerprinter
-from merging.reading.mapped import MappedEntry
 from merging.reading.safetensors_header import TensorEntry
 
 SMALL_ELEMS = 1 << 14  # tensors of at most this many elements are read and computed on in batches
-BATCH_ELEMS = 1 << 21  # elements of one batch (per model)
-BATCH_TENSORS = 1 << 14
+BATCH_ELEMS = 1 << 20  # elements of one batch (per model)
+BATCH_TENSORS = 1 << 12  # (the kernel's per-tensor outputs: ~4 KB each with 3 agents and 8 ε)
 NUMPY = {"BF16": np.uint16, "F32": np.float32, "F16": np.float16, "F64": np.float64}  # bf16 as its bit patterns
-
-
-def batchable(name: str, base: Checkpoint, agents: list[Checkpoint]) -> bool:
-    """Whether a tensor can be read in a batch: small, not empty, a dtype numpy reads, and stored alike by
-    every agent (same dtype and shape, a plain entry: not read through a layout mapping, not missing)."""
-    e = base.tensors[name]
-    if e.dtype not in NUMPY or not 0 < e.numel <= SMALL_ELEMS or isinstance(e, MappedEntry):
-        return False
-    for a in agents:
-        x = a.tensors.get(name)
-        if x is None or isinstance(x, MappedEntry) or x.dtype != e.dtype or tuple(x.shape) != tuple(e.shape):
-            return False
-    return True
 
 
 def plan_batches(names: list[str], base: Checkpoint, agents: list[Checkpoint],
                  min_tensors: int = 1) -> tuple[list[list[str]], list[str]]:
-    """The batchable tensors of `names` in batches (each of one stored dtype, in `names` order), and the rest.
-    With fewer than `min_tensors` batchable tensors, none are batched."""
-    small = [n for n in names if batchable(n, base, agents)]
-    if len(small) < min_tensors:
+    """The tensors of `names` that can be read in batches, in batches (each of one stored dtype, in `names` order),
+    and the rest. A tensor goes in a batch when it is small, not empty, of a dtype numpy reads, and stored alike by
+    every agent (same dtype and shape, a plain entry: not read through a layout mapping, not missing). With fewer
+    than `min_tensors` such tensors, none are batched."""
+    bt, ats = base.tensors, [a.tensors for a in agents]
+    by_dtype: dict[str, list[tuple[str, int]]] = {}
+    for n in names:
+        e = bt[n]
+        if type(e) is not TensorEntry or e.dtype not in NUMPY:
+            continue
+        size = (e.end - e.begin) // ITEMSIZE[e.dtype]
+        if 0 < size <= SMALL_ELEMS and all(type(x := t.get(n)) is TensorEntry and x.dtype == e.dtype
+                                           and x.shape == e.shape for t in ats):
+            by_dtype.setdefault(e.dtype, []).append((n, size))
+    if sum(map(len, by_dtype.values())) < min_tensors:
         return [], list(names)
-    chosen = set(small)
-    by_dtype: dict[str, list[str]] = {}
-    for n in small:
-        by_dtype.setdefault(base.tensors[n].dtype, []).append(n)
     batches: list[list[str]] = []
     for group in by_dtype.values():
         batch: list[str] = []
         elems = 0
-        for n in group:
-            size = base.tensors[n].numel
+        for n, size in group:
             if batch and (elems + size > BATCH_ELEMS or len(batch) >= BATCH_TENSORS):
                 batches.append(batch)
                 batch, elems = [], 0
             batch.append(n)
             elems += size
         batches.append(batch)
+    chosen = {n for b in batches for n in b}
     return batches, [n for n in names if n not in chosen]
 
 
@@ -80,7 +73,8 @@ class BatchReader:
         i holds elements [starts[i], starts[i + 1]) of each row."""
         base = self.models[0]
         first = base.tensors[names[0]]
-        sizes = np.array([base.tensors[n].numel for n in names], dtype=np.int64)
+        entries = [base.tensors[n] for n in names]
+        sizes = np.array([e.end - e.begin for e in entries], dtype=np.int64) // ITEMSIZE[first.dtype]
         starts = np.zeros(len(names) + 1, dtype=np.int64)
         np.cumsum(sizes, out=starts[1:])
         stage = np.empty((len(self.models), int(starts[-1])), dtype=NUMPY[first.dtype])
@@ -91,8 +85,9 @@ class BatchReader:
             for entry, lo, hi in _runs(entries, starts * item):
                 self.files.read_into(entry, 0, row[lo:hi])
             if self.fingerprinter is not None:
-                for e, lo, hi in zip(entries, starts[:-1] * item, starts[1:] * item):
-                    self.fingerprinter.add_bytes(m, e.name, 0, e.shape[0] if e.shape else 1, row[lo:hi])
+                bounds = (starts * item).tolist()
+                self.fingerprinter.add_tensors(m, [(e.name, row[lo:hi]) for e, lo, hi in
+                                                   zip(entries, bounds[:-1], bounds[1:])])
         return stage, starts
 
     def close(self) -> None:
@@ -100,17 +95,14 @@ class BatchReader:
 
 
 def _runs(entries: list[TensorEntry], offsets: np.ndarray) -> Iterator[tuple[TensorEntry, int, int]]:
-    """(first entry, destination byte range) of each run of tensors that lie back to back both in one file and
-    in the destination row: one read each."""
-    run_entry, lo, hi = None, 0, 0
-    for i, e in enumerate(entries):
-        dest = int(offsets[i])
-        if run_entry is not None and e.file == run_entry.file and e.begin == run_entry.begin + (hi - lo) \
-                and dest == hi:
-            hi = int(offsets[i + 1])
-            continue
-        if run_entry is not None:
-            yield run_entry, lo, hi
-        run_entry, lo, hi = e, dest, int(offsets[i + 1])
-    if run_entry is not None:
-        yield run_entry, lo, hi
+    """(first entry, destination byte range) of each run of tensors that lie back to back in one file: one read
+    each (they lie back to back in the destination row by construction)."""
+    ids: dict[object, int] = {}
+    files = np.array([ids.setdefault(e.file, len(ids)) for e in entries], dtype=np.int64)
+    begins = np.array([e.begin for e in entries], dtype=np.int64)
+    ends = np.array([e.end for e in entries], dtype=np.int64)
+    cuts = np.flatnonzero(np.r_[True, (files[1:] != files[:-1]) | (begins[1:] != ends[:-1])]).tolist()
+    bounds = offsets.tolist()
+    for k, i in enumerate(cuts):
+        j = cuts[k + 1] if k + 1 < len(cuts) else len(entries)
+        yield entries[i], bounds[i], bounds[j]
