@@ -165,9 +165,10 @@ def _counts(p: dict, agents: list[str], ladder: tuple[float, ...]) -> TensorCoun
     return TensorCounts(names, unit, shared, unique, labels)
 
 
-def _open_all(base: Checkpoint | str, agents: Sequence[Checkpoint | str]) -> tuple[Checkpoint, list[Checkpoint]]:
-    b = base if isinstance(base, Checkpoint) else open_checkpoint(base)
-    return b, [a if isinstance(a, Checkpoint) else open_checkpoint(a) for a in agents]
+def _open_all(base: Checkpoint | str, agents: Sequence[Checkpoint | str],
+              download: bool = True) -> tuple[Checkpoint, list[Checkpoint]]:
+    b = base if isinstance(base, Checkpoint) else open_checkpoint(base, download=download)
+    return b, [a if isinstance(a, Checkpoint) else open_checkpoint(a, download=download) for a in agents]
 
 
 def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
@@ -266,11 +267,12 @@ def validate_ladder(ladder: Sequence[float]) -> tuple[float, ...]:
     return tuple(values)
 
 
-def cached_result(base: str, agents: Sequence[str], policy: str = "error") -> AnalysisResult | None:
+def cached_result(base: str, agents: Sequence[str], policy: str = "error",
+                  download: bool = True) -> AnalysisResult | None:
     """A cached analysis of these inputs (default ladder), or None: lets a merge reuse its counts and record
-    its diagnostics without reading the weights again."""
+    its diagnostics without reading the weights again (without `download`, models not on disk give None)."""
     try:
-        b, ags = _open_all(base, agents)
+        b, ags = _open_all(base, agents, download)
         payload = cache.load(cache.fingerprint(b, ags, validate_ladder(DEFAULT_LADDER), policy))
         return AnalysisResult.from_payload(payload, "") if payload else None
     except (RamStudioError, KeyError, ValueError, TypeError):
