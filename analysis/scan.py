@@ -55,7 +55,7 @@ def run_pass(base: Checkpoint, agents: list[Checkpoint], labels: list[str], ladd
     units = plan_units(names, structure_of(base.tensors), numel, grouped)
     sums = UnitSums(units, len(agents), len(ladder))
     position = {n: i for i, n in enumerate(names)}
-    total = sum(sum(t[n].end - t[n].begin for n in names if n in t) for t in [c.tensors for c in [base, *agents]])
+    total = sum(sum(t[n].nbytes for n in names if n in t) for t in [c.tensors for c in [base, *agents]])
     tracker = ProgressTracker("analyze", total, len(names), progress)  # bytes of input
     batches, rest = batches_for(names, base, agents)
     mark(f"pass planned ({len(names):,} tensors, {sum(map(len, batches)):,} of them in {len(batches)} batches)")
