@@ -122,8 +122,8 @@ class AnalysisResult:
 
     def to_payload(self) -> dict:
         """What the cache keeps (analysis/cache_format.py): scalar fields, the frames, the per-tensor counts."""
-        meta = {"base": self.base, "agents": self.agents, "ladder": list(self.ladder), "total_params": self.total_params,
-                "seconds": self.seconds, "refs": self.refs, "unit": self.unit}
+        meta = {"base": self.base, "agents": self.agents, "ladder": list(self.ladder),
+                "total_params": self.total_params, "seconds": self.seconds, "refs": self.refs, "unit": self.unit}
         arrays = {}
         if self.tensor_counts is not None:
             c = self.tensor_counts

@@ -77,7 +77,8 @@ def per_tensor_chance(result: AnalysisResult, eps: float) -> pd.Series:
     separates structure (agents updating different tensors) from element-level avoidance or attraction."""
     g = _at(result, eps).groupby("agent", sort=False)[["chance_unique_tensor", "changed"]].sum() \
         .reindex(result.agents).fillna(0.0)
-    out = {a: float(ch / c) if c > 0 else 0.0 for a, ch, c in zip(result.agents, g["chance_unique_tensor"], g["changed"])}
+    out = {a: float(ch / c) if c > 0 else 0.0
+           for a, ch, c in zip(result.agents, g["chance_unique_tensor"], g["changed"])}
     return pd.Series(out, name="chance_unique_share_tensor")
 
 

@@ -1,6 +1,6 @@
-"""Where a command's time goes: with $RAM_STUDIO_TIMELINE set, `mark(label)` notes the wall time since the process
-started, the CPU time this process has used and its resident memory, and the marks are printed to stderr when the process exits
-(tests/benchmarks/timeline.py reads them). Without it, `mark` does nothing."""
+"""Where a command's time goes: with $RAM_STUDIO_TIMELINE set, `mark(label)` notes the wall time since the
+process started, the CPU time this process has used and its resident memory, and the marks are printed to stderr
+when the process exits (tests/benchmarks/analyze_vs_floor.py reads them). Without it, `mark` does nothing."""
 from __future__ import annotations
 
 import atexit
