@@ -22,7 +22,7 @@ from . import cache
 from .ladder import DEFAULT_LADDER
 from .ladder_check import MAX_LADDER, validate_ladder  # noqa: F401 (re-exported: the CLI checks a ladder early)
 from .scan import run_pass
-from .units import DOMINATED, GROUP_COLUMNS, PAIR_SUMS, TensorCounts
+from .units import DOMINATED, GROUP_COLUMNS, MANY_TENSORS, PAIR_SUMS, TensorCounts
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: not before the pass starts reading
     import pandas as pd
@@ -219,9 +219,6 @@ def analyze(base: Checkpoint | str, agents: Sequence[Checkpoint | str], *,
         cache.save(key, result.to_payload(), folder)
         mark("cache entry written")
     return result
-
-
-MANY_TENSORS = 20_000  # above this many float tensors the statistics are kept per group of tensors
 
 
 def float_tensors(base: Checkpoint) -> int:

@@ -32,7 +32,7 @@ AGENT_SUMS = ["changed", "shared", "unique", "sq_unique", "sq_shared", "sign_con
 PRECISION_SUMS = ["changed_any", "one_step", "sq_one_step", "chance_unique_binade"]
 PAIR_SUMS = ["both_changed", "same_sign", "dot", "sq_a", "sq_b"]
 GROUP_COLUMNS = ["tower", "layer", "module", "expert", "role"]
-MANY_TENSORS = int(os.environ.get("RAM_STUDIO_GROUP_ABOVE", "20000"))  # above this many tensors, rows are groups
+MANY_TENSORS = 20_000  # above this many float tensors, rows are groups of tensors (the analysis decides it, stats.py)
 
 
 @dataclass
