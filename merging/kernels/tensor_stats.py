@@ -26,7 +26,7 @@ import numba as nb
 import numpy as np
 
 from merging.kernels.common import BLOCK, MAXF, ZERO, f32_bits, load, part_span, widen
-from merging.kernels.statistics import _bucket, _bucket_row, _step_kind
+from merging.kernels.statistics import bucket, bucket_row, step_kind
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
@@ -94,9 +94,9 @@ def tensor_stats(base, agents, starts, ladder, fractions, steps, thr, binmap, ul
                         ax = abs(x)
                         f = fld[j]
                         if steps:
-                            k = _bucket_row(ax, thr, f, L)
+                            k = bucket_row(ax, thr, f, L)
                         elif L <= 8:
-                            k = _bucket(ax, lad, L)
+                            k = bucket(ax, lad, L)
                         else:
                             k = np.int32(0)
                             for e in range(L):
@@ -106,7 +106,7 @@ def tensor_stats(base, agents, starts, ladder, fractions, steps, thr, binmap, ul
                         kmax = max(kmax, k)
                         ok &= ax <= MAXF
                         fb = f32_bits(bb[j])
-                        kind = _step_kind(x, ulp[f], ((fb & 0x7FFFFF) == 0) & (f > hfield), fb < 0)
+                        kind = step_kind(x, ulp[f], ((fb & 0x7FFFFF) == 0) & (f > hfield), fb < 0)
                         bc[binmap[f], t, k] += 1
                         anyc[i, t] += np.int64(kind != 0)
                         if kind == 1 or kind == 2:
