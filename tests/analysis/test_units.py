@@ -1,7 +1,7 @@
 """Statistics per group of tensors (models of very many tensors) against statistics per tensor, on sets where both
 can be computed: every group row is the sum of its tensors' rows, every view shows the same numbers, tensor-scope
 ρ and λ still come from each tensor's own counts, and the columnar cache entry gives the result back. Also the
-batched path of many small tensors at a small scale (a MoE-shaped set, and 2,000 tiny tensors)."""
+batched path of many small tensors at a small scale (a MoE-shaped set, and 300 tiny tensors)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,7 +31,7 @@ def _kernels_ready():
 def model_set(kind: str, tmp_path_factory) -> list[Path]:
     if kind not in _SETS:
         root = tmp_path_factory.mktemp(kind)
-        _SETS[kind] = make_moe(root, 3, 6, 16, 8) if kind == "moe" else make_models(root, 2000, 7)
+        _SETS[kind] = make_moe(root, 3, 6, 16, 8) if kind == "moe" else make_models(root, 2000 if kind == "many" else 300, 7)
     return _SETS[kind]
 
 
@@ -151,14 +151,26 @@ def test_a_grouped_result_comes_back_from_the_cache(tmp_path_factory, monkeypatc
 
 
 def test_the_batched_path_equals_the_per_tensor_path(tmp_path_factory, monkeypatch):
-    """2,000 tiny tensors through the batch kernel and through the torch path (one tensor at a time): the same
-    counts, the same sums up to the order of additions."""
-    folders = model_set("many", tmp_path_factory)
+    """300 tiny tensors through the batch kernel (in batches of at most 64 tensors) and through the torch path (one
+    tensor at a time): the same counts, the same sums up to the order of additions."""
+    from analysis import scan
+    from merging.kernels import kernels_enabled
+    from merging.reading import batches
+
+    folders = model_set("few", tmp_path_factory)
     refs = [str(f) for f in folders]
+    monkeypatch.setattr(batches, "BATCH_TENSORS", 64)
+    batched = []
+    real = scan.batches_for
+    monkeypatch.setattr(scan, "batches_for", lambda *a: batched.append(real(*a)) or batched[-1])
+    kernels = kernels_enabled()
     out = []
     for path in ("numba", "torch"):
         monkeypatch.setenv("RAM_STUDIO_KERNELS", path)
         out.append(stats.analyze(refs[0], refs[1:], ladder=LADDER, use_cache=False))
+    if kernels:
+        assert len(batched[0][0]) == 5 and batched[0][1] == []  # 300 tensors in 5 batches, none left over
+    assert batched[1][0] == []  # the torch path: one tensor at a time
     for name in ("frame", "pairs"):
         a, b = getattr(out[0], name), getattr(out[1], name)
         assert list(a.columns) == list(b.columns)
