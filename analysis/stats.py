@@ -148,7 +148,8 @@ class AnalysisResult:
         if len(frame) % max(1, len(agents) * len(ladder)):
             raise ValueError("cached frame of the wrong size")
         return cls(m["base"], agents, ladder, int(m["total_params"]), frame, float(m["seconds"]), pair_frame,
-                   fingerprint, True, list(m.get("refs", [])), [], m.get("unit", "abs"), _counts(p, agents, ladder))
+                   fingerprint, True, list(m.get("refs", [])), unit=m.get("unit", "abs"),
+                   tensor_counts=_counts(p, agents, ladder))
 
 
 def _counts(p: dict, agents: list[str], ladder: tuple[float, ...]) -> TensorCounts | None:
