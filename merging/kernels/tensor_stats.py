@@ -22,7 +22,7 @@ Outputs, one row per tensor (zeroed by the caller):
 """
 from __future__ import annotations
 
-import numba as nb
+from merging.kernels.numba_import import numba as nb
 import numpy as np
 
 from merging.kernels.common import BLOCK, MAXF, ZERO, f32_bits, load, part_span, widen

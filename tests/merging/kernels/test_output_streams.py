@@ -30,3 +30,17 @@ def test_numba_error_colouring_cannot_swap_the_output_streams():
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "kept"
+
+
+def test_every_kernel_module_imports_numba_through_the_quiet_import():
+    """A module that imports numba itself could be the first to, with the colouring on."""
+    import ast
+
+    direct = []
+    for path in sorted((REPO / "merging").rglob("*.py")):
+        if path.name == "numba_import.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "numba" for a in node.names):
+                direct.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not direct, direct
