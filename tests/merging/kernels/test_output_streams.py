@@ -40,7 +40,11 @@ def test_every_kernel_module_imports_numba_through_the_quiet_import():
     for path in sorted((REPO / "merging").rglob("*.py")):
         if path.name == "numba_import.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        text = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "numba" for a in node.names):
+                direct.append(f"{path.relative_to(REPO)}:{node.lineno}")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "numba" \
+                    and "merging.kernels.numba_import" not in text:
                 direct.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not direct, direct
