@@ -13,7 +13,7 @@ from ram_studio.cli import main
 from merging.reading.chunk_inputs import ChunkInputs
 from merging.engine.tensor_merge import merge_in_memory
 
-pytest.importorskip("numba")
+pytest.importorskip("merging.kernels.numba_import")  # numba, through the import every kernel module uses
 
 
 # The first test waits for the numba kernels, compiled here when the cache is cold (all of them: about 3 min of CPU,

@@ -33,11 +33,12 @@ def test_numba_error_colouring_cannot_swap_the_output_streams():
 
 
 def test_every_kernel_module_imports_numba_through_the_quiet_import():
-    """A module that imports numba itself could be the first to, with the colouring on."""
+    """A module (or a test: pytest imports every test module first) that imports numba itself could be the first
+    to, with the colouring on."""
     import ast
 
     direct = []
-    for path in sorted((REPO / "merging").rglob("*.py")):
+    for path in sorted([*(REPO / "merging").rglob("*.py"), *(REPO / "tests").rglob("*.py")]):
         if path.name == "numba_import.py":
             continue
         text = path.read_text(encoding="utf-8")
@@ -46,5 +47,8 @@ def test_every_kernel_module_imports_numba_through_the_quiet_import():
                 direct.append(f"{path.relative_to(REPO)}:{node.lineno}")
             elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "numba" \
                     and "merging.kernels.numba_import" not in text:
+                direct.append(f"{path.relative_to(REPO)}:{node.lineno}")
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "importorskip" and node.args \
+                    and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).split(".")[0] == "numba":
                 direct.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not direct, direct
