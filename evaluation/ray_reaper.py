@@ -44,14 +44,15 @@ def _uses_folder(pid: str, folder: str) -> bool:
     return False
 
 
-def marked(marker: str, folder: str | None = None) -> list[int]:
+def marked(marker: str, folder: str | None = None, spare: int | None = None) -> list[int]:
     """The PIDs of this user's processes whose initial environment holds MARKER, or (with `folder`) that hold a
     file inside the instance's folder: a process that renamed itself may have overwritten the memory its
-    environment is read from (this process excluded)."""
+    environment is read from (this process and `spare`, the process that started the instance, excluded: it
+    holds files there too while it runs)."""
     needle = f"RAM_STUDIO_RAY_SESSION={marker}".encode()
     out = []
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
+        if not name.isdigit() or int(name) in (os.getpid(), spare):
             continue
         try:
             if os.stat(f"/proc/{name}").st_uid != os.getuid():
@@ -67,21 +68,22 @@ def marked(marker: str, folder: str | None = None) -> list[int]:
     return out
 
 
-def end_marked(marker: str, folder: str | None = None, grace: float = 3.0, patience: float = 20.0) -> list[int]:
+def end_marked(marker: str, folder: str | None = None, grace: float = 3.0, patience: float = 20.0,
+               spare: int | None = None) -> list[int]:
     """SIGTERM every marked process, SIGKILL those still there after `grace` seconds, and keep at it (a process
     the instance started meanwhile) until none is left or `patience` seconds have passed; returns what was found."""
-    found = marked(marker, folder)
+    found = marked(marker, folder, spare)
     for pid in found:
         try:
             os.kill(pid, signal.SIGTERM)
         except OSError:
             pass
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and marked(marker, folder):
+    while time.monotonic() < deadline and marked(marker, folder, spare):
         time.sleep(0.1)
     deadline = time.monotonic() + patience
     while True:
-        left = [pid for pid in marked(marker, folder) if not _zombie(pid)]
+        left = [pid for pid in marked(marker, folder, spare) if not _zombie(pid)]
         if not left or time.monotonic() > deadline:
             return sorted(set(found) | set(left))
         for pid in left:
@@ -109,7 +111,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the terminal is the CLI's to handle
     while not told and _starttime(pid) == start:
         time.sleep(0.25)
-    end_marked(marker, folder if os.path.basename(folder).startswith("ram-studio-ray-") else None)
+    end_marked(marker, folder if os.path.basename(folder).startswith("ram-studio-ray-") else None, spare=pid)
     if os.path.basename(folder).startswith("ram-studio-ray-"):
         shutil.rmtree(folder, ignore_errors=True)
     return 0

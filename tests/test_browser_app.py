@@ -467,7 +467,7 @@ def test_a_reload_keeps_the_models_the_analysis_and_the_merge(page, server):
     page.reload()
     page.get_by_role("heading", name="Heterogeneity", level=1).wait_for()
     sidebar = page.locator('[data-testid="stSidebar"]')
-    sidebar.get_by_text("analysis ready").wait_for(timeout=30_000)  # the server's cached analysis, not a new pass
+    sidebar.get_by_text("analysis ready").wait_for(timeout=120_000)  # the server's cached analysis, not a new pass
     settle(page)
     sidebar.locator("code").nth(2).wait_for()
     assert sidebar.locator("code").all_inner_texts() == ["base", "memory", "code"]
@@ -486,7 +486,7 @@ def test_a_reload_keeps_the_models_the_analysis_and_the_merge(page, server):
     assert "job=" in page.url
     page.reload()
     page.get_by_role("heading", name="Merge & export", level=1).wait_for()
-    page.get_by_text("Merged into").wait_for(timeout=30_000)  # the finished job, re-attached
+    page.get_by_text("Merged into").wait_for(timeout=120_000)  # the finished job, re-attached
     box = page.get_by_role("textbox", name="Output folder")
     box.fill(str(out))
     box.press("Enter")
