@@ -40,6 +40,36 @@ def limit_from_env(name: str, default: int, log: Callable[[str], None] | None = 
         return default
 
 
+def return_freed_memory() -> None:
+    """Free what dropped values leave behind now and give it back to the operating system: the charts and
+    tables made from an analysis hold reference cycles that Python's collector reaches only after many more
+    allocations, and glibc keeps freed blocks in its arenas (one per thread that allocated; Streamlit runs every
+    page in a new thread). Without this a server's resident size stayed near its peak after it dropped values."""
+    import gc
+
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _malloc_trim():
+    """glibc's malloc_trim, or None (another C library)."""
+    global _TRIM
+    if _TRIM is False:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _TRIM = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), "malloc_trim", None)
+        except OSError:
+            _TRIM = None
+    return _TRIM
+
+
+_TRIM: Any = False  # not looked up yet
+
+
 def _stderr(line: str) -> None:
     print(f"RAM Studio: {line}", file=sys.stderr, flush=True)
 
@@ -127,6 +157,9 @@ class LRUStore:
                       f"its limit: {self.summary()}.")
             if self._on_drop is not None:
                 self._on_drop(k, v, n)
+        if gone:
+            del gone, v
+            return_freed_memory()
         return size
 
     def _evict(self) -> list[tuple[str, Any, int]]:

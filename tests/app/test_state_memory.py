@@ -67,6 +67,31 @@ def test_the_value_stored_last_stays_even_alone_over_the_limit():
     assert "big" not in store and store.bytes <= store.limit
 
 
+def test_a_dropped_value_is_freed_at_once_even_inside_reference_cycles():
+    """Charts and frames made from an analysis refer to each other in cycles, which Python's collector reaches
+    only after many more allocations: a drop collects them then (and trims glibc's heap), so the server's
+    resident size falls when it drops, not some time later."""
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    store = LRUStore(MB, "analysis", log=lambda line: None)
+    cyclic = Node()
+    cyclic.data, cyclic.me = np.zeros(MB // 8), cyclic  # 1 MB held in a cycle
+    alive = weakref.ref(cyclic)
+    gc.disable()  # no automatic collection can run in between: only the drop's own
+    try:
+        store.put("old", cyclic)
+        del cyclic
+        assert alive() is not None  # the store holds it
+        store.put("new", np.zeros(MB // 8))
+        assert "old" not in store and alive() is None
+    finally:
+        gc.enable()
+
+
 def test_the_limit_comes_from_its_setting(monkeypatch):
     lines = []
     monkeypatch.delenv(ANALYSIS_ENV, raising=False)

@@ -26,8 +26,11 @@ ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-us
 MB = 1_000_000
 ANALYSIS_LIMIT, JOB_LIMIT = 8 * MB, 50_000
 SETS, MERGES, WARM_UP, PER_SET = 14, 4, 4, 16
-ALLOWANCE = 30 * MB  # what the server grows by anyway over 10 sets (Streamlit's sessions and buffers): measured
-# about 1.3 MB a set with the limits in place, where the analyses alone add about 5 MB a set without them
+ALLOWANCE = 40 * MB  # what the server grows by anyway over 10 sets (Streamlit's sessions and buffers): measured
+# 35 MB at the peak and 16 MB at the end with the limits in place, where the analyses alone add 6.5 MB a set
+SESSION_TTL = 10  # seconds Streamlit keeps a closed tab's session (server.disconnectedSessionTTL; 120 by default)
+# so that the tab can reconnect. The soak opens a new session every ~10 s: with the default it measured how many
+# recently closed tabs the server remembers (their page elements, 60-80 MB here), not what the limits keep.
 
 sync_api = pytest.importorskip("playwright.sync_api")
 REQUIRED = bool(os.environ.get("RAM_STUDIO_REQUIRE_BROWSER"))  # CI: a missing chromium fails instead of skipping
@@ -88,7 +91,7 @@ def soak(tmp: Path, analysis_limit: str, job_limit: str, sets: int = SETS, merge
     """Run the soak in one server with these limits; the server's resident memory after each step and its log."""
     base, pool = build_models(tmp / "models", per_set + 2)  # C(per_set + 2, 2) distinct sets
     env = {**os.environ, **app_env(tmp), "RAM_STUDIO_APP_ANALYSIS_MEMORY": analysis_limit,
-           "RAM_STUDIO_APP_JOB_MEMORY": job_limit}
+           "RAM_STUDIO_APP_JOB_MEMORY": job_limit, "STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": str(SESSION_TTL)}
     proc, url = start_server(tmp, env)
     samples: list[tuple[str, int]] = [("start", resident(proc.pid))]
     timing: list[tuple[float, float]] = []  # seconds: (analysis page, merge) per set
@@ -119,9 +122,6 @@ def kept(log: str, what: str) -> list[tuple[int, float]]:
     return [(int(n), float(v) * unit[u]) for n, v, u in found]
 
 
-@pytest.mark.xfail(strict=False, reason="known defect, open: on a loaded 2-core machine the server grew 197 MB after "
-                   "the warm-up over 10 sets of 16 agents, against 38 MB allowed; the analyses and job records "
-                   "themselves stay within their limits, what else grows is not found yet")
 def test_a_long_running_servers_memory_stays_within_its_limits(tmp_path):
     run = soak(tmp_path, f"{ANALYSIS_LIMIT}", f"{JOB_LIMIT}")
     samples, log = run["samples"], run["log"]
