@@ -31,7 +31,8 @@ def _template(kind: str) -> go.layout.Template:
                 automargin=True, ticks="", title=dict(standoff=12), minor=dict(gridcolor=t["minor"]))
     return go.layout.Template(layout=dict(
         paper_bgcolor=t["paper"], plot_bgcolor=t["paper"], font=dict(color=t["ink"], **FONT), colorway=AGENT_PALETTE,
-        xaxis=axis, yaxis=axis, hoverlabel=dict(font=dict(family=FONT["family"])), hovermode="closest",
+        xaxis={**axis, "ticklabelstandoff": 8}, yaxis=axis,  # x labels clear of the lowest y label
+        hoverlabel=dict(font=dict(family=FONT["family"])), hovermode="closest",
         coloraxis=dict(colorbar=dict(outlinewidth=0, ticks="")), legend=dict(bgcolor="rgba(0,0,0,0)")))
 
 
@@ -186,9 +187,11 @@ def _layout(fig: go.Figure, height: int = 360, legend: bool = True, **kw) -> go.
 
 
 def _subplot_titles(fig: go.Figure, lines: int = 1) -> None:
-    """Room above the plots for subplot titles of `lines` lines (the chart's own title goes above them)."""
+    """Room above the plots for subplot titles of `lines` lines (the chart's own title goes above them); the
+    titles are named, so the layout rule can move them with their panels."""
     fig.update_layout(margin=dict(t=10 + 18 * lines))
     fig.update_annotations(font=dict(size=13))
+    fig.update_annotations(selector=dict(xref="paper", yref="paper"), name="subplot-title")
 
 
 def eps_label(eps: float) -> str:
