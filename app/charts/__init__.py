@@ -9,7 +9,8 @@ from .base import (AGENT_PALETTE, TOY_PALETTE, OVERLAP_COLORS, UNIQUE_COLOR, SHA
                    decades, decade_text, log_ticks, LAMBDA_FLOOR, lambda_top, error_bars)  # noqa: F401
 from .heterogeneity import (density_bars, overlap_stacked, unique_vs_chance_bars, layer_module_heatmaps,
                             unique_share_lines, eps_curve, group_lines, norms_conflicts)  # noqa: F401
-from .agreement import pair_matrix, ENERGY_PARTS, energy_profile, agreement_by_group  # noqa: F401
+from .agreement import (pair_matrix, ENERGY_PARTS, energy_profile, agreement_by_group,  # noqa: F401
+                        PAIR_LINES_UP_TO)
 from .experts import tower_bars, expert_heatmaps, expert_owner_map  # noqa: F401
 from .tune import (wants_log_rho, lambda_curve, retention_bars, compare_bars, measured_bars)  # noqa: F401
 from .dilution import (toy_heatmaps, table1_bars, fig3_bars, reward_curves)  # noqa: F401

@@ -77,13 +77,13 @@ def energy_profile(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     return _layout(fig, height=max(190, 90 + 45 * len(agents)))
 
 
-PAIR_LINES_UP_TO = 6  # pairs drawn as lines or bars; more (5 agents and up) as one heatmap row per pair
+PAIR_LINES_UP_TO = 6  # pairs drawn as lines or bars; more (5 agents and up): each agent against the others
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00"]
 
 
 def agreement_by_group(df: pd.DataFrame, agents: list[str], by: str) -> go.Figure:
     """Per pair of agents, sign agreement (chance 50 %) and cosine (chance 0) per layer (lines) or module kind
-    (bars): where agreement concentrates. Beyond PAIR_LINES_UP_TO pairs, one heatmap row per pair instead."""
+    (bars): where agreement concentrates. Beyond PAIR_LINES_UP_TO pairs, heatmaps of each agent against the others."""
     pairs = list(dict.fromkeys(zip(df["a"], df["b"])))
     if len(pairs) > PAIR_LINES_UP_TO:
         return _agreement_heatmaps(df, agents, by, pairs)
@@ -126,27 +126,30 @@ def _group_ticks(part: pd.DataFrame, by: str) -> list[str]:
 
 
 def _agreement_heatmaps(df: pd.DataFrame, agents: list[str], by: str, pairs: list) -> go.Figure:
-    """Many pairs: one row per pair, one column per layer or module kind, coloured by sign agreement (left) and
-    cosine (right), diverging from chance (blue above, red below); one panel under the other."""
-    short = short_labels(agents, 12)
-    rows = [label(f"{short[a]} – {short[b]}") for a, b in pairs]
+    """Many pairs: one row per agent, one column per layer or module kind, each cell the mean over the agent's
+    pairs (weighted by the elements both changed) of sign agreement (top) and cosine (bottom), coloured from
+    chance (blue above, red below); one panel under the other."""
+    short = short_labels(agents)
+    d = df.assign(_g=_group_ticks(df, by), _w=df["both_changed"].astype(float))
+    both = pd.concat([d.assign(agent=d["a"]), d.assign(agent=d["b"])])  # each pair counts for both its agents
+    groups = (list(dict.fromkeys(d["_g"])) if by == "layer" else
+              [m for m in in_module_order(df["module"]) if m in set(d["_g"])])
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
-                        subplot_titles=["same sign (%) · chance 50 %", "cosine · chance 0"])
-    groups = None
+                        subplot_titles=[f"same sign with the other {len(agents) - 1} agents (%) · chance 50 %",
+                                        f"cosine with the other {len(agents) - 1} agents · chance 0"])
     for col, value, scale, (lo, hi), unit in ((1, "sign_agreement", 100.0, (30.0, 70.0), "%"),
                                               (2, "cosine", 1.0, (-0.4, 0.4), "")):
-        wide = df.assign(_g=_group_ticks(df, by), _v=scale * df[value]).pivot_table(
-            index=["a", "b"], columns="_g", values="_v", aggfunc="first", sort=False)
-        groups = groups or (list(wide.columns) if by == "layer" else
-                            [m for m in in_module_order(df["module"]) if m in wide.columns])
-        wide = wide.reindex(index=pd.MultiIndex.from_tuples(pairs), columns=groups)
-        fig.add_trace(go.Heatmap(z=wide.values, x=labels(groups), y=rows, colorscale="RdBu", zmid=(lo + hi) / 2,
-                                 zmin=lo, zmax=hi, xgap=1, ygap=1,
+        part = both[both[value].notna() & (both["_w"] > 0)]
+        mean = (part.assign(_x=scale * part[value] * part["_w"]).groupby(["agent", "_g"])[["_x", "_w"]].sum()
+                .pipe(lambda g: g["_x"] / g["_w"]).unstack("_g").reindex(index=agents, columns=groups))
+        fig.add_trace(go.Heatmap(z=mean.values, x=labels(groups), y=[short[a] for a in agents], colorscale="RdBu",
+                                 zmid=(lo + hi) / 2, zmin=lo, zmax=hi, xgap=1, ygap=1,
                                  colorbar=dict(title=dict(text=unit or "cos", side="right"), thickness=10),
-                                 customdata=[[f"{r} · {label(by)} {label(g)}" for g in groups] for r in rows],
-                                 hovertemplate=f"%{{customdata}}: %{{z:.3g}}{unit}<extra></extra>"), row=1, col=col)
+                                 customdata=[[f"{label(a)} · {label(by)} {label(g)}" for g in groups] for a in agents],
+                                 hovertemplate=f"%{{customdata}}: %{{z:.3g}}{unit} (mean over its pairs, weighted by "
+                                               "the elements both changed)<extra></extra>"), row=1, col=col)
         fig.update_xaxes(title_text="layer" if by == "layer" else "module kind", type="category", row=1, col=col)
         fig.update_yaxes(type="category", autorange="reversed", row=1, col=col)
-    _layout(fig, height=140 + 16 * len(pairs), legend=False)
+    _layout(fig, height=150 + 24 * len(agents), legend=False)
     _subplot_titles(fig)
-    return panels(fig, 100_000)  # always one panel under the other: the pair names take the width
+    return panels(fig, 100_000)  # always one panel under the other: the agents' names take the width

@@ -12,6 +12,7 @@ from analysis.names import in_module_order
 from .base import (agent_axis, agent_colors, agent_names, agent_ticks, decade_text, decades, eps_label, label,
                    labels, LAMBDA_FLOOR, lambda_top, _layout, _log_or_linear, NEUTRAL, OVERLAP_COLORS, pct,
                    SHARED_COLOR, short_labels, _subplot_titles, tick_label, UNIQUE_COLOR, UNIQUE_TEXT)
+from .layout import panels
 
 
 def density_bars(df: pd.DataFrame, agents: list[str]) -> go.Figure:
@@ -137,7 +138,7 @@ def layer_module_heatmaps(df: pd.DataFrame, agents: list[str], value: str = "den
     _subplot_titles(fig, max(t.count("<br>") + 1 for t in heads.values()))
     bar = dict(title=dict(text=colorbar + (" (log)" if log else ""), side="top"), thickness=12, **bar_ticks)
     fig.update_layout(coloraxis=dict(colorscale="Viridis", cmin=zmin, cmax=zmax, colorbar=bar))
-    return _layout(fig, height=360, legend=False, margin=fig.layout.margin)
+    return panels(_layout(fig, height=360, legend=False, margin=fig.layout.margin), 160)
 
 
 def unique_share_lines(df: pd.DataFrame, agents: list[str], log: bool = False) -> go.Figure:
@@ -243,4 +244,4 @@ def norms_conflicts(df: pd.DataFrame, agents: list[str]) -> go.Figure:
     agent_axis(fig, agents, narrow=True)
     _layout(fig, height=380)
     _subplot_titles(fig, 2)
-    return fig
+    return panels(fig, 260)
