@@ -16,11 +16,60 @@ if str(ROOT) not in sys.path:
 import pandas as pd  # noqa: E402
 import streamlit as st  # noqa: E402
 
-from app import charts, viewport  # noqa: E402
+from app import charts, frames, viewport  # noqa: E402
+from app.tables import TABLE_CSS, show_table  # noqa: E402
 from tests.chart_cases import EPS, cases, long_named_result  # noqa: E402
 
 st.set_page_config(page_title="Chart gallery", layout="wide")
-st.html(f"<style>{viewport.CSS}</style>")
+st.html(f"<style>{TABLE_CSS}{viewport.CSS}</style>")
+
+
+def tables_of(res) -> dict:
+    """The analysis tables the pages' table frames are built from."""
+    from analysis import agreement, tables
+
+    a = {"eps": EPS, "r": 0.1, "alpha": 2.0, "rule": "clip", "rho_scope": "global"}
+    return {"lam": tables.lambda_table(res, EPS, 0.1, 2.0, "clip", "global"),
+            "uvc": tables.unique_vs_chance(res, EPS), "pv": tables.precision_view(res, EPS),
+            "ag": agreement.agent_agreement(res, EPS),
+            "tensor": tables.rho_lambda_by(res, EPS, "tensor", 0.1, 2.0, "clip", "global"),
+            "cmp": tables.compare_settings(res, a, {**a, "eps": 1e-3, "r": 0.3})}
+
+
+def every_table(res) -> None:
+    """Every table the pages draw, built by their own frame functions (app/frames.py, app/sweep_results.py)."""
+    from analysis import paper
+    from app.sweep_results import entries_frame
+    from evaluation.sweep import Entry
+    from merging.reading.checkpoint import open_checkpoint
+    from merging.reading.compat import ModelHeaders, check_compatibility
+
+    t = tables_of(res)
+    st.header("Tables")
+    show_table(frames.precision_frame(t["pv"], charts.short_labels(list(res.agents))))
+    show_table(frames.agreement_frame(t["ag"]))
+    show_table(frames.rho_frame(t["lam"], t["uvc"]))
+    if any(paper.paper_role(a) for a in res.agents):
+        shown, formats = frames.paper_frame(paper.paper_comparison(res))
+        show_table(shown, config=formats)
+    shown, formats = frames.tensor_frame(t["tensor"])
+    show_table(shown, config=formats, height=360)
+    st.table(frames.compare_frame(t["cmp"]))
+    heads = []
+    for ref in res.refs:
+        with open_checkpoint(ref, download=False) as ckpt:
+            heads.append(ModelHeaders.from_checkpoint(ckpt))
+    show_table(frames.models_frame(check_compatibility(heads[0], heads[1:]).models_frame(), list(res.refs)))
+    show_table(frames.lambdas_frame(t["lam"][["agent", "shared", "unique", "rho", "lambda"]].to_dict("records")))
+    entries = [Entry("candidate", f"ram_plus eps=1e-05 r={r} alpha=2.0 rho_scope=global", split, "ram_plus",
+                     scores={"code": 40.0 + r, "tool": 50.0, "memory": 45.5}, average=45.17 + r, merge_s=0.8,
+                     eval_s=12.5, average_stderr=1.6, selected=r == 0.2, best=r == 0.2, within_noise=True)
+               for r in (0.1, 0.2) for split in ("validation", "test")]
+    entries += [Entry("reference", a, "test", scores={"code": 30.0, "tool": 40.0, "memory": 35.0}, average=35.0,
+                      average_stderr=1.5) for a in res.agents]
+    every = entries_frame(entries)
+    show_table(every.style.format(precision=2, subset=[c for c in every.columns if c not in
+                                                        ("candidate", "split", "chosen", "≈ best", "note")]))
 
 
 @st.cache_resource(show_spinner=False)
@@ -53,10 +102,11 @@ while i < len(items):
         i += 2
         continue
     if share == 0.6:  # λ(ρ) beside the λ_t table, as Tune draws it
-        (left, right), shares = charts.beside([2, 3], [260, charts.PAIR_PX])
-        left.dataframe(data, hide_index=True)
+        (left, right), shares = charts.beside([2, 3], [300, charts.PAIR_PX])
+        left.table(frames.lambda_rows(tables_of(res)["lam"]))
         with right:
             charts.show(fig, data, f"The {title.lower()}.", name, title=title, params=params, width=shares[1])
     else:
         charts.show(fig, data, f"The {title.lower()} of {n} agents.", name, title=title, params=params)
     i += 1
+every_table(res)
