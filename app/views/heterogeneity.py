@@ -33,16 +33,15 @@ def pair():
     return left, right, share
 
 
-top = st.columns([3, 1.2, 1.8], vertical_alignment="bottom")
-eps = top[0].select_slider("ε: an element counts as changed when |τ| > ε", options=list(res.ladder),
-                           value=state.DEFAULT_EPS if state.DEFAULT_EPS in res.ladder else res.ladder[0],
-                           format_func=charts.eps_label, key="het_eps")
-top[0].caption(f"{len(agents)} agents · {state.fmt_count(res.total_params)} parameters · "
-               + ("statistics from the cache" if res.from_cache else f"analysed in {res.seconds:.1f} s"))
-log_small = top[1].toggle("log scale for shares", key="het_log",
-                          help="Draw unique shares (against chance, per layer) on a log axis: a 0.5 % share next to "
-                               "a 40 % one stays readable. Off: a linear axis zoomed to the data.")
-buttons = top[2].container(horizontal=True, horizontal_alignment="right")
+# The controls keep their own widths and wrap onto another line when the page is narrow (never cut labels).
+top = st.container(horizontal=True, vertical_alignment="bottom", wrap=True)
+eps = top.select_slider("ε: an element counts as changed when |τ| > ε", options=list(res.ladder),
+                        value=state.DEFAULT_EPS if state.DEFAULT_EPS in res.ladder else res.ladder[0],
+                        format_func=charts.eps_label, key="het_eps", width=320)
+log_small = top.toggle("log scale for shares", key="het_log",
+                       help="Draw unique shares (against chance, per layer) on a log axis: a 0.5 % share next to "
+                            "a 40 % one stays readable. Off: a linear axis zoomed to the data.")
+buttons = top.container(horizontal=True, horizontal_alignment="right", width="content")
 buttons.download_button("All data", csv_bytes(res.frame), "analysis_statistics.csv", "text/csv",
                         key="csv_all_stats", icon=":material/download:",
                         help="Every statistic of the pass: one row per agent × tensor × ε (CSV).")
@@ -55,6 +54,8 @@ if buttons.button("Re-run", icon=":material/refresh:", help="Forget the cached r
                   key="het_rerun"):
     state.forget_analysis(sel)
     st.rerun()
+st.caption(f"{len(agents)} agents · {state.fmt_count(res.total_params)} parameters · "
+           + ("statistics from the cache" if res.from_cache else f"analysed in {res.seconds:.1f} s"))
 
 base_params = {"eps": eps, "agents": agents}
 
@@ -265,13 +266,13 @@ with state.guard("Drawing the charts"):
     st.caption(f"ρ_t over the whole model at ε = {charts.eps_label(eps)} (the paper's global scope); λ_t with Tune's "
                f"{state.rule_text(p)}. Below, the same counts per layer, module or "
                "tensor: where an agent's overlap is high or low.")
-    c = st.columns([2.2, 1.2, 1.6, 1], vertical_alignment="bottom")
-    by = c[0].segmented_control("Group by", list(tables.GROUPINGS), default="layer", key="het_rho_by") or "layer"
-    what = c[1].segmented_control("Show", ["ρ", "λ"], default="ρ", key="het_rho_what") or "ρ"
-    scope = c[2].segmented_control("λ scope", ["global", "tensor"], default=p["rho_scope"], key="het_rho_scope",
+    c = st.container(horizontal=True, vertical_alignment="bottom", wrap=True)
+    by = c.segmented_control("Group by", list(tables.GROUPINGS), default="layer", key="het_rho_by") or "layer"
+    what = c.segmented_control("Show", ["ρ", "λ"], default="ρ", key="het_rho_what") or "ρ"
+    scope = c.segmented_control("λ scope", ["global", "tensor"], default=p["rho_scope"], key="het_rho_scope",
                                    help="global: one λ_t per agent (paper). tensor: λ from each tensor's own ρ "
                                         "(mergekit ramplus_tl), averaged over the group's unique elements.") or "global"
-    log_r = c[3].toggle("log ρ", value=True, key="het_rho_log", disabled=what == "λ",
+    log_r = c.toggle("log ρ", value=True, key="het_rho_log", disabled=what == "λ",
                         help="ρ spans decades: draw it on a log scale (labelled at 0.1, 1, 10 …). λ is always linear, "
                              "from 1 (a unique update kept as it is).") and what == "ρ"
     grouped = tables.rho_lambda_by(res, eps, by, p["r"], p["alpha"], p["rule"], scope, tower)
