@@ -95,8 +95,9 @@ def lambda_rows(lam: pd.DataFrame) -> pd.DataFrame:
         ("ρ_t (whole model)" if tensor else "ρ_t"): lam["rho"].map(fmt_rho),
     })
     if tensor:  # what tensor scope uses: each tensor's own ρ
-        out["ρ per tensor: median (range)"] = [f"{fmt_rho(m)} ({fmt_rho(a)}–{fmt_rho(b)})" for m, a, b in
-                                               zip(lam["rho_tensor_median"], lam["rho_tensor_min"], lam["rho_tensor_max"])]
+        out["ρ per tensor: median (range)"] = [
+            f"{fmt_rho(m)} ({fmt_rho(a)}–{fmt_rho(b)})"
+            for m, a, b in zip(lam["rho_tensor_median"], lam["rho_tensor_min"], lam["rho_tensor_max"])]
         out["λ_t (mean)"] = lam["lambda"].map(lambda v: f"{v:.4f}")
         out["λ range (tensors)"] = [f"{a:.3f}–{b:.3f}" for a, b in zip(lam["lambda_min"], lam["lambda_max"])]
     else:

@@ -121,6 +121,8 @@ def tick_label(text: str, line: int = TICK_LINE) -> str:
     if len(text) <= line:
         return label(text)
     cuts = [i + 1 for i, ch in enumerate(text) if ch in "-_ ./…" and 0 < i < len(text) - 1]
+    if " " in text.strip():  # words: break between them only, never inside a number such as 1e-5
+        cuts = [i + 1 for i, ch in enumerate(text) if ch == " " and 0 < i < len(text) - 1]
     if not cuts:
         return label(text)
     cut = min(cuts, key=lambda i: abs(i - len(text) / 2))

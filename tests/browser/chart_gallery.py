@@ -1,8 +1,9 @@
 """A Streamlit page of its own for the browser layout test (`streamlit run tests/browser/chart_gallery.py`): every
-chart builder of the app on a real analysis of `?n=` agents named like the paper's (tests/chart_cases.py), drawn
-by `charts.show` in the places the app's pages give them (pairs side by side or stacked, λ(ρ) beside its table),
-and every table the app shows, by the app's own table code (app/tables.py), with the same sidebar and page style
-as app/main.py — so a window width gives each chart and table the width it gets in the app."""
+chart builder of the app on a real analysis of `?n=` agents named like the paper's (tests/chart_cases.py; the
+Sweep page's, the toy's and the structure charts on synthetic frames, tests/browser/gallery_cases.py), drawn by
+`charts.show` in the places the app's pages give them (pairs side by side or stacked, λ(ρ) beside its table), and
+every table the app shows, by the app's own table code (app/frames.py, app/tables.py), with the same sidebar and
+page style as app/main.py — so a window width gives each chart and table the width it gets in the app."""
 from __future__ import annotations
 
 import sys
@@ -18,6 +19,7 @@ import streamlit as st  # noqa: E402
 
 from app import charts, frames, viewport  # noqa: E402
 from app.tables import TABLE_CSS, show_table  # noqa: E402
+from tests.browser.gallery_cases import extra_cases  # noqa: E402
 from tests.chart_cases import EPS, cases, long_named_result  # noqa: E402
 
 st.set_page_config(page_title="Chart gallery", layout="wide")
@@ -109,4 +111,6 @@ while i < len(items):
     else:
         charts.show(fig, data, f"The {title.lower()} of {n} agents.", name, title=title, params=params)
     i += 1
+for name, (fig, title) in extra_cases(agents).items():
+    charts.show(fig, data, f"The {title.lower()}.", name, title=title, params=params)
 every_table(res)

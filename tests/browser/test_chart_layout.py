@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 GALLERY = Path(__file__).with_name("chart_gallery.py")
 WIDTHS = (1000, 1280, 1400, 1920)
+CHARTS = 29  # tests/chart_cases.py's 21 and tests/browser/gallery_cases.py's 8
 SIDEBAR_AND_PADDING = 460  # the window less the main column's content: sidebar 300 px, padding 2 × 80 px
 
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -95,7 +96,7 @@ def laid_out_for(pg, width: int) -> int:
         pg.wait_for_timeout(250)
     else:
         raise AssertionError(f"the page did not measure a {width} px window: {caption.inner_text()!r}")
-    pg.wait_for_function("document.querySelectorAll('[data-testid=stPlotlyChart] .main-svg').length >= 21 && "
+    pg.wait_for_function(f"document.querySelectorAll('[data-testid=stPlotlyChart] .main-svg').length >= {CHARTS} && "
                          "document.querySelectorAll('[data-testid=stDataFrame]').length >= 7", timeout=240_000)
     settle(pg)
     return int(caption.inner_text().split()[2])
