@@ -20,10 +20,15 @@ TABLE_CSS = ("[data-testid='stDataFrame'] .dvn-scroller,[data-testid='stTable']>
 
 
 def path_end(text: object, limit: int = PATH_CHARS) -> str:
-    """`text` (escaped) shortened to `limit` characters at its start: '…/runs/ReasonFlux-Coder-7B'. The one way
-    the app shortens a path or an id, wherever it shows one."""
+    """`text` (escaped) shortened to at most `limit` characters at its start, from a `/` where one leaves the
+    last folder's name whole: '…/runs/ReasonFlux-Coder-7B'. The one way the app shortens a path or an id,
+    wherever it shows one."""
     s = printable(text)
-    return s if len(s) <= limit else "…" + s[len(s) - limit + 1:]
+    if len(s) <= limit:
+        return s
+    tail = s[len(s) - limit + 1:]
+    cut = tail.find("/")  # the earliest separator: the longest tail that starts at one
+    return "…" + (tail[cut:] if 0 <= cut < len(tail) - 1 else tail)
 
 
 def _px(values, header: str) -> int:

@@ -25,7 +25,7 @@ def bars(names: list[str], legend: list[str] | None = None, text: bool = True) -
 def test_tick_labels_are_level_then_on_two_lines_then_tilted():
     names = ["ReasonFlux-Coder", "Qwen2.5…grpo-cold", "RL-MemoryAgent"]
     assert layout.tick_plan(names, 200)[1] == 0 and "<br>" not in "".join(layout.tick_plan(names, 200)[0])
-    two, angle, _ = layout.tick_plan(names, 80)
+    two, angle, _ = layout.tick_plan(names, 100)
     assert angle == 0 and all("<br>" in t for t in two)
     assert layout.tick_plan(names, 40)[1] == -45 and layout.tick_plan(names, 12)[1] == -90
     # a label with words breaks between words, never inside a number such as 1e-5
@@ -77,7 +77,8 @@ def test_value_labels_are_readable_or_left_to_the_hover():
 
 def test_text_widths_are_upper_estimates():
     assert layout.text_px("ReasonFlux-<br>Coder-7B") == layout.text_px("ReasonFlux-")
-    assert layout.text_px("&lt;b&gt;") == layout.text_px("<b>")  # entities are the characters they show
+    assert layout.text_px("a &amp; b") == layout.text_px("a & b")  # entities are the characters they show
+    assert layout.text_px("<b>bold</b>") == layout.text_px("bold")  # tags take no room
     assert layout.text_px("MMMM") > layout.text_px("iiii")
 
 
