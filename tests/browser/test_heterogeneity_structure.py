@@ -208,8 +208,8 @@ def test_structure_charts_stay_readable_with_long_names(browser, families, tmp_p
                                     "Which agents changed each expert", 1.0)}
     sub = charts.subtitle_of({"eps": EPS, "agents": list(moe.agents)})
     for scheme in ("light", "dark"):
-        figures = {name: (charts.styled(fig, title, sub, kind=scheme, width=width), width)
-                   for name, (fig, title, width) in cases.items()}
+        figures = {name: (charts.styled(fig, title, sub, kind=scheme, px=charts.PAGE_WIDTH), 1.0)  # 1000 px window
+                   for name, (fig, title, _width) in cases.items()}
         boxes = render(browser, figures, ARTIFACTS / f"structure-charts-{n}-agents-{scheme}.html", scheme)
         assert len(boxes) == len(figures)
         problems = {m["id"]: check(m) for m in boxes}

@@ -1,0 +1,60 @@
+"""How wide the page's main column is, in px: measured in the browser by a tiny component (a ResizeObserver on
+Streamlit's main block, reported when it changes by more than a step), kept for the session, so charts and pairs of
+charts are laid out for the width they get (`app.charts.layout`). Until the browser has said (the session's first
+run, or no browser at all), the narrowest supported layout is assumed: a 1000 px window with the sidebar open —
+a layout made for it stays readable when drawn wider."""
+from __future__ import annotations
+
+import streamlit as st
+
+FALLBACK_PX = 540  # the main column's content width in a 1000 px window with the sidebar open
+MIN_PX, MAX_PX = 280, 4000  # a reported width is clamped to this range (a value from the browser: untrusted)
+STEP_PX = 16  # a change smaller than this is not reported (no rerun for a scrollbar appearing)
+KEY = "_viewport"  # the component's key
+WIDTH_KEY = "_content_px"  # the last width the browser reported, kept when the component's state is not
+CSS = f".st-key-{KEY}{{display:none}}"  # the component draws nothing; its element takes no room either
+
+_JS = """
+export default function(component) {
+  const { setStateValue, data } = component;
+  const main = document.querySelector('[data-testid="stMainBlockContainer"]');
+  if (!main) return;
+  const known = data && data.known;
+  let timer = null;
+  const measure = () => {
+    const cs = getComputedStyle(main);
+    const w = Math.round(main.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight));
+    if (w > 0 && (!known || Math.abs(w - known) >= data.step)) setStateValue('width', w);
+  };
+  const observer = new ResizeObserver(() => { clearTimeout(timer); timer = setTimeout(measure, 150); });
+  observer.observe(main);
+  measure();
+  return () => { observer.disconnect(); clearTimeout(timer); };
+}
+"""
+
+
+@st.cache_resource(show_spinner=False)
+def _component():
+    """The measuring component, registered once per server (inline JavaScript, nothing fetched)."""
+    return st.components.v2.component("ram_studio_viewport", js=_JS)
+
+
+def measure() -> None:
+    """Mount the measuring component (once per run, from app/main.py, hidden) and keep what it reported."""
+    known = st.session_state.get(WIDTH_KEY)
+    result = _component()(key=KEY, data={"known": known, "step": STEP_PX}, on_width_change=lambda: None)
+    width = getattr(result, "width", None) if result is not None else None
+    if isinstance(width, (int, float)) and width == width:
+        st.session_state[WIDTH_KEY] = int(min(MAX_PX, max(MIN_PX, width)))
+
+
+def content_width() -> int:
+    """The main column's content width (px): measured, else FALLBACK_PX."""
+    width = st.session_state.get(WIDTH_KEY)
+    return int(width) if isinstance(width, int) else FALLBACK_PX
+
+
+def measured() -> bool:
+    """Whether the browser has reported the width in this session."""
+    return isinstance(st.session_state.get(WIDTH_KEY), int)
