@@ -740,7 +740,7 @@ def test_rho_views_per_layer_module_and_tensor(env):
     assert figure(at, "chart_lambda_by_layer_module").data[0].type == "heatmap"
     at.segmented_control(key="het_rho_by").set_value("tensor").run()
     no_problems(at)
-    per_tensor = next(df.value for df in at.dataframe if "tensor" in df.value.columns and "rho" in df.value.columns)
+    per_tensor = next(df.value for df in at.dataframe if "tensor" in df.value.columns and "ρ" in df.value.columns)
     assert len(per_tensor) == res.frame[res.frame["eps"] == 1e-5].shape[0]
     # the norms / sign-conflict chart and the unique-vs-chance chart are drawn, with the chance marker
     # (a long legend entry wraps onto two lines: compare the names as one line)
@@ -1314,7 +1314,14 @@ def test_tables_fit_tensor_scope_lambda_table_and_show_path_ends(env, tmp_path):
     assert wide and list(wide[0].value.columns)[-1] == "λ range (tensors)"
     assert not any("λ range (tensors)" in t.value.columns for col in at.columns for t in col.table)
     at.radio(key="tune_scope").set_value("global").run()
-    assert any("λ_t" in t.value.columns for col in at.columns for t in col.table)  # global: beside the chart
+    # global: above λ(ρ) in the narrowest window (no width measured yet), beside it when the column has room
+    assert not any("λ_t" in t.value.columns for col in at.columns for t in col.table)
+    assert any("λ_t" in t.value.columns for t in at.table)
+    from app.viewport import WIDTH_KEY
+
+    at.session_state[WIDTH_KEY] = 1200  # what the page's browser component reports in a wide window
+    at.run()
+    assert any("λ_t" in t.value.columns for col in at.columns for t in col.table)
 
     deep = tmp_path / "checkpoints" / "qwen" / "runs" / "2026-11-24-with-a-long-run-name"
     folders = {k: shutil.copytree(BUNDLED_DEMO_ROOT / k, deep / v) for k, v in
@@ -1325,8 +1332,11 @@ def test_tables_fit_tensor_scope_lambda_table_and_show_path_ends(env, tmp_path):
     no_problems(at)
     models = next(d for d in at.dataframe if "source" in d.value.columns)
     sources = list(models.value["source"])
-    assert all(s.startswith("…") and len(s) == 60 for s in sources)
+    from app.tables import PATH_CHARS
+
+    # by its end, cut at a "/" so the last folder's name stays whole
+    assert all(s.startswith("…/") and len(s) <= PATH_CHARS for s in sources)
     assert [s.rsplit("/", 1)[-1] for s in sources] == ["Qwen2.5-7B-Instruct", "ReasonFlux-Coder-7B",
                                                        "Qwen2.5-7B-Instruct-ToolRL-grpo-cold"]
     config = json.loads(models.proto.columns)
-    assert config["source"]["width"] >= 28 + 7.5 * 60
+    assert config["source"]["width"] >= 28 + 7.5 * max(len(s) for s in sources)
