@@ -107,14 +107,19 @@ def _shoot(pg, name: str, width: int) -> None:
     pg.set_viewport_size({"width": width, "height": 900})
 
 
+# A title's text as read: its lines (a title wraps to the chart's width) joined by a space.
+TITLE_TEXT = ("g => g.querySelectorAll('tspan.line').length ? "
+              "[...g.querySelectorAll('tspan.line')].map(t => t.textContent).join(' ') : g.textContent")
+
+
 def _chart_titles(pg) -> list[str]:
-    return pg.evaluate("[...document.querySelectorAll('[data-testid=stPlotlyChart] .gtitle')].map(e => e.textContent)")
+    return pg.evaluate(f"[...document.querySelectorAll('[data-testid=stPlotlyChart] .gtitle')].map({TITLE_TEXT})")
 
 
 def _chart(pg, title: str):
     """The chart whose title holds `title` (the last one, when several do)."""
     index = pg.evaluate("t => [...document.querySelectorAll('[data-testid=stPlotlyChart]')].map((c, i) => "
-                        "[...c.querySelectorAll('.gtitle')].some(g => g.textContent.includes(t)) ? i : -1)"
+                        f"[...c.querySelectorAll('.gtitle')].some(g => ({TITLE_TEXT})(g).includes(t)) ? i : -1)"
                         ".filter(i => i >= 0).pop()", title)
     assert index is not None, title
     return pg.locator('[data-testid="stPlotlyChart"]').nth(index)
@@ -162,7 +167,7 @@ def test_vision_language_set(browser, server, scheme):
         _shoot(pg, f"heterogeneity-vl-{scheme}-{width}", width)
         # the per-layer views switch to the vision tower: its own blocks and kinds, never mixed with the language's
         pg.locator('[data-testid="stButtonGroup"]').filter(has_text="vision").get_by_text("vision", exact=True).click()
-        pg.wait_for_function("[...document.querySelectorAll('.gtitle')].some(t => t.textContent.includes("
+        pg.wait_for_function(f"[...document.querySelectorAll('.gtitle')].some(g => ({TITLE_TEXT})(g).includes("
                              "'density per layer × module (vision tower)'))", timeout=120_000)
         _settle(pg)
         heat = _chart(pg, "density per layer × module (vision tower)")
