@@ -14,17 +14,26 @@ KEY = "_viewport"  # the component's key
 WIDTH_KEY = "_content_px"  # the last width the browser reported, kept when the component's state is not
 CSS = f".st-key-{KEY}{{display:none}}"  # the component draws nothing; its element takes no room either
 
+# The last width sent is kept on the window for 10 s, shared by every mount of the component in this tab: a run that
+# began before the server knew the width mounts it again with `known` empty, and the page's height changing as its
+# charts draw fires the observer — without this, each would send the same width again and restart the page's run
+# (and a report sent just after a click on another page's link brings the old page back). After 10 s a server that
+# still does not know (a new session in the same tab) is told again.
 _JS = """
 export default function(component) {
   const { setStateValue, data } = component;
   const main = document.querySelector('[data-testid="stMainBlockContainer"]');
   if (!main) return;
-  const known = data && data.known;
   let timer = null;
   const measure = () => {
     const cs = getComputedStyle(main);
     const w = Math.round(main.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight));
-    if (w > 0 && (!known || Math.abs(w - known) >= data.step)) setStateValue('width', w);
+    const sent = window.__ramStudioWidth;
+    const known = (data && data.known) || (sent && Date.now() - sent.at < 10000 ? sent.w : null);
+    if (w > 0 && (!known || Math.abs(w - known) >= data.step)) {
+      window.__ramStudioWidth = { w: w, at: Date.now() };
+      setStateValue('width', w);
+    }
   };
   const observer = new ResizeObserver(() => { clearTimeout(timer); timer = setTimeout(measure, 150); });
   observer.observe(main);

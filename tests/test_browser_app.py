@@ -125,6 +125,9 @@ def goto(pg, server, title: str) -> None:
     if not pg.url.startswith(server["url"]):
         pg.goto(server["url"])
         pg.wait_for_selector('[data-testid="stAppViewContainer"]')
+        # the root forwards to Heterogeneity: a link clicked before the forward lands would be overtaken by it
+        pg.wait_for_url(lambda u: u.split("?")[0].rstrip("/").endswith("/heterogeneity"))
+        pg.get_by_role("heading", name="Heterogeneity", level=1).wait_for()
     link = pg.locator('[data-testid="stSidebarNav"] a').filter(has_text=title).first
     try:
         link.wait_for(timeout=15_000)
@@ -471,7 +474,8 @@ def test_a_reload_keeps_the_models_the_analysis_and_the_merge(page, server):
     settle(page)
     sidebar.locator("code").nth(2).wait_for()
     assert sidebar.locator("code").all_inner_texts() == ["base", "memory", "code"]
-    assert page.locator('[data-testid="stPlotlyChart"]').count() >= 5
+    # the sidebar is drawn first; the page's charts follow when its run reaches them
+    page.locator('[data-testid="stPlotlyChart"]').nth(4).wait_for(timeout=120_000)
 
     out = server["tmp"] / "merged" / "reload-merge"
     goto(page, server, "Merge & export")
