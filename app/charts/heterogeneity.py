@@ -71,7 +71,8 @@ def unique_vs_chance_bars(df: pd.DataFrame, agents: list[str], log: bool = False
     xs, full = agent_ticks(agents), labels(agents)
     fig = go.Figure(go.Bar(x=xs, y=100 * d["unique_share"], name="measured", customdata=full,
                            marker_color=[colors[a] for a in agents],
-                           text=[pct(v) for v in d["unique_share"]], textposition="outside", cliponaxis=False,
+                           # inside, at the bar's foot: above its top a chance marker may stand on the label
+                           text=[pct(v) for v in d["unique_share"]], textposition="inside", insidetextanchor="start",
                            hovertemplate="%{customdata}: %{y:.3g}% of its changed elements are unique<extra></extra>"))
     fig.add_scatter(x=xs, y=100 * d["chance_unique_share"], mode="markers", customdata=full,
                     name="chance (independent masks)",

@@ -331,7 +331,7 @@ def fit_texts(fig: go.Figure, width: float, legend: str) -> None:
                 continue
             inside = t.type == "bar" and t.textposition == "inside"
             if inside:  # stacked segments: plotly fits the text to the segment; uniformtext hides a tiny one
-                t.update(textfont=dict(size=LABEL_FONT), insidetextanchor="middle")
+                t.update(textfont=dict(size=LABEL_FONT), insidetextanchor=t.insidetextanchor or "middle")
                 continue
             slot = span / len(cats) / (_bars_per_slot(fig, xk) if t.type == "bar" else 1)
             pick = None

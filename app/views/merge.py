@@ -15,6 +15,7 @@ from app.forms import (DTYPE_KEY, DTYPES, METHOD_KEY, OUT_CUSTOM, POLICY_KEY, PR
 from app.hub_push import push_form
 from app.mergekit_panel import mergekit_panel
 from app.markup import md, md_code
+from app.viewport import content_width
 from app.tables import path_end, show_table
 from merging.reading.compat import POLICIES, POLICY_HELP
 from merging.reading.vocab import VOCAB_CHOICES, VOCAB_HELP
@@ -325,7 +326,9 @@ def _typed_out() -> None:
     st.session_state[OUT_CUSTOM] = typed if typed and typed != suggested else None
 
 
-c = st.columns([4.2, 1.2, 1.2, 1.2], vertical_alignment="bottom")
+# the folder beside the three choices when each choice gets ~130 px (its label and value whole), else on a row above
+c = (st.columns([4.2, 1.2, 1.2, 1.2], vertical_alignment="bottom") if content_width() >= 900 else
+     [st.container(), *st.columns(3, vertical_alignment="bottom")])
 out = c[0].text_input("Output folder", key=OUT_KEY, on_change=_typed_out, disabled=mine_running,
                       help="Created if missing; must be empty unless you allow overwriting. The suggestion is "
                            f"./{DEFAULT_ROOT}/<base>-<method>-<hash of the settings>: one folder per distinct merge, "
