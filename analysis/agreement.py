@@ -59,13 +59,7 @@ def _cosine(dot, sq_a, sq_b):
 def _pair_sums(result: AnalysisResult, eps: float, keys: list[str]) -> pd.DataFrame:
     """Pair sums at ε per (a, b, *keys), with the expected number of elements both changed under independent
     masks of each tensor's own densities (summed over the group's tensors)."""
-    pr = with_parts(_rows(result.pairs, eps, "pairs"))
-    ag = _rows(result.frame, eps, "agents")
-    per_tensor = ag.set_index(["tensor", "agent"])["changed"]
-    numel = pr["numel"].to_numpy(dtype=float)
-    ca = per_tensor.reindex(list(zip(pr["tensor"], pr["a"]))).to_numpy(dtype=float)
-    cb = per_tensor.reindex(list(zip(pr["tensor"], pr["b"]))).to_numpy(dtype=float)
-    pr = pr.assign(expected_both_tensor=np.nan_to_num(_ratio(ca * cb, numel)))
+    pr = with_parts(_rows(result.pairs, eps, "pairs"))  # expected_both_tensor: summed over each row's tensors
     cols = ["both_changed", "same_sign", "dot", "sq_a", "sq_b", "expected_both_tensor"]
     return pr.groupby(["a", "b", *keys], sort=False, observed=True)[cols].sum().reset_index()
 

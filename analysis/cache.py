@@ -1,7 +1,7 @@
 """On-disk cache of analysis results, keyed by a fingerprint of the inputs.
 
-Entries are JSON (never pickle), written to a temporary file and renamed, so two app sessions may
-write the same entry at once; an unreadable or inconsistent entry is ignored and rebuilt (replaced by the
+Entries are a JSON header and raw numeric columns (analysis/cache_format.py; never pickle), written to a
+temporary file and renamed, so two app sessions may write the same entry at once; an unreadable or inconsistent entry is ignored and rebuilt (replaced by the
 new entry, never deleted on its own). The cache folder may not be, contain or lie inside an input (compared by
 identity, like every output), checked when an analysis starts and again before its entry is written; entries
 are read (bounded, regular files only) and written by name through the folder handle opened at the check
@@ -11,7 +11,6 @@ when it is provably ours: named by our pattern, written on this host by a proces
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import socket
@@ -20,12 +19,13 @@ from pathlib import Path
 
 from merging.reading.checkpoint import Checkpoint
 from merging.common.errors import RamStudioError
-from merging.common.untrusted import loads_json
 from merging.writing.checked_output import CheckedFolder
 
 _TMP = re.compile(r"\.(?P<key>[0-9a-f]{32})\.(?P<host>[A-Za-z0-9._-]{1,64})\.(?P<pid>\d{1,10})\.[0-9a-f]{8}\.tmp")
-CACHE_VERSION = 4  # 2: shared-region diagnostics; 3: tower, expert and role columns; 4: precision statistics
-MAX_ENTRY_BYTES = 1 << 30  # an analysis of a large model keeps a row per tensor × ε × agent: up to ~100s of MB
+CACHE_VERSION = 5  # 2: shared-region diagnostics; 3: tower, expert and role columns; 4: precision statistics;
+# 5: columnar entries, per-tensor chance columns, rows per group of tensors for models of very many tensors
+MAX_ENTRY_BYTES = 1 << 30  # a row per unit × ε × agent (or pair): ~100 MB for 20,000 tensors
+SUFFIX = ".stats"
 HINT = ("Point RAM_STUDIO_CACHE at a folder outside every model folder (or unset it), or analyse without the cache "
         "(--no-cache).")
 
@@ -60,27 +60,31 @@ def fingerprint(base: Checkpoint, agents: list[Checkpoint], ladder: tuple[float,
 
 
 def load(key: str, folder: CheckedFolder | None = None) -> dict | None:
-    """The cached payload for `key`, or None when absent or damaged (a damaged entry is replaced by the next
-    `save`). Without `folder`, the cache folder is opened with no inputs to compare (reading only)."""
+    """The cached payload for `key` ({"meta", "tables", "arrays"}), or None when absent or damaged (a damaged
+    entry is replaced by the next `save`). Without `folder`, the cache folder is opened with no inputs to compare
+    (reading only)."""
+    from .cache_format import decode
+
     try:
         folder = folder or CheckedFolder(cache_dir(), [], "analysis cache folder", HINT, create=False)
-        data = folder.read(f"{key}.json", MAX_ENTRY_BYTES)
+        data = folder.read(f"{key}{SUFFIX}", MAX_ENTRY_BYTES)
         if data is None:
             return None
-        payload = loads_json(data.decode("utf-8"))
-        if payload.get("version") != CACHE_VERSION or payload.get("key") != key:
+        meta, tables, arrays = decode(data)
+        if meta.get("version") != CACHE_VERSION or meta.get("key") != key or set(tables) != {"frame", "pairs"}:
             raise ValueError("stale entry")
-        return payload
-    except (OSError, ValueError, AttributeError, UnicodeDecodeError, RamStudioError):
+        return {"meta": meta, "tables": tables, "arrays": arrays}
+    except (OSError, ValueError, AttributeError, UnicodeDecodeError, RamStudioError, TypeError, KeyError):
         return None
 
 
 def save(key: str, payload: dict, folder: CheckedFolder) -> None:
     """Atomically store `payload` under `key` in the checked cache folder (placement checked again first)."""
+    from .cache_format import encode
+
     remove_orphans(folder)
-    payload = {**payload, "version": CACHE_VERSION, "key": key}
-    folder.write(f"{key}.json", json.dumps(payload).encode(),
-                 tmp=f".{key}.{host_name()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    data = encode({**payload["meta"], "version": CACHE_VERSION, "key": key}, payload["tables"], payload["arrays"])
+    folder.write(f"{key}{SUFFIX}", data, tmp=f".{key}.{host_name()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
 
 
 def remove_orphans(folder: CheckedFolder) -> list[str]:

@@ -265,6 +265,8 @@ class JointHistogramAccumulator(OverlapAccumulator):
         # Only the joint states that occur are decoded (few in small tensors: a tensor of 30 elements has at most
         # 30 of the 18³ states of 3 agents); every sum is zero in the others.
         used = (counts.sum(0) != 0).nonzero().squeeze(1)
+        if not len(used):  # only empty tensors: one state, all zero
+            used = torch.zeros(1, dtype=torch.int64)
         counts, states = counts[:, used], len(used)
 
         def per(ind: torch.Tensor, *shape: int) -> torch.Tensor:  # (states, N, L, …) indicator → counts

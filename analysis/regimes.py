@@ -14,7 +14,7 @@ from .noise import beyond_noise, compare_text, plus_minus, unpaired_se
 RAM_METHODS = ("ram", "ram_plus")
 BASELINES = ("task_arithmetic", "average")
 LABELS = {"ram": "RAM", "ram_plus": "RAM+", "task_arithmetic": "task arithmetic", "average": "averaging",
-          "ties": "TIES", "dare_ta": "DARE+TA", "dare_ties": "DARE+TIES"}
+          "ties": "TIES", "dare_ta": "DARE+TA", "dare_ties": "DARE+TIES", "fisher": "Fisher merging"}
 
 
 @dataclass

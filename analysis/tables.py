@@ -75,16 +75,10 @@ def per_tensor_chance(result: AnalysisResult, eps: float) -> pd.Series:
     """Each agent's unique share if, tensor by tensor, the agents had changed independent random sets of that
     tensor's own densities: Σ_tensors changed·Π_{j≠i}(1 − d_j) / Σ changed. Next to the whole-model chance it
     separates structure (agents updating different tensors) from element-level avoidance or attraction."""
-    rows = _at(result, eps)
-    changed = rows.pivot_table(index="tensor", columns="agent", values="changed", aggfunc="sum", sort=False)
-    changed = changed.reindex(columns=result.agents).fillna(0.0)
-    numel = rows.groupby("tensor", sort=False)["numel"].first().reindex(changed.index).to_numpy(dtype=float)
-    c = changed.to_numpy(dtype=float)
-    d = np.divide(c, numel[:, None], out=np.zeros_like(c), where=numel[:, None] > 0)
-    out = {}
-    for i, agent in enumerate(result.agents):
-        keep = np.prod(np.delete(1.0 - d, i, axis=1), axis=1)
-        out[agent] = float((c[:, i] * keep).sum() / c[:, i].sum()) if c[:, i].sum() > 0 else 0.0
+    g = _at(result, eps).groupby("agent", sort=False)[["chance_unique_tensor", "changed"]].sum() \
+        .reindex(result.agents).fillna(0.0)
+    out = {a: float(ch / c) if c > 0 else 0.0
+           for a, ch, c in zip(result.agents, g["chance_unique_tensor"], g["changed"])}
     return pd.Series(out, name="chance_unique_share_tensor")
 
 
@@ -163,9 +157,11 @@ def rho_lambda_by(result: AnalysisResult, eps: float, by: str, r: float, alpha: 
     if scope == "global":
         lam = lambda_table(result, eps, r, alpha, rule, "global").set_index("agent")["lambda"]
         rows["lam_u"] = rows["agent"].map(lam) * rows["unique"]
-    else:
-        rows["lam_u"] = [lambda_for(int(s), int(u), r, alpha, rule) * int(u)
-                         for s, u in zip(rows["shared"], rows["unique"])]
+    else:  # each tensor's own λ (a group's row sums its tensors')
+        t = tensor_rows(result, eps)
+        t["lam_u"] = [lambda_for(int(s), int(u), r, alpha, rule) * int(u) for s, u in zip(t["shared"], t["unique"])]
+        per_unit = t.groupby(["unit", "agent"], sort=False)["lam_u"].sum()
+        rows["lam_u"] = per_unit.reindex(list(zip(rows["tensor"], rows["agent"]))).to_numpy()
     if tower is not None and "tower" in rows:
         rows = rows[rows["tower"] == tower]
     cols = ["shared", "unique", "changed", "numel", "sq_unique", "lam_u", "sign_conflicts"]
@@ -227,10 +223,32 @@ def eps_sensitivity(result: AnalysisResult) -> pd.DataFrame:
     return g.sort_values(["agent", "eps"]).reset_index(drop=True)
 
 
+def tensor_rows(result: AnalysisResult, eps: float) -> pd.DataFrame:
+    """Per tensor × agent at ε (tensor-major): shared and unique counts, and the unit (frame row label) it is in —
+    the tensor itself, or its group when the frame's rows are groups (from the result's per-tensor counts)."""
+    c = result.tensor_counts
+    if c is None:
+        rows = _at(result, eps)
+        return pd.DataFrame({"agent": rows["agent"].to_numpy(), "tensor": rows["tensor"].to_numpy(),
+                             "unit": rows["tensor"].to_numpy(), "shared": rows["shared"].to_numpy(),
+                             "unique": rows["unique"].to_numpy()})
+    j = list(result.ladder).index(eps)
+    labels = c.labels()
+    keep = pd.Series(labels).isin(set(result.frame["tensor"])).to_numpy()  # a tower's result keeps its units
+    T, n = int(keep.sum()), len(result.agents)
+    return pd.DataFrame({"agent": np.tile(np.asarray(result.agents, dtype=object), T),
+                         "tensor": np.repeat(np.asarray(c.names, dtype=object)[keep], n),
+                         "unit": np.repeat(labels[keep], n),
+                         "shared": c.shared[keep, :, j].reshape(-1), "unique": c.unique[keep, :, j].reshape(-1)})
+
+
 def rho_table(result: AnalysisResult, eps: float, scope: str = "global") -> pd.DataFrame:
     """ρ_t = shared_t / unique_t (Eq. 2) per agent (global) or per agent × tensor (tensor scope)."""
-    keys = ["agent"] if scope == "global" else ["agent", "tensor"]
-    g = _at(result, eps).groupby(keys, sort=False)[["shared", "unique"]].sum().reset_index()
+    if scope == "global":
+        g = _at(result, eps).groupby("agent", sort=False)[["shared", "unique"]].sum().reset_index()
+    else:
+        g = tensor_rows(result, eps)[["agent", "tensor", "shared", "unique"]]
+        g = g.groupby(["agent", "tensor"], sort=False)[["shared", "unique"]].sum().reset_index()
     g["rho"] = [rho(int(s), int(u)) for s, u in zip(g["shared"], g["unique"])]
     return g
 

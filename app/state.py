@@ -278,8 +278,13 @@ def _akey(sel: Selection) -> str:
 
 def cached_statistics(sel: Selection, spec) -> tuple[dict | None, dict | None]:
     """Whole-model counts for a merge's global ρ and the shared-region diagnostics for its card, from this
-    server's cached analysis of `sel`, if any."""
+    server's cached analysis of `sel`, else from the analysis cache on disk (what the CLI's merge reads: without
+    it, a merge started before any page showed the analysis ran a counting pass the CLI does not)."""
     res = cached_analysis(sel)
+    if res is None:
+        from analysis.stats import cached_result
+
+        res = cached_result(sel.base, list(sel.agents), getattr(spec, "on_mismatch", "error"), download=False)
     if res is None:
         return None, None
     from analysis.agreement import merge_statistics

@@ -20,7 +20,7 @@ import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -104,42 +104,43 @@ def publish(key: str, planned: list[PlannedTensor], tensors: Iterator[tuple[str,
     checked `folder`; an entry another writer published first is kept (and returned) instead."""
     remove_orphans(folder)
     path, side = _paths(key)
-    tmp = _tmp(key)
-    try:
-        with folder.create(tmp) as f:
-            f.write(encode_header(planned, {"format": "pt", "ram_studio": "diagonal fisher"}))
-            for plan, (name, t) in zip(planned, tensors):
-                if name != plan.name or tuple(t.shape) != plan.shape:
-                    raise RuntimeError(f"Fisher tensor {name} arrived out of plan")
-                if not bool(torch.isfinite(t).all()):
-                    raise RamStudioError(f"the Fisher of tensor {name!r} overflows float32 (NaN or Inf).",
-                                         "The agent's gradients are too large to square in float32; nothing was "
-                                         "written.")
-                f.write(t.to(torch.float32).contiguous().numpy().tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        _forget(folder, tmp)
-        raise
-    folder.publish(tmp, path.name)
+
+    def write_tensors(f) -> None:
+        f.write(encode_header(planned, {"format": "pt", "ram_studio": "diagonal fisher"}))
+        for plan, (name, t) in zip(planned, tensors):
+            if name != plan.name or tuple(t.shape) != plan.shape:
+                raise RuntimeError(f"Fisher tensor {name} arrived out of plan")
+            if not bool(torch.isfinite(t).all()):
+                raise RamStudioError(f"the Fisher of tensor {name!r} overflows float32 (NaN or Inf).",
+                                     "The agent's gradients are too large to square in float32; nothing was "
+                                     "written.")
+            f.write(t.to(torch.float32).contiguous().numpy().tobytes())
+
+    _write_and_publish(folder, key, path.name, write_tensors)
     header = read_header(path)  # what is published (another writer's identical file, if it came first)
     doc = {**sidecar, "format": FISHER_FORMAT, "key": key, "file": path.name, "file_bytes": header.file_size,
            "header_sha256": header.header_sha256}
-    tmp = _tmp(key)
-    try:
-        with folder.create(tmp) as f:
-            f.write(json.dumps(doc, indent=1).encode())
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        _forget(folder, tmp)
-        raise
-    folder.publish(tmp, side.name)
+    _write_and_publish(folder, key, side.name, lambda f: f.write(json.dumps(doc, indent=1).encode()))
     found = lookup(key)
     if found is None:
         raise RamStudioError(f"the Fisher cache entry {key} cannot be read back from {folder.path}.",
                              "Another process may be writing it; try again.")
     return found
+
+
+def _write_and_publish(folder: CheckedFolder, key: str, name: str, write: Callable[[Any], None]) -> None:
+    """`write` a temporary file of ours in `folder`, flushed to disk, then publish it as `name` (never replacing
+    what another writer published first); the temporary file is removed if anything fails."""
+    tmp = _tmp(key)
+    try:
+        with folder.create(tmp) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        _forget(folder, tmp)
+        raise
+    folder.publish(tmp, name)
 
 
 def _forget(folder: CheckedFolder, tmp: str) -> None:

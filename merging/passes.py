@@ -61,7 +61,8 @@ class ProgressTracker:
         self.start = time.perf_counter()
         self._last = 0.0
 
-    def advance(self, nbytes: int, tensor: str, tensor_finished: bool = False, force: bool = False) -> None:
+    def advance(self, nbytes: int, tensor: str, tensor_finished: bool | int = False, force: bool = False) -> None:
+        """Count `nbytes` more done, and the tensor finished (or, given a number, that many tensors)."""
         self.done += nbytes
         self.tensors_done += int(tensor_finished)
         now = time.perf_counter()
@@ -125,18 +126,22 @@ def open_reader(base: Checkpoint, agents: list[Checkpoint], fingerprinter: Finge
 def float_chunks(base: Checkpoint, agents: list[Checkpoint], *, phase: str, device: torch.device,
                  chunk_elems: int = DEFAULT_CHUNK_ELEMS, progress: ProgressFn | None = None,
                  cancel: threading.Event | None = None, fingerprinter: Fingerprinter | None = None,
-                 read_threads: int | None = None, kernels: tuple[str, ...] = (), reader: Any = None
+                 read_threads: int | None = None, kernels: tuple[str, ...] = (), reader: Any = None,
+                 names: list[str] | None = None, tracker: ProgressTracker | None = None
                  ) -> Iterator[tuple[ChunkData, ChunkInputs, bool, bool]]:
     """Every float tensor of the base, chunk by chunk and aligned with the agents, read ahead on reader
     threads: (stored data, its ChunkInputs, whether it is the tensor's last chunk, whether to use the
     fused `kernels` for it). The single-pass readers (the counting pass, the analysis) share this;
     progress is reported in bytes of input. Data and inputs are valid until the next chunk is asked for.
-    A `reader` given (e.g. merging.reading.resident.ResidentReader) is used instead of reading the files, and left open."""
+    A `reader` given (e.g. merging.reading.resident.ResidentReader) is used instead of reading the files, and left open.
+    `names` (in order) limits the pass to those tensors; a `tracker` given counts their progress (with other work's)."""
     chunk_elems = chunk_elems_for(device, chunk_elems, DEFAULT_CHUNK_ELEMS)
-    names = [n for n in tensor_order(base) if base.tensors[n].dtype in FLOAT_CODES]
+    if names is None:
+        names = [n for n in tensor_order(base) if base.tensors[n].dtype in FLOAT_CODES]
     spans = [s for n in names for s in row_spans(n, base.tensors[n].shape, chunk_elems)]
     per_elem = {n: sum(ITEMSIZE[c.tensors[n].dtype] for c in [base, *agents] if n in c.tensors) for n in names}
-    tracker = ProgressTracker(phase, sum(s.numel * per_elem[s.tensor] for s in spans), len(names), progress)
+    if tracker is None:
+        tracker = ProgressTracker(phase, sum(s.numel * per_elem[s.tensor] for s in spans), len(names), progress)
     last_of = {n: row_spans(n, base.tensors[n].shape, chunk_elems)[-1].start for n in names}
     dtype = prepare_kernels(device, kernels, [base, *agents]) if kernels else "f32"
     lanes = Lanes(device)

@@ -15,6 +15,42 @@ from safetensors.torch import save_file
 from tests.factory import checksums, make_family
 
 
+# The two halves of the kernels, about equal in compile time (overlap_histogram and tensor_stats are the slow ones).
+_KERNEL_HALVES = (("overlap_histogram", "peak_abs_tau", "linear", "abs_bits_histogram"),
+                  ("tensor_stats", "count_and_peak", "ram", "dare", "ties_merge", "first_nonfinite", "values_differ"))
+
+
+def pytest_sessionstart(session):
+    """On a fresh checkout, compile the numba kernels once, before the test workers start: otherwise every worker
+    compiled all of them on its warm-up thread (about 4 min of CPU each) and every command a test ran meanwhile
+    started compiling too, all on two cores. Two processes share the work (disjoint kernels, so never the same
+    cache file); a third loads them all and notes them as cached. Runs without workers (`-n 0`) compile in the
+    background as a user's first command does."""
+    import subprocess
+    import sys
+    import time
+
+    from merging.kernels import ALL, DTYPES, cached_marker_exists, kernels_enabled
+
+    workers = getattr(session.config.option, "numprocesses", None) or 0
+    if hasattr(session.config, "workerinput") or workers < 2 or not kernels_enabled():
+        return
+    if all(cached_marker_exists(d) or cached_marker_exists(d, ALL) for d in DTYPES):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    start = time.perf_counter()
+    if reporter:
+        reporter.write_line("compiling the numba kernels once for all workers (a fresh checkout: about 2 minutes)")
+    halves = [subprocess.Popen([sys.executable, "-m", "merging.kernels", *half], stdout=subprocess.DEVNULL)
+              for half in _KERNEL_HALVES]
+    codes = [p.wait() for p in halves]
+    if codes == [0, 0]:
+        codes.append(subprocess.run([sys.executable, "-m", "merging.kernels"], stdout=subprocess.DEVNULL).returncode)
+    if reporter:
+        reporter.write_line(f"kernels {'ready' if set(codes) == {0} else 'NOT compiled (exit codes ' + str(codes) + ')'}"
+                            f" in {time.perf_counter() - start:.0f} s")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own analysis cache and sweep score store, so results never leak between tests."""

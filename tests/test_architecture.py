@@ -24,6 +24,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.source_text import comments_and_docstrings
+
 ROOT = Path(__file__).resolve().parent.parent
 # Higher rank = higher layer; a module may import its own package or lower ranks only.
 RANK = {"merging": 0, "analysis": 1, "evaluation": 2, "assets": 3, "ram_studio": 4, "app": 4}
@@ -498,21 +500,6 @@ NOT_FILES = {"app/pages"}  # app/main.py: the page scripts live in app/views/, n
 PATH_WORD = re.compile(r"(?<![\w./-])((?:%s)/[\w./*-]*[\w*]|test_\w+\.py)\b" % "|".join(
     re.escape(p) for p in ("merging", "analysis", "evaluation", "assets", "ram_studio", "app", "tests", "docs",
                            ".ci", ".streamlit")))
-
-
-def comments_and_docstrings(source: str) -> list[tuple[int, str]]:
-    """(line, text) of every comment and docstring of a Python source."""
-    import io
-    import tokenize
-
-    found = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
-             if t.type == tokenize.COMMENT]
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            doc = ast.get_docstring(node, clean=False)
-            if doc:
-                found.append((node.body[0].lineno, doc))
-    return found
 
 
 def stale_references(where: str, source: str, files: list[str]) -> list[str]:

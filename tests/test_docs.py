@@ -4,15 +4,14 @@ or docstring; and every command, flag, file path, Python name and JSON key a pag
 real parsers, paths against the tree, JSON keys against real outputs). Links between the pages resolve."""
 from __future__ import annotations
 
-import ast
-import io
 import json
 import re
 import subprocess
-import tokenize
 from pathlib import Path
 
 import pytest
+
+from tests.source_text import comments_and_docstrings
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["README.md", "CONTRIBUTING.md", "CHANGELOG.md", "assets/demo/README.md", "tests/benchmarks/README.md",
@@ -75,17 +74,6 @@ SKIP_DIRS = {".git", ".venv", ".bench", ".explore", "node_modules", "__pycache__
 def internal_references(text: str) -> list[str]:
     text = PROVENANCE.sub("", text)
     return [m.group(0) for m in (*ISSUE.finditer(text), *HASH.finditer(text))]
-
-
-def comments_and_docstrings(source: str) -> list[tuple[int, str]]:
-    found = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
-             if t.type == tokenize.COMMENT]
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            doc = ast.get_docstring(node, clean=False)
-            if doc:
-                found.append((node.body[0].lineno, doc))
-    return found
 
 
 def test_the_scan_can_fail():

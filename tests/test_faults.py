@@ -171,11 +171,18 @@ def test_corrupt_cache_entry_is_rebuilt(family):
     assert not first.from_cache
     second = analyze(base, agents, ladder=(0, 1e-5))
     assert second.from_cache and second.frame.equals(first.frame)
-    entry = cache.cache_dir() / f"{first.fingerprint}.json"
-    entry.write_text('{"version": 1, "key": "' + first.fingerprint + '", "frame": ')  # truncated JSON
+    import pandas as pd
+
+    from analysis.cache_format import encode
+
+    entry = cache.cache_dir() / f"{first.fingerprint}{cache.SUFFIX}"
+    whole = entry.read_bytes()
+    entry.write_bytes(whole[:len(whole) // 2])  # truncated
     third = analyze(base, agents, ladder=(0, 1e-5))
     assert not third.from_cache and third.frame.equals(first.frame)
-    entry.write_text(json.dumps({"version": 1, "key": first.fingerprint, "frame": {"columns": [], "data": []}}))
+    meta = {"version": cache.CACHE_VERSION, "key": first.fingerprint, "base": "b", "agents": ["a"], "ladder": [0.0],
+            "total_params": 1, "seconds": 0.0}
+    entry.write_bytes(b"".join(encode(meta, {"frame": pd.DataFrame(), "pairs": pd.DataFrame()}, {})))  # well formed, empty
     fourth = analyze(base, agents, ladder=(0, 1e-5))
     assert not fourth.from_cache and fourth.frame.equals(first.frame)
 
@@ -191,6 +198,9 @@ def test_two_processes_share_the_cache_safely(family, tmp_path):
         assert p.wait(300) == 0, p.stderr.read()
     docs = [json.loads((tmp_path / f"{i}.json").read_text())["agents"] for i in range(2)]
     assert docs[0] == docs[1]
-    entries = list((tmp_path / "shared-cache").glob("*.json"))
-    assert len(entries) == 1 and json.loads(entries[0].read_text())["frame"]["data"]
+    from analysis.cache import SUFFIX
+    from analysis.cache_format import decode
+
+    entries = list((tmp_path / "shared-cache").glob(f"*{SUFFIX}"))
+    assert len(entries) == 1 and len(decode(entries[0].read_bytes())[1]["frame"])
     assert not list((tmp_path / "shared-cache").glob("*.tmp"))

@@ -13,7 +13,7 @@ from ram_studio.cli import main
 from merging.reading.chunk_inputs import ChunkInputs
 from merging.engine.tensor_merge import merge_in_memory
 
-pytest.importorskip("numba")
+pytest.importorskip("merging.kernels.numba_import")  # numba, through the import every kernel module uses
 
 
 # The first test waits for the numba kernels, compiled here when the cache is cold (all of them: about 3 min of CPU,
@@ -185,7 +185,16 @@ def test_first_pass_never_waits_for_a_compile(family, tmp_path, monkeypatch):
         release.set()
     for p in (tmp_path / "warm").glob("*.safetensors"):
         assert p.read_bytes() == (tmp_path / "cold" / p.name).read_bytes()
-    assert cold_stats["agents"] == warm_stats["agents"]  # counts exact; norms are not in the JSON
+    # counts exact; the shares and cosines from float64 sums up to the order of the additions (small tensors are
+    # summed in batches by a kernel of their own, large ones through the joint-state histogram)
+    assert len(cold_stats["agents"]) == len(warm_stats["agents"])
+    for cold, warm in zip(cold_stats["agents"], warm_stats["agents"]):
+        assert cold.keys() == warm.keys()
+        for k, v in cold.items():
+            if isinstance(v, float):
+                assert v == pytest.approx(warm[k], rel=1e-12, abs=1e-15), k
+            else:
+                assert v == warm[k], k
 
 
 def analyze_json(args, out):

@@ -53,8 +53,19 @@ def make_models(root: Path, n: int, dtype: torch.dtype, seed: int, shared_skill:
     return folders[0], folders[1:]
 
 
+_BRUTE: dict = {}
+
+
 def brute(base_dir: Path, agent_dirs: list[Path], eps: float) -> tuple[dict, dict]:
-    """Per (tensor, pair) and per (tensor, agent): every diagnostic at ε, straight from the definitions."""
+    """Per (tensor, pair) and per (tensor, agent): every diagnostic at ε, straight from the definitions (computed
+    once per model set and ε: every path and ladder is checked against the same numbers)."""
+    key = (base_dir, tuple(agent_dirs), eps)
+    if key not in _BRUTE:
+        _BRUTE[key] = _brute(base_dir, agent_dirs, eps)
+    return _BRUTE[key]
+
+
+def _brute(base_dir: Path, agent_dirs: list[Path], eps: float) -> tuple[dict, dict]:
     b = state(base_dir)
     ags = [state(a) for a in agent_dirs]
     n = len(ags)

@@ -93,7 +93,7 @@ def test_gpu_style_analysis_and_counts_equal_the_kernels(family, monkeypatch):
 
 def test_analysis_is_the_same_for_every_thread_count(family, monkeypatch):
     """Fixed partitions: even the float64 sums of squares do not depend on numba's thread count."""
-    import numba
+    from merging.kernels.numba_import import numba
 
     from analysis.stats import analyze
 

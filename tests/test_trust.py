@@ -1016,7 +1016,7 @@ def test_an_orphan_cache_file_of_a_killed_writer_is_removed(capsys, models, tmp_
     code, _, err = run(capsys, "analyze", base, *agents, "--quiet")
     assert code == 0, err
     assert not ours.exists() and other_host.exists() and alive.exists() and unknown.exists()
-    assert len(list(cache.glob("*.json"))) == 1
+    assert len(list(cache.glob("*.stats"))) == 1
 
 
 def test_a_recipe_with_relative_paths_never_becomes_hub_ids(capsys, models, tmp_path, monkeypatch):

@@ -36,7 +36,7 @@ def test_mergekit_yaml_becomes_form_values():
     form = read_mergekit_form("merge_method: ram\nbase_model: org/base\nmodels:\n  - model: org/a\n"
                               "  - model: org/b\nparameters:\n  epsilon: 0.001\n")
     assert (form.spec.method, form.spec.base, form.spec.agents) == ("ram", "org/base", ["org/a", "org/b"])
-    assert form.values == {"eps": 0.001} and form.summary == "eps=0.001"
+    assert form.values == {"eps": 0.001, "eps_steps": 0.0} and form.summary == "eps=0.001"  # the rest at defaults
     assert form_values("unique_only", {"dilute": True}) == {"eps": 1e-5, "agent": "", "dilute": True}
     with pytest.raises(RamStudioError):
         read_mergekit_form("merge_method: no_such_method\nmodels: []\n")

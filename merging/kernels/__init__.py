@@ -23,17 +23,12 @@ from typing import Iterable
 
 from merging.kernels.marker import marker_path
 
-# numba colours its error messages through colorama, whose init/deinit rebind sys.stdout and sys.stderr for the
-# whole process; numba does it while compiling, on our warm-up thread, so a notebook's, a server's or a test's
-# captured output was silently swapped back to whatever stderr was when numba was first imported.
-os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
-
 # numba is a dependency, but the torch path keeps everything working without it. Looking it up is
 # cheap; importing it (a few tenths of a second) happens on the warm-up thread.
 HAVE_NUMBA = importlib.util.find_spec("numba") is not None
 
 DTYPES = ("bf16", "f32")  # what the kernels read: bf16 bit patterns, or float32
-ALL = ("count_and_peak", "peak_abs_tau", "overlap_histogram", "ram", "linear", "dare", "abs_bits_histogram",
+ALL = ("count_and_peak", "peak_abs_tau", "overlap_histogram", "tensor_stats", "ram", "linear", "dare", "abs_bits_histogram",
        "ties_merge", "first_nonfinite", "values_differ")
 
 
@@ -176,7 +171,7 @@ class one_thread_for:
 
     def __enter__(self) -> "one_thread_for":
         if self.serial:
-            import numba
+            from merging.kernels.numba_import import numba
 
             self._before = numba.get_num_threads()
             numba.set_num_threads(1)
@@ -184,7 +179,7 @@ class one_thread_for:
 
     def __exit__(self, *exc: object) -> None:
         if self.serial:
-            import numba
+            from merging.kernels.numba_import import numba
 
             numba.set_num_threads(self._before)
 

@@ -19,7 +19,7 @@ kernel is never loaded compiled from old helpers.
 from __future__ import annotations
 
 import llvmlite.ir as ir
-import numba as nb
+from merging.kernels.numba_import import numba as nb
 import numpy as np
 from numba.core import types
 from numba.extending import intrinsic, overload

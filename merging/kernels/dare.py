@@ -2,7 +2,7 @@
 """
 from __future__ import annotations
 
-import numba as nb
+from merging.kernels.numba_import import numba as nb
 import numpy as np
 
 from merging.kernels.common import BLOCK, LANES, ONE, ZERO, fold_peak, part_span, tau_block, widen

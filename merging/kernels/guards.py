@@ -2,7 +2,7 @@
 """
 from __future__ import annotations
 
-import numba as nb
+from merging.kernels.numba_import import numba as nb
 
 from merging.kernels.common import BLOCK
 

@@ -3,7 +3,7 @@ and tensor-local ρ), and the joint-state histogram of the analysis.
 """
 from __future__ import annotations
 
-import numba as nb
+from merging.kernels.numba_import import numba as nb
 import numpy as np
 
 from merging.kernels.common import (LANES, BLOCK, ZERO, block_thresholds, f32_bits, fold_peak, load, part_span,
@@ -80,7 +80,7 @@ def overlap_counts(base, agents, eps, nparts, thr=NO_STEPS, steps=False):
 
 
 @nb.njit(inline="always")
-def _bucket(a, lad, L):
+def bucket(a, lad, L):
     """Number of ladder values below a (the ladder padded with +inf to 8 values: eight compares
     without a loop), L for NaN."""
     k = (np.int32(lad[0] < a) + np.int32(lad[1] < a) + np.int32(lad[2] < a) + np.int32(lad[3] < a)
@@ -89,7 +89,7 @@ def _bucket(a, lad, L):
 
 
 @nb.njit(inline="always")
-def _bucket_row(a, thr, f, L):
+def bucket_row(a, thr, f, L):
     """Number of the step rule's thresholds at this base weight (thr[f, :L]) below a, L for NaN."""
     k = np.int32(0)
     for i in range(L):
@@ -98,7 +98,7 @@ def _bucket_row(a, thr, f, L):
 
 
 @nb.njit(inline="always")
-def _step_kind(x, u, half_ok, neg):
+def step_kind(x, u, half_ok, neg):
     """What τ = x is in steps of the base's stored dtype (u: one step at the base weight; `half_ok`: the base is a
     power of two above the smallest normal binade; `neg`: its sign): 0 no change, 1 one step, 2 one step toward
     zero from that power of two (half a step), 3 any other change."""
@@ -199,9 +199,9 @@ def overlap_histogram(base, agents, ladder, fractions, nparts, steps, thr, binma
                         x = load(row, j) - bb[j]
                         tr[j] = x
                         ax = abs(x)
-                        k = _bucket_row(ax, thr, fld[j], L)
+                        k = bucket_row(ax, thr, fld[j], L)
                         code[j] += (np.int32(2) * k + np.int32(x > ZERO)) * mul
-                        kt[j] = (kb[j] + k) * np.int32(4) + _step_kind(x, uu[j], hok[j], neg[j])
+                        kt[j] = (kb[j] + k) * np.int32(4) + step_kind(x, uu[j], hok[j], neg[j])
                         top2[j] = max(top2[j], min(top1[j], ax))
                         top1[j] = max(top1[j], ax)
                 elif L <= 8:
@@ -209,9 +209,9 @@ def overlap_histogram(base, agents, ladder, fractions, nparts, steps, thr, binma
                         x = load(row, j) - bb[j]
                         tr[j] = x
                         ax = abs(x)
-                        k = _bucket(ax, lad, L)
+                        k = bucket(ax, lad, L)
                         code[j] += (np.int32(2) * k + np.int32(x > ZERO)) * mul
-                        kt[j] = (kb[j] + k) * np.int32(4) + _step_kind(x, uu[j], hok[j], neg[j])
+                        kt[j] = (kb[j] + k) * np.int32(4) + step_kind(x, uu[j], hok[j], neg[j])
                         top2[j] = max(top2[j], min(top1[j], ax))  # the two largest |τ| of the element
                         top1[j] = max(top1[j], ax)
                 else:
@@ -224,7 +224,7 @@ def overlap_histogram(base, agents, ladder, fractions, nparts, steps, thr, binma
                         k = np.int32(L) if a != a else k
                         tr[j] = x
                         code[j] += (np.int32(2) * k + np.int32(x > ZERO)) * mul
-                        kt[j] = (kb[j] + k) * np.int32(4) + _step_kind(x, uu[j], hok[j], neg[j])
+                        kt[j] = (kb[j] + k) * np.int32(4) + step_kind(x, uu[j], hok[j], neg[j])
                         top2[j] = max(top2[j], min(top1[j], a))
                         top1[j] = max(top1[j], a)
                 mul *= np.int32(s_)
@@ -271,9 +271,9 @@ def overlap_histogram(base, agents, ladder, fractions, nparts, steps, thr, binma
                         a32 = abs(tau[o, j])
                         t = o if a32 == top1[j] else t
                         if steps:
-                            bk[o] = _bucket_row(a32, thr, fld[j], L)
+                            bk[o] = bucket_row(a32, thr, fld[j], L)
                         elif L <= 8:
-                            bk[o] = _bucket(a32, lad, L)
+                            bk[o] = bucket(a32, lad, L)
                         else:
                             k = np.int32(0)
                             for i in range(L):

@@ -3,7 +3,7 @@ election DARE+TIES shares.
 """
 from __future__ import annotations
 
-import numba as nb
+from merging.kernels.numba_import import numba as nb
 import numpy as np
 
 from merging.kernels.common import BLOCK, LANES, ONE, ZERO, f32_bits, fold_peak, load, part_span, tau_block, widen

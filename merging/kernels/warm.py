@@ -12,6 +12,7 @@ from merging.kernels.guards import first_nonfinite, values_differ
 from merging.kernels.linear import linear
 from merging.kernels.ram import ram
 from merging.kernels.statistics import count_and_peak, overlap_histogram, peak_abs_tau
+from merging.kernels.tensor_stats import tensor_stats
 from merging.kernels.ties import ties_partitions, abs_bits_histogram
 
 
@@ -32,6 +33,8 @@ def _warm_calls(name: str, dtype: str):
         return [(overlap_histogram, (base, agents, ladder, np.array([0.1, 0.3]), 1, False,
                                      np.zeros((256, 8), np.float32), np.zeros(256, np.int32),
                                      np.zeros(256, np.float32), 1))]
+    if name == "tensor_stats":
+        return [(tensor_stats, _tensor_stats_args(base, agents, steps)) for steps in (False, True)]
     if name == "ram":
         return [(ram, (base, agents, np.float32(0), np.zeros(256, np.float32), False, np.ones(3, np.float32), True,
                        out, peak))]
@@ -53,6 +56,17 @@ def _warm_calls(name: str, dtype: str):
                          (values_differ, (x, x, bits(1))))
         return calls if dtype == "bf16" else []
     raise KeyError(name)
+
+
+def _tensor_stats_args(base, agents, steps: bool) -> tuple:
+    """Arguments of the types analysis.batched passes (one tensor of 8 elements, 3 agents, 8 ε)."""
+    n, L = agents.shape[0], 8
+    P = n * (n - 1) // 2
+    return (base, agents, np.array([0, 8], np.int64), np.zeros(L, np.float32), np.array([0.1, 0.3]), steps,
+            np.zeros((256, L), np.float32), np.zeros(256, np.int32), np.zeros(256, np.float32), np.zeros(256), 1, 1,
+            np.zeros((1, n, L, 5), np.int64), np.zeros((1, n, L, n), np.int64), np.zeros((1, n, L, 6)),
+            np.zeros((1, n, L, 2)), np.zeros((1, P, L, 2), np.int64), np.zeros((1, P, L, 3)),
+            np.zeros((1, n), np.int64), np.zeros((1, L), np.int64), np.zeros(1, np.bool_))
 
 
 _FORGOTTEN: set[int] = set()

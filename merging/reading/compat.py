@@ -173,6 +173,9 @@ class CompatReport:
         """Per agent, what the 'base' policy drops or pads (agents without mismatches lose nothing)."""
         out = []
         for a in self.agents:
+            if a.tensors == self.base.tensors:  # the same names, dtypes and shapes: nothing to drop or pad
+                out.append(AgentLoss(a.label, a.num_params, 0, 0, 0, 0))
+                continue
             dropped = padded = dropped_t = padded_t = 0
             for name, (_dtype, shape) in a.tensors.items():
                 if (a.label, name) in self.handled:
@@ -283,6 +286,8 @@ def check_compatibility(base: ModelHeaders, agents: list[ModelHeaders]) -> Compa
                 and base.tied_embeddings != a.tied_embeddings):
             out.append(Mismatch(a.label, "tied_embeddings", None,
                                 f"base tie_word_embeddings={base.tied_embeddings}, agent {a.tied_embeddings}"))
+        if a.tensors == base.tensors:  # the usual case, compared at C speed (a model may have 100,000 tensors)
+            continue
         for name in base.tensors.keys() - a.tensors.keys():
             out.append(Mismatch(a.label, "missing", name, "tensor absent from agent"))
         for name in a.tensors.keys() - base.tensors.keys():

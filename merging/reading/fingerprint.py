@@ -35,6 +35,7 @@ class Fingerprinter:
     def __init__(self, models: list[Checkpoint]) -> None:
         self.models = models
         self._state: list[dict[str, _TensorHash]] = [{} for _ in models]
+        self._whole: list[dict[str, bytes]] = [{} for _ in models]  # digests of tensors hashed at once
         self._lock = threading.Lock()
 
     def add(self, model: int, tensor: str, start_row: int, data: torch.Tensor) -> None:
@@ -43,12 +44,14 @@ class Fingerprinter:
         rows = data.shape[0] if (len(shape) > 0 and data.dim() > 0) else 1
         self.add_bytes(model, tensor, start_row, rows, data)
 
-    def add_bytes(self, model: int, tensor: str, start_row: int, rows: int, data: torch.Tensor) -> None:
+    def add_bytes(self, model: int, tensor: str, start_row: int, rows: int, data: torch.Tensor | memoryview) -> None:
         """Hash `data` (the stored bytes of `rows` rows from `start_row`), if they are the next unhashed rows.
 
         Only the lookup is under the shared lock: different models are hashed by different reader
         threads at once, each model's rows in order."""
         with self._lock:
+            if tensor in self._whole[model]:
+                return
             st = self._state[model].get(tensor)
             if st is None:
                 st = self._state[model][tensor] = _TensorHash(xxhash.xxh3_128())
@@ -62,20 +65,30 @@ class Fingerprinter:
                 st.digest = st.hasher.digest()
                 st.hasher = None  # ~600 bytes of hasher state per tensor and model, no longer needed
 
+    def add_tensors(self, model: int, tensors: list[tuple[str, memoryview]]) -> None:
+        """Hash whole tensors at once (name, all of its stored bytes), as a batch of small tensors is read; a
+        tensor already hashed (or being hashed row by row) is left as it is."""
+        digests = {name: xxhash.xxh3_128_digest(data) for name, data in tensors}
+        with self._lock:
+            state, whole = self._state[model], self._whole[model]
+            for name, digest in digests.items():
+                if name not in state:
+                    whole.setdefault(name, digest)
+
     def finish(self) -> list[dict]:
         """Per model: {"weights_xxh3_128", "files": {file name: xxh3_128 of header + tensors}}."""
         out = []
         for i, ckpt in enumerate(self.models):
             # Stored tensors only: a view's second name for one stored tensor is not part of the content.
-            digests = {name: self._complete(i, ckpt, name) for name, e in ckpt.tensors.items() if e.name == name}
-            weights = xxhash.xxh3_128()
-            for name in sorted(digests):
-                weights.update(name.encode() + b"\0" + digests[name])
+            whole = self._whole[i]
+            digests = {name: whole[name] if name in whole else self._complete(i, ckpt, name)
+                       for name, e in ckpt.tensors.items() if e.name == name}
+            # One hash of the concatenation: the same digest as updating name by name.
+            weights = xxhash.xxh3_128(b"".join(name.encode() + b"\0" + digests[name] for name in sorted(digests)))
             files = {}
             for h in ckpt.headers:
                 f = xxhash.xxh3_128(bytes.fromhex(h.header_sha256))
-                for name in ckpt.names_in_file(h):
-                    f.update(name.encode() + b"\0" + digests[name])
+                f.update(b"".join(name.encode() + b"\0" + digests[name] for name in ckpt.names_in_file(h)))
                 files[h.path.name] = f.hexdigest()
             out.append({"weights_xxh3_128": weights.hexdigest(), "files": files})
             ckpt.release()  # unmap whatever finishing had to read
@@ -101,7 +114,9 @@ class Fingerprinter:
         return self._state[model][name].digest
 
 
-def _bytes(t: torch.Tensor) -> memoryview:
+def _bytes(t: torch.Tensor | memoryview) -> memoryview:
+    if isinstance(t, memoryview):  # bytes as read (merging/reading/batches.py)
+        return t
     flat = t.contiguous().reshape(-1)
     return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
 

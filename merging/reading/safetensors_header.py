@@ -21,6 +21,7 @@ from merging.common.untrusted import TooComplex, loads_json
 MAX_HEADER_BYTES = 100_000_000
 HEADER_DEPTH = 8  # a header nests 3 levels: {name: {"shape": [...]}}
 MAX_DIM = 1 << 48  # no real tensor dimension comes near this; it keeps every size far inside int64
+_CODES = {code: code for code in ITEMSIZE}
 
 
 @dataclass(frozen=True, slots=True)  # slots: a model with 100,000 tensors holds 100,000 of these
@@ -92,7 +93,27 @@ def read_header(path: Path) -> FileHeader:
 
 
 def _entry(path: Path, name: str, info: object, data_size: int) -> TensorEntry:
-    """Validate one header entry: known dtype, integer shape, offsets that fit the data section."""
+    """Validate one header entry: known dtype, integer shape, offsets that fit the data section. The usual case is
+    checked in a few operations (a header may list 100,000 tensors); anything else is diagnosed by `_bad_entry`."""
+    if type(info) is dict and len(info) == 3 and name:
+        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        dtype = _CODES.get(dtype) if type(dtype) is str else None  # one string object per dtype, not per tensor
+        if dtype is not None and type(shape) is list and type(offsets) is list and len(offsets) == 2:
+            begin, end = offsets
+            n = 1
+            for d in shape:
+                if type(d) is not int or not 0 <= d < MAX_DIM:
+                    break
+                n *= d
+            else:
+                if type(begin) is int and type(end) is int and 0 <= begin <= end <= data_size and n < MAX_DIM \
+                        and end - begin == n * ITEMSIZE[dtype]:
+                    return TensorEntry(name, path, dtype, tuple(shape), begin, end)
+    return _bad_entry(path, name, info, data_size)
+
+
+def _bad_entry(path: Path, name: str, info: object, data_size: int) -> TensorEntry:
+    """The entry `_entry`'s quick check did not pass: the full checks, each with its message."""
     shown = printable(name, 120)
     if not name or not isinstance(info, dict) or set(info) - {"dtype", "shape", "data_offsets"}:
         raise _bad(path, f"has a malformed entry for tensor {shown!r}")
@@ -120,12 +141,12 @@ def _check_layout(path: Path, tensors: dict[str, TensorEntry], data_size: int) -
     """Tensors must tile the data section exactly, in offset order (the safetensors library's own rule):
     a gap, an overlap or trailing bytes mean a damaged or forged file."""
     pos = 0
-    for e in sorted(tensors.values(), key=lambda e: (e.begin, e.end)):
-        if e.begin < pos:
-            raise _bad(path, f"has overlapping tensors (at {printable(e.name, 120)!r})")
-        if e.begin > pos:
-            raise _bad(path, f"has a gap of {e.begin - pos:,} bytes before tensor {printable(e.name, 120)!r}")
-        pos = e.end
+    for begin, end, name in sorted((e.begin, e.end, e.name) for e in tensors.values()):
+        if begin < pos:
+            raise _bad(path, f"has overlapping tensors (at {printable(name, 120)!r})")
+        if begin > pos:
+            raise _bad(path, f"has a gap of {begin - pos:,} bytes before tensor {printable(name, 120)!r}")
+        pos = end
     if pos != data_size:
         raise _bad(path, f"has {data_size - pos:,} bytes after its last tensor")
 

@@ -36,6 +36,8 @@ _SECTIONS = [
     ("model.", "language"),
 ]
 _SECTION_TOWER = {"language": "language", "head": "language", "vision": "vision", "audio": "audio"}
+_SECTION_RE = re.compile("|".join(re.escape(p) for p, _ in _SECTIONS))  # first match wins, as in the list
+_SECTION_OF = dict(_SECTIONS)
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
 _PROJ = {"gate_proj": "gate", "w1": "gate", "up_proj": "up", "w3": "up", "down_proj": "down", "w2": "down",
@@ -106,11 +108,8 @@ def split_section(name: str) -> tuple[str, str]:
     """(section, rest): the canonical section of a tensor name ("language", "head", "vision", "projector",
     "audio", or "" when no known prefix matches) and the name after that prefix, with Mixtral's legacy
     `block_sparse_moe` written `mlp` as transformers 5 names it in memory."""
-    section, rest = "", name
-    for prefix, sec in _SECTIONS:
-        if name.startswith(prefix):
-            section, rest = sec, name[len(prefix):]
-            break
+    m = _SECTION_RE.match(name)
+    section, rest = (_SECTION_OF[m.group()], name[m.end():]) if m else ("", name)
     return section, rest.replace(".block_sparse_moe.", ".mlp.")
 
 
@@ -130,6 +129,16 @@ def _module(section: str, rest: str) -> tuple[str, str, str]:
     m = _EXPERT.search(rest)
     if m:
         return _PROJ[m.group(2)], str(int(m.group(1))), "expert"
+    return _kind(section, _NUMBER.sub("0", rest))  # layer numbers never change the kind: one lookup per pattern
+
+
+_NUMBER = re.compile(r"(?<![^.])\d+(?![^.])")  # a whole dot-separated number (a layer's, a block's), not fc1's 1
+
+
+@lru_cache(maxsize=4096)
+def _kind(section: str, rest: str) -> tuple[str, str, str]:
+    """(module, expert, role) of a name outside the per-expert tensors (its numbered components zeroed: one cache
+    entry per pattern)."""
     m = _FUSED_EXPERT.search(rest)
     if m:
         return _PROJ[m.group(1)], FUSED, "expert"
@@ -152,7 +161,11 @@ def place_of(name: str, towers: frozenset[str] = frozenset({"language"})) -> Pla
     """The place of one tensor; `towers` are the towers the checkpoint has (a projector belongs to its only
     non-language tower; a name outside every known section is language in a text model, "other" beside
     vision or audio towers)."""
-    section, rest = split_section(name)
+    return _place(*split_section(name), towers)
+
+
+def _place(section: str, rest: str, towers: frozenset[str]) -> Place:
+    """The place of a name split by `split_section`."""
     tower = _SECTION_TOWER.get(section)
     if tower is None:
         if section == "projector":
@@ -227,10 +240,15 @@ class Structure:
 
 
 def structure_of(names: Iterable[str]) -> Structure:
-    """The structure of a checkpoint (or of any list of its tensor names)."""
+    """The structure of a checkpoint (or of any list of its tensor names); the last one is remembered (a pass and
+    the note before it ask for the same 100,000 names)."""
     names = list(names)
-    towers = towers_of(names)
-    places = [place_of(n, towers) for n in names]
+    if _LAST and _LAST[0] == names:
+        return _LAST[1]
+    split = [split_section(n) for n in names]
+    found = {_SECTION_TOWER.get(section, "") for section, _ in split}
+    towers = frozenset(t for t in found if t) or frozenset({"language"})
+    places = [_place(section, rest, towers) for section, rest in split]
 
     def col(values: list) -> np.ndarray:
         out = np.empty(len(values), dtype=object)
@@ -239,5 +257,10 @@ def structure_of(names: Iterable[str]) -> Structure:
 
     layers = [p.layer for p in places]
     fits = all(-2**63 <= v < 2**63 for v in layers)  # a layer number beyond int64 is legal in a name: kept as is
-    return Structure(names, col([p.tower for p in places]), np.array(layers, dtype=np.int64) if fits else col(layers),
-                     col([p.module for p in places]), col([p.expert for p in places]), col([p.role for p in places]))
+    out = Structure(names, col([p.tower for p in places]), np.array(layers, dtype=np.int64) if fits else col(layers),
+                    col([p.module for p in places]), col([p.expert for p in places]), col([p.role for p in places]))
+    _LAST[:] = [list(names), out]
+    return out
+
+
+_LAST: list = []  # [names, Structure] of the last call

@@ -104,14 +104,16 @@ def _recheck_dir(fd: int, ident: Identity, folder: Path, inputs: list[Protected]
     refuse_inside_inputs(_where(fd, folder) / name, inputs, what)
 
 
-def _write_temp(fd: int, name: str, data: bytes, tmp: str | None = None) -> str:
-    """`data` in a new hidden file beside `name` (named `tmp`, else by our pattern), flushed to disk; its name."""
+def _write_temp(fd: int, name: str, data: bytes | list, tmp: str | None = None) -> str:
+    """`data` (bytes, or a list of bytes-like pieces written one after the other) in a new hidden file beside `name`
+    (named `tmp`, else by our pattern), flushed to disk; its name."""
     tmp = tmp or f".{name}{PARTIAL_MARK}{uuid.uuid4().hex[:8]}-{os.getpid()}"
     out = os.open(tmp, _O_TMP, 0o644, dir_fd=fd)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(out, view):]
+        for piece in data if isinstance(data, list) else [data]:
+            view = memoryview(piece).cast("B")
+            while view:
+                view = view[os.write(out, view):]
         os.fsync(out)
     except BaseException:
         os.close(out)
@@ -278,9 +280,10 @@ class CheckedFolder:
         except RamStudioError as exc:
             raise RamStudioError(exc.message, self.hint or exc.hint) from None
 
-    def write(self, name: str, data: bytes, tmp: str | None = None) -> None:
-        """Write (or replace) the entry `name` atomically, after checking the folder again (`tmp`: the temporary
-        file's name, when the folder's owner names its own to recognise leftovers)."""
+    def write(self, name: str, data: bytes | list, tmp: str | None = None) -> None:
+        """Write (or replace) the entry `name` atomically (`data`: bytes, or a list of pieces), after checking the
+        folder again (`tmp`: the temporary file's name, when the folder's owner names its own to recognise
+        leftovers)."""
         self.recheck()
         tmp = _write_temp(self.fd, name, data, tmp)
         try:

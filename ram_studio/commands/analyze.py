@@ -37,14 +37,17 @@ def add_parser(sub) -> None:
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Analyse the base and agents, print the summary at --eps, and write the files asked for."""
     from analysis.stats import analyze, size_note
+    from merging.common.timeline import mark
     from merging.reading.checkpoint import open_checkpoint
 
+    mark("analyze: command starts")
     with stop_on_signal() as stop:
         prefetch([args.base, *args.agents], args.quiet, stop)
     base = open_checkpoint(args.base)
     agents = [open_checkpoint(a) for a in args.agents]
     outputs = {flag: file_output(getattr(args, flag), [base, *agents], args.overwrite)
                for flag in ("json", "csv", "pairs_csv")}
+    mark("headers read")
     ladder, unit = ladder_and_unit(args)
     note = size_note(base, len(agents), ladder)
     if note and not args.quiet:
@@ -53,11 +56,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         result = analyze(base, agents, ladder=ladder, device=args.device, policy=args.on_mismatch,
                          use_cache=not args.no_cache, progress=None if args.quiet else progress_printer("analyze"),
                          cancel=stop, warn=lambda text: say(f"warning: {text}", file=sys.stderr), unit=unit)
+    mark("analysis done")
     eps = summary_eps(result, args.eps, args.eps_steps)
-    from assets.demo.table1 import evidence_for  # scores of these same models, when they are a demo trio
+    from assets.demo.evidence import evidence_for  # scores of these same models, when they are a demo trio
 
     read = _print_summary(result, eps, evidence_for(args.base, list(args.agents)))
+    mark("summary printed")
     write_outputs(outputs, result, eps, read)
+    mark("outputs written")
     return 0
 
 

@@ -1,7 +1,7 @@
 """Heterogeneity in a real browser on the structures real agents have: an MoE set (Qwen3-MoE, 6 layers × 16
 experts, one agent stored with fused experts) and a vision-language set (Qwen2.5-VL, one agent with the prefixed
 names). `streamlit run app/main.py` + headless system chromium; full-page screenshots at 1000 and 1400 px, light
-and dark, go to test-artifacts/ (git-ignored) to be looked at."""
+and dark (each set at both widths and in both schemes), go to test-artifacts/ (git-ignored) to be looked at."""
 from __future__ import annotations
 
 import os
@@ -130,9 +130,13 @@ def _texts(locator) -> list[str]:
     return locator.evaluate_all("els => els.map(e => e.textContent)")
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_moe_set(browser, server, scheme):
-    for width in (1000, 1400):
+# Each set at both widths and in both schemes, one pairing each (a page per pairing; CI time is finite).
+MOE_VIEWS = ((1000, "light"), (1400, "dark"))
+VL_VIEWS = ((1000, "dark"), (1400, "light"))
+
+
+def test_moe_set(browser, server):
+    for width, scheme in MOE_VIEWS:
         ctx = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=scheme)
         pg = ctx.new_page()
         pg.set_default_timeout(120_000)
@@ -151,9 +155,8 @@ def test_moe_set(browser, server, scheme):
         ctx.close()
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_vision_language_set(browser, server, scheme):
-    for width in (1000, 1400):
+def test_vision_language_set(browser, server):
+    for width, scheme in VL_VIEWS:
         ctx = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=scheme)
         pg = ctx.new_page()
         pg.set_default_timeout(120_000)

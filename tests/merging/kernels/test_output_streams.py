@@ -14,8 +14,10 @@ def test_numba_error_colouring_cannot_swap_the_output_streams():
     saw — from whichever thread compiles. A notebook's or a test's captured stderr then went to the terminal."""
     script = textwrap.dedent("""
         import io, sys
-        import merging.kernels  # before numba, as every kernel import goes through the package
+        import os
+        import merging.kernels.common  # imports numba, as every kernel module does
         import numba.core.errors as errors
+        assert "NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING" not in os.environ  # numba's switch, for its import only
         mine_out, mine_err = io.StringIO(), io.StringIO()
         sys.stdout, sys.stderr = mine_out, mine_err
         # What numba runs while it formats a typing error during a compile. With colouring on, each call saves
@@ -28,3 +30,25 @@ def test_numba_error_colouring_cannot_swap_the_output_streams():
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "kept"
+
+
+def test_every_kernel_module_imports_numba_through_the_quiet_import():
+    """A module (or a test: pytest imports every test module first) that imports numba itself could be the first
+    to, with the colouring on."""
+    import ast
+
+    direct = []
+    for path in sorted([*(REPO / "merging").rglob("*.py"), *(REPO / "tests").rglob("*.py")]):
+        if path.name == "numba_import.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "numba" for a in node.names):
+                direct.append(f"{path.relative_to(REPO)}:{node.lineno}")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "numba" \
+                    and "merging.kernels.numba_import" not in text:
+                direct.append(f"{path.relative_to(REPO)}:{node.lineno}")
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "importorskip" and node.args \
+                    and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).split(".")[0] == "numba":
+                direct.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not direct, direct
