@@ -38,7 +38,15 @@ export default function(component) {
   const observer = new ResizeObserver(() => { clearTimeout(timer); timer = setTimeout(measure, 150); });
   observer.observe(main);
   measure();
-  return () => { observer.disconnect(); clearTimeout(timer); };
+  // The system's light/dark switching: Streamlit recolours the page at once but the charts keep the theme of the
+  // run that drew them; a rerun (once the page has its new colours, which the run reads) draws them again.
+  const media = window.matchMedia('(prefers-color-scheme: dark)');
+  let scheme = null;
+  const recolour = () => { clearTimeout(scheme);
+    scheme = setTimeout(() => setStateValue('scheme', media.matches ? 'dark' : 'light'), 300); };
+  media.addEventListener('change', recolour);
+  return () => { observer.disconnect(); clearTimeout(timer); clearTimeout(scheme);
+    media.removeEventListener('change', recolour); };
 }
 """
 
@@ -52,7 +60,8 @@ def _component():
 def measure() -> None:
     """Mount the measuring component (once per run, from app/main.py, hidden) and keep what it reported."""
     known = st.session_state.get(WIDTH_KEY)
-    result = _component()(key=KEY, data={"known": known, "step": STEP_PX}, on_width_change=lambda: None)
+    result = _component()(key=KEY, data={"known": known, "step": STEP_PX}, on_width_change=lambda: None,
+                          on_scheme_change=lambda: None)
     width = getattr(result, "width", None) if result is not None else None
     if isinstance(width, (int, float)) and width == width:
         st.session_state[WIDTH_KEY] = int(min(MAX_PX, max(MIN_PX, width)))
