@@ -64,9 +64,10 @@ def check(m: dict) -> list[str]:
             if overlap(ann[i], ann[j])]
     bad += ["annotation outside the chart" for a in ann if a[0] < svg[0] - 1 or a[2] > svg[2] + 1]
     for g, tilted in zip(m["ticks"], m["tilted"]):
-        if tilted:  # parallel tilted lines: their boxes overlap, the text does not while they are a line apart
+        if tilted:  # parallel tilted lines, each ending at its tick: their boxes overlap, the text does not while
+            # their ends are a line apart (their left edges are not: a longer label reaches further left)
             bad += [f"tilted tick labels too close: {g[i]} {g[i + 1]}" for i in range(len(g) - 1)
-                    if g[i + 1][0] - g[i][0] < 15]
+                    if abs(g[i + 1][2] - g[i][2]) < 17]
         else:
             bad += [f"tick labels overlap: {g[i]} {g[i + 1]}" for i in range(len(g) - 1) if overlap(g[i], g[i + 1])]
         for b in g:  # a tick label never spills into another panel
