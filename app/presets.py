@@ -15,17 +15,22 @@ def picker(key: str, rescale_key: str, on_change: Callable[[], None], custom_lab
            disabled: bool = False, label: str = "Preset") -> str:
     """A preset menu (with `custom` first), R beside it for the authors' modes, and the preset's λ rule in words;
     `on_change` runs when either changes. Returns the chosen name."""
-    c = st.columns([3, 1.2, 3.8], vertical_alignment="bottom")
-    name = c[0].selectbox(label, [CUSTOM, *PRESETS], key=key, on_change=on_change, disabled=disabled, help=help,
-                          format_func=lambda n: custom_label if n == CUSTOM else PRESETS[n].title)
+    from app.charts import text_px
+    from app.viewport import content_width
+
+    names = [custom_label, *(p.title for p in PRESETS.values())]  # the box as wide as its longest choice
+    row = st.container(horizontal=True, vertical_alignment="bottom", wrap=True)
+    name = row.selectbox(label, [CUSTOM, *PRESETS], key=key, on_change=on_change, disabled=disabled, help=help,
+                         format_func=lambda n: custom_label if n == CUSTOM else PRESETS[n].title,
+                         width=int(min(content_width(), 60 + max(text_px(n, 14) for n in names))))
     if name != CUSTOM and PRESETS[name].uses_r:
         if rescale_key not in st.session_state:
             st.session_state[rescale_key] = SCRIPT_DEFAULT_R
-        c[1].number_input("R (rescale factor)", min_value=1.0, max_value=3.0, step=0.05, format="%.2f",
-                          key=rescale_key, on_change=on_change, disabled=disabled,
-                          help="The script's --rescale_factor: 1.05 by default, 1.2 in its README; r = R − 1.")
+        row.number_input("R (rescale factor)", min_value=1.0, max_value=3.0, step=0.05, format="%.2f",
+                         key=rescale_key, on_change=on_change, disabled=disabled, width=170,
+                         help="The script's --rescale_factor: 1.05 by default, 1.2 in its README; r = R − 1.")
     if name != CUSTOM:
-        c[2].caption(PRESETS[name].summary)
+        st.caption(PRESETS[name].summary)
     return name
 
 

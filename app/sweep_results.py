@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from app import charts, state
-from app.tables import fitted_columns
+from app.tables import show_table
 from evaluation.report import csv_bytes, result_frame, result_json
 from evaluation.sweep import SweepResult
 from merging.common.errors import printable
@@ -58,7 +58,7 @@ def noise_panel(res: SweepResult) -> None:
     with st.expander(f"The chosen candidates against each other on {res.spec.report_on} "
                      f"({sum(c['beyond_noise'] for c in res.comparisons)} of {len(res.comparisons)} differences "
                      "beyond noise)"):
-        st.dataframe(rows, hide_index=True, width="stretch", column_config=fitted_columns(rows))
+        show_table(rows)
         st.caption("Difference of the task averages ± its standard error, paired per example (both were scored on "
                    "the same examples, so their shared hard examples cancel); a difference counts only beyond two "
                    "standard errors.")
@@ -81,8 +81,10 @@ def export_picker(res: SweepResult) -> None:
     if not order:
         return
     c = st.columns([3, 1.3], vertical_alignment="bottom")
+    tied = bool(ties(res))
     pick = c[0].selectbox("Candidate", order, key="sweep_export_pick", format_func=lambda x: x.label
-                          + ("  (best overall)" if x == res.best else "  (chosen)" if x in res.selected.values() else ""))
+                          + (f"  (best overall{', tied' if tied else ''})" if x == res.best else
+                             "  (chosen)" if x in res.selected.values() else ""))
     if c[1].button("Merge & export this candidate", key="sweep_export", type="primary", icon=":material/merge:"):
         fill_merge_page(pick.method, pick.param_dict)
 
@@ -115,9 +117,10 @@ def results(res: SweepResult, sel: state.Selection) -> None:
                f"{format_seconds(res.seconds)}" + (f" ({stored} scores reused from earlier runs)" if stored else "")
                + (f". Best overall (by {spec.select_on} average): **{printable(res.best.label)}**." if res.best else "."),
                icon=":material/check_circle:")
+    tie_note(res)
     chosen = pd.DataFrame([chosen_row(res, m, c) for m, c in res.selected.items()])
     if not chosen.empty:
-        st.dataframe(chosen, hide_index=True, width="stretch", column_config=fitted_columns(chosen))
+        show_table(chosen)
         st.caption("Averages ± one standard error (√(Σ se²)/k over the tasks). ≈: within noise of the best overall "
                    f"on {spec.select_on} — its paired difference from the best is under two standard errors.")
     noise_panel(res)
@@ -135,14 +138,40 @@ def results(res: SweepResult, sel: state.Selection) -> None:
     every_score(res)
 
 
+def ties(res: SweepResult) -> list:
+    """The selection-split entries whose average equals the best overall's as the tables show it (2 decimals):
+    a tie the best-overall star alone would hide."""
+    valid = [e for e in res.candidates(res.spec.select_on) if e.ok]
+    best = next((e for e in valid if e.best), None)
+    return [] if best is None else [e for e in valid if not e.best and round(e.average, 2) == round(best.average, 2)]
+
+
+def tie_note(res: SweepResult) -> None:
+    """Say when the best overall is tied on the selection split (and how many more are within noise of it): the
+    star then marks the first in the grids' order, not a better candidate."""
+    tied = ties(res)
+    if not tied:
+        return
+    spec = res.spec
+    best = next(e for e in res.candidates(spec.select_on) if e.best)
+    close = [e for e in res.candidates(spec.select_on) if e.ok and e.within_noise and not e.best and e not in tied]
+    names = ", ".join(f"**{printable(e.label)}**" for e in tied)
+    st.warning(f"Tie on {spec.select_on}: **{printable(best.label)}** and {names} average {best.average:.2f} % each; "
+               "★ best overall marks the first of them in the grids' order, not a better one."
+               + (f" {len(close)} other candidate{'s are' if len(close) != 1 else ' is'} within noise of it "
+                  "(paired difference under two standard errors)." if close else ""),
+               icon=":material/balance:")
+
+
 def chosen_row(res: SweepResult, method: str, c) -> dict:
     """One method's chosen candidate: its setting, both averages ± s.e., within noise of the best, grid edge."""
     spec = res.spec
     v = next(e for e in res.candidates(spec.select_on) if e.candidate == c)
     t = next((e for e in res.candidates(spec.report_on) if e.candidate == c), None)
     return {"method": method, "chosen setting": c.settings or "(no parameters)",
-            f"{spec.select_on} average": _pm(v.average, v.average_stderr) + ("  ≈" if v.within_noise and not v.best
-                                                                          else "  ★" if v.best else ""),
+            f"{spec.select_on} average": _pm(v.average, v.average_stderr) + (
+                "  ★ (tie)" if v.best and ties(res) else "  = (tie)" if v in ties(res) else
+                "  ≈" if v.within_noise and not v.best else "  ★" if v.best else ""),
             f"{spec.report_on} average": _pm(t.average, t.average_stderr) if t is not None else "–",
             "grid edge": ", ".join(v.grid_edge)}
 
@@ -230,9 +259,9 @@ def every_score(res: SweepResult) -> None:
     """Every entry as a table, and the sweep as JSON and CSV downloads."""
     st.subheader("Every score")
     every = entries_frame(res.entries)
-    st.dataframe(every.style.format(precision=2, subset=[c for c in every.columns if c not in
-                                                          ("candidate", "split", "chosen", "≈ best", "note")]),
-                 hide_index=True, width="stretch", key="sweep_all", column_config=fitted_columns(every))
+    show_table(every.style.format(precision=2, subset=[c for c in every.columns if c not in
+                                                        ("candidate", "split", "chosen", "≈ best", "note")]),
+               key="sweep_all")
     c = st.columns(2)
     c[0].download_button("JSON", (json.dumps(result_json(res, "local"), indent=2) + "\n").encode(), "sweep.json",
                          "application/json", key="sweep_dl_json", icon=":material/download:", width="stretch")

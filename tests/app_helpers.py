@@ -99,3 +99,13 @@ def stop_server(proc) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(10)
+
+
+def legend_off_the_plot(layout) -> bool:
+    """A chart's legend stands beside the plot (right, top-aligned) or above it in the band under the title —
+    where the layout rule (app/charts/layout.py) puts it for the chart's width — never over the plot."""
+    lg = layout.legend
+    beside = lg.x is not None and lg.x >= 1 and lg.xanchor == "left"
+    above = (lg.orientation == "h" and lg.yref == "container" and lg.yanchor == "top" and lg.y is not None
+             and (1 - lg.y) * layout.height < layout.margin.t)
+    return beside or above

@@ -1,5 +1,5 @@
 """Screenshots of every page for the README: `python -m tests.make_screenshots [--out assets/images] [--pages a,b]
-[--long-names]`.
+[--long-names] [--width 1400] [--schemes light,dark]`.
 
 Starts `streamlit run app/main.py` on the bundled demo (isolated analysis cache and sweep store, Hub offline), opens
 every page in headless chromium at 1400 px, once with the browser set to light and once to dark, runs a merge so
@@ -42,7 +42,7 @@ def settle(pg, timeout: float = 180) -> None:
         pg.wait_for_timeout(250)
         h = pg.evaluate("document.querySelector('[data-testid=stMain]').scrollHeight")
         busy = pg.locator('[data-testid="stStatusWidget"], [data-testid="stProgress"], '
-                          '[data-testid="stSpinner"]').count() > 0
+                          '[data-testid="stSpinner"], [data-stale="true"]').count() > 0
         stable = stable + 1 if (h == last and not busy) else 0
         last = h
 
@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pages", default=",".join(PAGES), help=f"which pages (default all: {','.join(PAGES)})")
     ap.add_argument("--long-names", action="store_true", help="the demo models under the paper's long model names")
     ap.add_argument("--only", choices=["overlap"], help="take only the overlap panel shots")
+    ap.add_argument("--schemes", default="light,dark", help="which colour schemes (default light,dark)")
     args = ap.parse_args(argv)
     pages = {k: PAGES[k] for k in args.pages.split(",") if k}
     suffix = "-long-names" if args.long_names else ""
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.5)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-            for scheme in ("light", "dark"):
+            for scheme in [s for s in args.schemes.split(",") if s]:
                 ctx = browser.new_context(viewport={"width": args.width, "height": 900}, color_scheme=scheme)
                 pg = ctx.new_page()
                 pg.set_default_timeout(180_000)

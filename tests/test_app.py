@@ -11,7 +11,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from tests.app_helpers import APP_MAIN, app_env, plain, reload_hub_client
+from tests.app_helpers import APP_MAIN, app_env, legend_off_the_plot, plain, reload_hub_client
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -740,7 +740,7 @@ def test_rho_views_per_layer_module_and_tensor(env):
     assert figure(at, "chart_lambda_by_layer_module").data[0].type == "heatmap"
     at.segmented_control(key="het_rho_by").set_value("tensor").run()
     no_problems(at)
-    per_tensor = next(df.value for df in at.dataframe if "tensor" in df.value.columns and "rho" in df.value.columns)
+    per_tensor = next(df.value for df in at.dataframe if "tensor" in df.value.columns and "ρ" in df.value.columns)
     assert len(per_tensor) == res.frame[res.frame["eps"] == 1e-5].shape[0]
     # the norms / sign-conflict chart and the unique-vs-chance chart are drawn, with the chance marker
     # (a long legend entry wraps onto two lines: compare the names as one line)
@@ -1062,8 +1062,8 @@ def test_overlap_panel_shows_the_diagnostics_next_to_chance(env):
     assert {"same sign (pairs)", "chance", "all agree", "chance (all agree)", "cosine vs others", "partners < 10 %",
             "partners < 30 %", "chance (model)"} <= set(table.columns)
     layer = figure(at, "chart_overlap_agreement_by_layer")
-    # The legend stands beside the plot (never on a title)
-    assert len(layer.data) == 2 * len(pa) and layer.layout.legend.x >= 1 and layer.layout.legend.xanchor == "left"
+    # The legend stands beside the plot or above it, under the title (never on a title or the plot)
+    assert len(layer.data) == 2 * len(pa) and legend_off_the_plot(layer.layout)
     at.segmented_control(key="het_agree_by").set_value("module").run()
     no_problems(at)
     assert figure(at, "chart_overlap_agreement_by_module").data[0].type == "bar"
@@ -1089,8 +1089,8 @@ def test_overlap_panel_with_the_papers_long_names(env, tmp_path):
     hovers = " ".join(h for row in matrix.data[0].customdata for h in row)
     assert all(name in hovers for name in (PAPER_NAMES["code"], PAPER_NAMES["tool"], PAPER_NAMES["memory"]))
     energy = figure(at, "chart_overlap_energy_profile")
-    assert energy.layout.legend.x >= 1 and list(energy.data[0].customdata) == [PAPER_NAMES[k] for k in
-                                                                               ("code", "tool", "memory")]
+    assert legend_off_the_plot(energy.layout) and list(energy.data[0].customdata) == [PAPER_NAMES[k] for k in
+                                                                                      ("code", "tool", "memory")]
 
 
 def test_presets_on_tune_and_merge(env, tmp_path):
@@ -1201,7 +1201,8 @@ def all_figures(at: AppTest) -> dict:
 
 def check_names_in_chart(key: str, fig, full: list[str]) -> None:
     """One rule for every chart: no long name on an axis or in a legend (short names, ≤ 20 characters,
-    wrapped onto ≤ 2 lines), the legend beside the plot (never in the title band), the full names on hover."""
+    wrapped onto ≤ 2 lines), the legend beside the plot or above it (never over the plot or the title), the full
+    names on hover."""
     import re
 
     from app import charts
@@ -1225,7 +1226,7 @@ def check_names_in_chart(key: str, fig, full: list[str]) -> None:
             assert len(visible(tr.name)) <= 45 and all(n not in tr.name for n in full if len(n) > 20), (key, tr.name)
     shown = [tr for tr in fig.data if tr.showlegend is not False and tr.name]
     if shown and fig.layout.showlegend is not False:
-        assert fig.layout.legend.x >= 1 and fig.layout.legend.xanchor == "left", (key, fig.layout.legend)
+        assert legend_off_the_plot(fig.layout), (key, fig.layout.legend)
     for a in fig.layout.annotations or []:
         assert all(n not in a.text for n in full if len(n) > 20), (key, a.text)
     if any(s in text for s in short.values() if s not in ("code", "tool", "memory")):
@@ -1234,8 +1235,8 @@ def check_names_in_chart(key: str, fig, full: list[str]) -> None:
 
 def test_every_chart_with_the_papers_long_names(env, tmp_path):
     """With the paper's model names every chart on every page keeps short labels on its axes and in
-    its legend, full names on hover, and its legend beside the plot; the rendered geometry (no overlap, titles
-    not cut) is checked in chromium by tests/test_browser_charts.py."""
+    its legend, full names on hover, and its legend beside or above the plot; the rendered geometry (no overlap,
+    titles not cut) is checked in chromium by tests/browser/test_chart_layout.py."""
     from merging.reading.refs import BUNDLED_DEMO_ROOT
     from tests.make_screenshots import PAPER_NAMES
 
@@ -1313,7 +1314,14 @@ def test_tables_fit_tensor_scope_lambda_table_and_show_path_ends(env, tmp_path):
     assert wide and list(wide[0].value.columns)[-1] == "λ range (tensors)"
     assert not any("λ range (tensors)" in t.value.columns for col in at.columns for t in col.table)
     at.radio(key="tune_scope").set_value("global").run()
-    assert any("λ_t" in t.value.columns for col in at.columns for t in col.table)  # global: beside the chart
+    # global: above λ(ρ) in the narrowest window (no width measured yet), beside it when the column has room
+    assert not any("λ_t" in t.value.columns for col in at.columns for t in col.table)
+    assert any("λ_t" in t.value.columns for t in at.table)
+    from app.viewport import WIDTH_KEY
+
+    at.session_state[WIDTH_KEY] = 1200  # what the page's browser component reports in a wide window
+    at.run()
+    assert any("λ_t" in t.value.columns for col in at.columns for t in col.table)
 
     deep = tmp_path / "checkpoints" / "qwen" / "runs" / "2026-11-24-with-a-long-run-name"
     folders = {k: shutil.copytree(BUNDLED_DEMO_ROOT / k, deep / v) for k, v in
@@ -1324,8 +1332,11 @@ def test_tables_fit_tensor_scope_lambda_table_and_show_path_ends(env, tmp_path):
     no_problems(at)
     models = next(d for d in at.dataframe if "source" in d.value.columns)
     sources = list(models.value["source"])
-    assert all(s.startswith("…") and len(s) == 60 for s in sources)
+    from app.tables import PATH_CHARS
+
+    # by its end, cut at a "/" so the last folder's name stays whole
+    assert all(s.startswith("…/") and len(s) <= PATH_CHARS for s in sources)
     assert [s.rsplit("/", 1)[-1] for s in sources] == ["Qwen2.5-7B-Instruct", "ReasonFlux-Coder-7B",
                                                        "Qwen2.5-7B-Instruct-ToolRL-grpo-cold"]
     config = json.loads(models.proto.columns)
-    assert config["source"]["width"] >= 28 + 7.5 * 60
+    assert config["source"]["width"] >= 28 + 7.5 * max(len(s) for s in sources)

@@ -125,6 +125,9 @@ def goto(pg, server, title: str) -> None:
     if not pg.url.startswith(server["url"]):
         pg.goto(server["url"])
         pg.wait_for_selector('[data-testid="stAppViewContainer"]')
+        # the root forwards to Heterogeneity: a link clicked before the forward lands would be overtaken by it
+        pg.wait_for_url(lambda u: u.split("?")[0].rstrip("/").endswith("/heterogeneity"))
+        pg.get_by_role("heading", name="Heterogeneity", level=1).wait_for()
     link = pg.locator('[data-testid="stSidebarNav"] a').filter(has_text=title).first
     try:
         link.wait_for(timeout=15_000)

@@ -150,7 +150,8 @@ def test_tables_fit_their_labels_and_show_the_end_of_long_paths():
 
     long = "/data/checkpoints/qwen/runs/2026-11-24/Qwen2.5-7B-Instruct-ToolRL-grpo-cold"
     assert path_end(long, 40).endswith("Qwen2.5-7B-Instruct-ToolRL-grpo-cold") and path_end(long, 40).startswith("…")
-    assert len(path_end(long, 40)) == 40 and path_end("short/path", 40) == "short/path"
+    assert len(path_end(long, 40)) <= 40 and path_end("short/path", 40) == "short/path"
+    assert path_end(long, 40) == "…/Qwen2.5-7B-Instruct-ToolRL-grpo-cold"  # cut at a separator: the name whole
     assert path_end("a\x1b[31mb" + "x" * 80, 20).endswith("x" * 19)  # escaped like every name
     df = pd.DataFrame({"model": ["base", "ram_plus (this session)", "task arithmetic (this session)"],
                        "code": [1.0, 2.0, 3.0]}).set_index("model")

@@ -31,7 +31,8 @@ def _template(kind: str) -> go.layout.Template:
                 automargin=True, ticks="", title=dict(standoff=12), minor=dict(gridcolor=t["minor"]))
     return go.layout.Template(layout=dict(
         paper_bgcolor=t["paper"], plot_bgcolor=t["paper"], font=dict(color=t["ink"], **FONT), colorway=AGENT_PALETTE,
-        xaxis=axis, yaxis=axis, hoverlabel=dict(font=dict(family=FONT["family"])), hovermode="closest",
+        xaxis={**axis, "ticklabelstandoff": 8}, yaxis=axis,  # x labels clear of the lowest y label
+        hoverlabel=dict(font=dict(family=FONT["family"])), hovermode="closest",
         coloraxis=dict(colorbar=dict(outlinewidth=0, ticks="")), legend=dict(bgcolor="rgba(0,0,0,0)")))
 
 
@@ -120,6 +121,8 @@ def tick_label(text: str, line: int = TICK_LINE) -> str:
     if len(text) <= line:
         return label(text)
     cuts = [i + 1 for i, ch in enumerate(text) if ch in "-_ ./…" and 0 < i < len(text) - 1]
+    if " " in text.strip():  # words: break between them only, never inside a number such as 1e-5
+        cuts = [i + 1 for i, ch in enumerate(text) if ch == " " and 0 < i < len(text) - 1]
     if not cuts:
         return label(text)
     cut = min(cuts, key=lambda i: abs(i - len(text) / 2))
@@ -186,9 +189,11 @@ def chart_layout(fig: go.Figure, height: int = 360, legend: bool = True, **kw) -
 
 
 def room_for_subplot_titles(fig: go.Figure, lines: int = 1) -> None:
-    """Room above the plots for subplot titles of `lines` lines (the chart's own title goes above them)."""
+    """Room above the plots for subplot titles of `lines` lines (the chart's own title goes above them); the
+    titles are named, so the layout rule can move them with their panels."""
     fig.update_layout(margin=dict(t=10 + 18 * lines))
     fig.update_annotations(font=dict(size=13))
+    fig.update_annotations(selector=dict(xref="paper", yref="paper"), name="subplot-title")
 
 
 def eps_label(eps: float) -> str:

@@ -125,4 +125,5 @@ def expert_owner_map(df, agents: list[str]) -> go.Figure:
                     marker=dict(symbol="square-open", size=12, color=NEUTRAL))
     fig.update_yaxes(title="layer", type="category", autorange="reversed")
     fig.update_xaxes(title="routed expert (index)", type="category")
-    return chart_layout(fig, height=max(220, 16 * len(layers) + 120))
+    # taller with more agents: in a narrow column its 2n keys stand above the map, a row each
+    return chart_layout(fig, height=max(220, 16 * len(layers) + 120, 40 * n))

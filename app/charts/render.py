@@ -11,6 +11,7 @@ from merging.common.escaping import csv_bytes
 
 from .base import (eps_label, EXPORT_SCALE, EXPORT_WIDTH, FIG_FORMAT_KEY, FIG_FORMATS, label, NEUTRAL,
                    short_labels, wrap)
+from .layout import GAP_PX, PAIR_PX, fit
 
 
 def theme() -> str:
@@ -36,27 +37,55 @@ def export_name(name: str, params: dict[str, object] | None) -> str:
     return text[:180]
 
 
-PAGE_WIDTH = 1000  # px a full-width chart gets in the wide layout at 1400 px (sidebar open): titles wrap to fit
+PAGE_WIDTH = 540  # px of a full-width chart when the page's width is not known: a 1000 px window, sidebar open
 TITLE_PX, SUBTITLE_PX = 8.8, 6.6  # generous widths of a character of the bold 16 px title and the 12 px subtitle
 
 
-def styled(fig: go.Figure, title: str, subtitle: str = "", kind: str | None = None, width: float = 1.0) -> go.Figure:
-    """The figure with its title (and a subtitle naming its parameters) and the page's theme. Both wrap to the
-    chart's width (`width`: its share of the page) and sit in a band added above the plot, sized to their
-    lines, above any subplot titles the figure reserves room for; legends stand beside the plot (`chart_layout`)."""
-    px = PAGE_WIDTH * width - 30
-    lines = wrap(title, max(20, int(px / TITLE_PX)))
-    sub = wrap(subtitle, max(30, int(px / SUBTITLE_PX))) if subtitle else []
+def styled(fig: go.Figure, title: str, subtitle: str = "", kind: str | None = None, width: float = 1.0,
+           px: float | None = None) -> go.Figure:
+    """The figure with its title (and a subtitle naming its parameters) and the page's theme, laid out for the
+    width it is drawn at (`px`; else `width`, a share of PAGE_WIDTH) by the one rule, `layout.fit`: the title
+    and subtitle wrap to it and sit in a band above everything else; the legend stands beside the plot or above
+    it; panels, ticks and value labels fit."""
+    px = float(px or PAGE_WIDTH * width)
+    lines = wrap(title, max(12, int((px - 30) / TITLE_PX)))
+    sub = wrap(subtitle, max(20, int((px - 30) / SUBTITLE_PX))) if subtitle else []
     text = "<br>".join(f"<b>{label(t)}</b>" for t in lines)
     if sub:
         text += "<br>" + "<br>".join(f"<span style='font-size:12px;color:{NEUTRAL}'>{label(t)}</span>" for t in sub)
     band = 38 + 21 * (len(lines) + len(sub) - 1)  # plotly spaces every line at 1.3 × the title's 16 px
-    top = fig.layout.margin.t if fig.layout.margin.t is not None else 10
     fig.update_layout(template=f"ram_{kind or theme()}",
                       title=dict(text=text, x=0, xanchor="left", xref="container", yref="container", y=1,
-                                 yanchor="top", pad=dict(t=24, l=12), font=dict(size=16)),  # pad: first baseline
-                      margin=dict(t=top + band), height=(fig.layout.height or 360) + band)
-    return fig
+                                 yanchor="top", pad=dict(t=24, l=12), font=dict(size=16)))  # pad: first baseline
+    return fit(fig, px, band)
+
+
+def chart_px(width: float = 1.0) -> int:
+    """The px a chart gets that takes `width` of the page's main column (a column of a row takes its share
+    less its part of the gaps)."""
+    from app.viewport import content_width
+
+    page = content_width()
+    return int(page * width - GAP_PX * (1 - width)) if width < 1 else page
+
+
+def pair(n: int = 2) -> tuple[list, float]:
+    """Places for `n` charts: side by side when each gets at least layout.PAIR_PX, else one under the other at
+    the full width; and the share of the width each gets (for `show`)."""
+    places, shares = beside([1.0] * n, [PAIR_PX] * n)
+    return places, shares[0]
+
+
+def beside(weights: list[float], min_px: list[int]) -> tuple[list, list[float]]:
+    """Columns of relative `weights` when each gets at least its `min_px` of the page's main column, else one
+    container under another at the full width; with each place's share of the width (for `show`)."""
+    from app.viewport import content_width
+
+    page, total = content_width(), sum(weights)
+    shares = [w / total for w in weights]
+    if all(page * s - GAP_PX * (1 - s) >= m for s, m in zip(shares, min_px)):
+        return list(st.columns(weights)), shares
+    return [st.container() for _ in weights], [1.0] * len(weights)
 
 
 # Subtitles name parameters by their symbols, as the forms' labels do (eps → ε, alpha → α, …).
@@ -88,15 +117,19 @@ def show(fig: go.Figure, data: pd.DataFrame, caption: str, name: str, *, title: 
     button that downloads the figure (PNG at print scale or SVG, chosen in the sidebar) named after the chart
     and its parameters."""
     fmt = FIG_FORMATS.get(st.session_state.get(FIG_FORMAT_KEY, ""), "png")
-    styled(fig, title, subtitle_of(params), width=width)
+    px = chart_px(width)
+    styled(fig, title, subtitle_of(params), px=px)
     filename = export_name(name, params)
+    # The download keeps the layout drawn here (at its width), scaled to EXPORT_WIDTH × EXPORT_SCALE px wide.
     st.plotly_chart(fig, width="stretch", theme=None, key=f"chart_{name}",
-                    config={"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"],
-                            "toImageButtonOptions": {"format": fmt, "filename": filename, "width": EXPORT_WIDTH,
+                    config={"displaylogo": False, "responsive": True,
+                            "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+                            "toImageButtonOptions": {"format": fmt, "filename": filename, "width": px,
                                                      "height": int(fig.layout.height),
-                                                     "scale": EXPORT_SCALE if fmt == "png" else 1}})
-    c1, c2 = st.columns([4, 1], vertical_alignment="top")
-    c1.caption(caption)
-    c2.download_button("CSV", csv_bytes(data), file_name=f"{filename}.csv", mime="text/csv",
-                       key=f"csv_{name}", icon=":material/download:", type="tertiary",
-                       help="Download the data behind this chart")
+                                                     "scale": EXPORT_WIDTH * EXPORT_SCALE / px if fmt == "png"
+                                                     else 1}})
+    row = st.container(horizontal=True, vertical_alignment="top", gap="small")
+    row.caption(caption, width="stretch")  # the button keeps its width; the caption wraps beside it
+    row.download_button("CSV", csv_bytes(data), file_name=f"{filename}.csv", mime="text/csv",
+                        key=f"csv_{name}", icon=":material/download:", type="tertiary", width="content",
+                        help="Download the data behind this chart")

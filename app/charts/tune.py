@@ -38,9 +38,10 @@ def lambda_curve(lam: pd.DataFrame, agents: list[str], r: float, alpha: float, r
     ys = [regions.lambda_from_rho(x, r, alpha, rule) for x in xs]
     fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines", name=f"λ(ρ), {rule} rule",
                                line=dict(color=NEUTRAL, width=2), hoverinfo="skip"))
-    if rule == "clip" and alpha > 0:
-        fig.add_vline(x=alpha, line=dict(dash="dot", color=NEUTRAL), annotation_text=f"α = {alpha:g}",
-                      annotation_position="bottom right")
+    if rule == "clip" and alpha > 0:  # the label placed by hand: on a log axis an annotation's x is log10(x)
+        fig.add_vline(x=alpha, line=dict(dash="dot", color=NEUTRAL))
+        fig.add_annotation(x=math.log10(alpha) if log else alpha, xref="x", y=0, yref="paper", yanchor="bottom",
+                           xanchor="left", text=f"α = {alpha:g}", showarrow=False, xshift=4, yshift=4)
     for _, row in lam.iterrows():
         inf = not math.isfinite(row["rho"])
         zero = row["rho"] <= 0

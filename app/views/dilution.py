@@ -13,7 +13,7 @@ from analysis import tables
 from analysis.toy import COLS, ROWS, TOY_EPS, toy_merges, toy_rho_lambda, toy_taus, unique_retention
 from app import charts, jobs, state
 from app.markup import md
-from app.tables import fitted_columns
+from app.tables import show_table
 from assets.demo.tasks import TASKS
 from merging.common.errors import RamStudioError
 from merging.common.units import format_seconds
@@ -76,7 +76,7 @@ CANCEL_FIG3 = jobs.CancelButton("Cancel", "fig3_cancel",
 def fig3_chart(tidy: pd.DataFrame, agents: list[str], source: str, name: str) -> None:
     view = own_task(tidy, agents)
     if view.empty:
-        st.dataframe(tidy, hide_index=True, width="stretch")
+        show_table(tidy)
         st.caption(f"{md(source)}: no agent is named after one of the tasks, so all rows are listed.")
         return
     charts.show(charts.fig3_bars(view, agents), tidy,
@@ -91,7 +91,7 @@ def fig3_chart(tidy: pd.DataFrame, agents: list[str], source: str, name: str) ->
 REGIME_EPS = 1e-5
 
 
-def trio_evidence(prefix: str) -> tuple[str, "regimes.TableReading"] | None:
+def trio_evidence(prefix: str, share: float = 0.5) -> tuple[str, "regimes.TableReading"] | None:
     """One demo trio's Table 1, its shared-region diagnostics next to chance, and the readings of both (drawn
     into the current column); None when the trio or its results are not here."""
     from analysis import agreement, regimes
@@ -107,25 +107,25 @@ def trio_evidence(prefix: str) -> tuple[str, "regimes.TableReading"] | None:
 
     agents = [a.split(":", 1)[-1] for a in sel.agents]
     shown = with_stderr(table.drop(columns=[c for c in table.columns if "@" in str(c)]))
-    st.dataframe(shown, width="stretch", height=36 * (len(shown) + 1) + 2, key=f"regime_table_{prefix}",
-                 column_config=fitted_columns(shown, index=True))
+    show_table(shown, index=True, key=f"regime_table_{prefix}", height=36 * (len(shown) + 1) + 2,
+               width_share=share)
     st.caption(f"Test split, accuracy % ± one standard error ({md(source)}; each method's settings chosen on "
                "validation; binomial per task, √(Σ se²)/3 for the average).")
     res = state.run_analysis(sel)
     if res is None:
         return None
     pairs = agreement.pair_agreement(res, REGIME_EPS)
-    st.dataframe(pd.DataFrame({
+    show_table(pd.DataFrame({
         "pair": [f"{r.a}–{r.b}" for r in pairs.itertuples()],
         "both changed": pairs["both_changed"].map(state.fmt_count),
         "same sign": [f"{charts.pct(v)} ± {100 * agreement.sign_se(int(n), v):.1f}"
                       for v, n in zip(pairs["sign_agreement"], pairs["both_changed"])],
         "chance": pairs["chance_sign_agreement"].map(charts.pct),
         "cosine": pairs["cosine"].map("{:+.3f}".format), "chance ": pairs["chance_cosine"].map("{:+.0f}".format)}),
-        hide_index=True, width="stretch", key=f"regime_pairs_{prefix}")
+        key=f"regime_pairs_{prefix}", width_share=share)
     ag = agreement.agent_agreement(res, REGIME_EPS)
     rho = tables.rho_table(res, REGIME_EPS).set_index("agent")["rho"]
-    st.dataframe(pd.DataFrame({
+    show_table(pd.DataFrame({
         "agent": ag["agent"], "density": (ag["changed"] / res.total_params).map(charts.pct),
         "unique share": ag["unique_share"].map(charts.pct),
         "chance (model / tensor)": [f"{charts.pct(a)} / {charts.pct(b)}" for a, b in
@@ -133,7 +133,7 @@ def trio_evidence(prefix: str) -> tuple[str, "regimes.TableReading"] | None:
         "ρ_t": ag["agent"].map(rho).map(lambda v: "∞" if not math.isfinite(v) else f"{v:.2f}"),
         "shared Σ τ²": ag["shared_energy_share"].map(charts.pct),
         "dominated": ag["dominated_30_share"].map(charts.pct)}),
-        hide_index=True, width="stretch", key=f"regime_agents_{prefix}")
+        key=f"regime_agents_{prefix}", width_share=share)
     read = regimes.read_table1(table, agents, state.demo_comparisons(prefix))
     diag = agreement.reading(res, REGIME_EPS, regimes.evidence(read, f"Table 1 of `{prefix}`, test split"))
     st.caption("Per agent: share of its update energy Σ τ² in shared elements, and of that the share where the "
@@ -159,11 +159,11 @@ def two_regimes() -> None:
                 "are unrelated. The second demo trio (`demo-shared:`) was trained so that every agent must also learn "
                 f"one common habit. Same tasks, same merges; the diagnostics (ε = {REGIME_EPS:g}, elements both "
                 "agents changed) say whether the overlap is real, Table 1 what each merge keeps.")
-    cols = st.columns(2)
+    cols, share = charts.pair()  # side by side when both fit, else one under the other
     readings = {}
     for col, prefix in zip(cols, state.DEMO_TRIOS):
         with col, state.guard(f"The {prefix} trio"):
-            got = trio_evidence(prefix)
+            got = trio_evidence(prefix, share)
             if got is not None:
                 readings[f"`{prefix}`"] = got
     text = regimes.contrast(readings)
@@ -313,7 +313,7 @@ if log.exists():
         group = "agent" if "agent" in lg.columns else ("task" if "task" in lg.columns else None)
         if ycol is None or group is None or "step" not in lg.columns:
             st.subheader("RL training log")
-            st.dataframe(lg, width="stretch")
+            show_table(lg)
         else:
             agents = demo_agent_labels() or sorted(lg[group].astype(str).unique())
             charts.show(charts.reward_curves(lg, agents, "step", ycol, group), lg,

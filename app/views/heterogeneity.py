@@ -3,14 +3,12 @@ where they come from (per layer, module and tensor), norms, sign conflicts, and 
 what chance would give."""
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 import streamlit as st
 
 from analysis import agreement, experts, paper, tables
-from app import charts, state
-from app.tables import fitted_columns
+from app import charts, frames, state
+from app.tables import show_table
 from merging.common.escaping import csv_bytes
 
 st.title("Heterogeneity")
@@ -24,25 +22,26 @@ st.markdown("RL fine-tuning often changes only part of the parameters, and agent
 sel = state.selection()
 res = state.analysis_or_stop(sel)
 agents = res.agents
-# Paired charts sit side by side for a few agents; with more, each takes the page's width (readable ticks).
-HALF = 0.5 if len(agents) <= charts.WRAP_UP_TO else 1.0
 
 
 def pair():
-    """Two places for a pair of charts: half-width columns, or one under the other for many agents."""
-    return st.columns(2) if HALF < 1 else (st.container(), st.container())
+    """Two places for a pair of charts and the share of the width each gets: side by side when both are wide
+    enough (for a few agents), else one under the other at the page's width (`charts.pair`)."""
+    if len(agents) > charts.WRAP_UP_TO:  # many agents: each chart takes the page's width (readable ticks)
+        return st.container(), st.container(), 1.0
+    (left, right), share = charts.pair()
+    return left, right, share
 
 
-top = st.columns([3, 1.2, 1.8], vertical_alignment="bottom")
-eps = top[0].select_slider("ε: an element counts as changed when |τ| > ε", options=list(res.ladder),
-                           value=state.DEFAULT_EPS if state.DEFAULT_EPS in res.ladder else res.ladder[0],
-                           format_func=charts.eps_label, key="het_eps")
-top[0].caption(f"{len(agents)} agents · {state.fmt_count(res.total_params)} parameters · "
-               + ("statistics from the cache" if res.from_cache else f"analysed in {res.seconds:.1f} s"))
-log_small = top[1].toggle("log scale for shares", key="het_log",
-                          help="Draw unique shares (against chance, per layer) on a log axis: a 0.5 % share next to "
-                               "a 40 % one stays readable. Off: a linear axis zoomed to the data.")
-buttons = top[2].container(horizontal=True, horizontal_alignment="right")
+# The controls keep their own widths and wrap onto another line when the page is narrow (never cut labels).
+top = st.container(horizontal=True, vertical_alignment="bottom", wrap=True)
+eps = top.select_slider("ε: an element counts as changed when |τ| > ε", options=list(res.ladder),
+                        value=state.DEFAULT_EPS if state.DEFAULT_EPS in res.ladder else res.ladder[0],
+                        format_func=charts.eps_label, key="het_eps", width=320)
+log_small = top.toggle("log scale for shares", key="het_log",
+                       help="Draw unique shares (against chance, per layer) on a log axis: a 0.5 % share next to "
+                            "a 40 % one stays readable. Off: a linear axis zoomed to the data.")
+buttons = top.container(horizontal=True, horizontal_alignment="right", width="content")
 buttons.download_button("All data", csv_bytes(res.frame), "analysis_statistics.csv", "text/csv",
                         key="csv_all_stats", icon=":material/download:",
                         help="Every statistic of the pass: one row per agent × tensor × ε (CSV).")
@@ -55,6 +54,8 @@ if buttons.button("Re-run", icon=":material/refresh:", help="Forget the cached r
                   key="het_rerun"):
     state.forget_analysis(sel)
     st.rerun()
+st.caption(f"{len(agents)} agents · {state.fmt_count(res.total_params)} parameters · "
+           + ("statistics from the cache" if res.from_cache else f"analysed in {res.seconds:.1f} s"))
 
 base_params = {"eps": eps, "agents": agents}
 
@@ -77,12 +78,7 @@ def precision_panel(eps: float) -> None:
                 "value passes ε, so \"changed\" means \"the stored value changed\". Part of the sparsity is "
                 "rounding: an accumulated update smaller than half a step at its weight rounds back to the base's value when "
                 "the weights are stored.")
-    short = charts.short_labels(agents)  # a narrow table: it sits under ε, at the page's width
-    table = pd.DataFrame({
-        "agent": pv["agent"].map(short), "density": pv["density"].map(charts.pct),
-        "at ε = 0": pv["density_eps0"].map(charts.pct), "one step": pv["one_step_share"].map(charts.pct),
-        "one-step Σ τ²": pv["one_step_energy_share"].map(charts.pct)})
-    st.dataframe(table, hide_index=True, width="stretch", column_config=fitted_columns(table))
+    show_table(frames.precision_frame(pv, charts.short_labels(agents)))  # short names: a narrow table
     st.caption("Per agent: density at this ε; at ε = 0 = the share of weights whose stored value differs from "
                "the base's at all; one step = the share of its changed elements whose stored value is the base's "
                "neighbour in the stored dtype (adjacent representable values), and one-step Σ τ² their share of the "
@@ -90,10 +86,6 @@ def precision_panel(eps: float) -> None:
                "2^(⌊log2|w|⌋ − 7)). "
                "`ram-studio analyze --eps-steps K` counts an element as changed when |τ| exceeds K steps at its "
                "base weight, and RAM / RAM+ take the same rule as `eps_steps` (our extension, not the paper's).")
-
-
-def fmt_rho(v: float) -> str:
-    return "∞" if not math.isfinite(v) else f"{v:.4g}"
 
 
 def score_evidence() -> str:
@@ -132,19 +124,7 @@ def overlap_panel(eps: float, view) -> None:
                 "30 % as much. Orange/red: shared elements the agent dominates — averaging divides its update there "
                 "although the others barely moved.", "overlap_energy_profile",
                 title="Where each agent's update energy lies", params=base_params)
-    table = pd.DataFrame({
-        "agent": ag["agent"], "shared elements": ag["shared"].map("{:,}".format),
-        "same sign (pairs)": ag["sign_agreement"].map(charts.pct), "chance": "50%",
-        "all agree": ag["all_agree"].map(charts.pct), "chance (all agree)": ag["chance_all_agree"].map(charts.pct),
-        "cosine vs others": ag["cosine_others"].map(lambda v: "–" if v != v else f"{v:+.3f}"),
-        "shared energy": ag["shared_energy_share"].map(charts.pct),
-        "partners < 10 %": ag["dominated_10_share"].map(charts.pct),
-        "partners < 30 %": ag["dominated_30_share"].map(charts.pct),
-        "unique share": ag["unique_share"].map(charts.pct),
-        "chance (model)": ag["chance_unique_share"].map(charts.pct),
-        "chance (per tensor)": ag["chance_unique_share_tensor"].map(charts.pct),
-        "chance (tensor × binade)": ag["chance_unique_share_binade"].map(charts.pct)})
-    st.dataframe(table, hide_index=True, width="stretch", column_config=fitted_columns(table))
+    show_table(frames.agreement_frame(ag))
     st.caption("Per agent, on its shared elements: same sign with each partner (pooled, chance 50 %); every active "
                "agent with its sign (chance from how many agents share each element); cosine of its update with the "
                "others' combined update (chance 0); the share of its energy Σ τ² in shared elements, and of that "
@@ -154,9 +134,13 @@ def overlap_panel(eps: float, view) -> None:
     by = c[0].segmented_control("Where does agreement concentrate?", ["layer", "module"], default="layer",
                                 key="het_agree_by") or "layer"
     grouped = agreement.agreement_by(view, eps, by)
+    many = len(agents) * (len(agents) - 1) // 2 > charts.PAIR_LINES_UP_TO
     charts.show(charts.agreement_by_group(grouped, agents, by), grouped,
-                f"Per pair of agents and {by}: same sign and cosine on the elements both changed (dotted: chance). "
-                "Small groups swing: the hover gives each point's element count.",
+                (f"Per agent and {by}: same sign and cosine with the other agents on the elements both changed, the "
+                 "mean over its pairs weighted by those elements (blue: above chance, red: below). Small groups "
+                 "swing: the CSV has every pair and its element count." if many else
+                 f"Per pair of agents and {by}: same sign and cosine on the elements both changed (dotted: chance). "
+                 "Small groups swing: the hover gives each point's element count."),
                 f"overlap_agreement_by_{by}", title=f"Agreement per {by}{tower_words}",
                 params={**base_params, "by": by, **tower_param})
 
@@ -169,16 +153,16 @@ def towers_panel(eps: float):
         return res, None
     st.subheader("Towers")
     td = experts.tower_density(res, eps)
-    left, right = pair()
+    left, right, half = pair()
     with left:
         charts.show(charts.tower_bars(td, agents), td,
                     "Share of each tower's parameters each agent changed.", "density_per_tower",
-                    title="Density per tower", params=base_params, width=HALF)
+                    title="Density per tower", params=base_params, width=half)
     with right:
         charts.show(charts.tower_bars(td, agents, "unique_share"), td,
                     "Share of each agent's changes in the tower that no other agent made; ◆: what independent random "
                     "masks of the same densities would leave unique.", "unique_share_per_tower",
-                    title="Unique share per tower", params=base_params, width=HALF)
+                    title="Unique share per tower", params=base_params, width=half)
     tower = st.segmented_control("Tower shown by the per-layer and per-module views below", found,
                                  default=found[0], key="het_tower") or found[0]
     return experts.for_tower(res, tower), tower
@@ -207,7 +191,7 @@ def experts_panel(eps: float) -> None:
         "router": summary["density_router"].map(lambda v: "–" if v != v else charts.pct(v))})
     if set(owners["expert"].astype(str)) <= {"fused"}:  # no expert to count: the densities only
         shown = shown.drop(columns=["routed experts changed", "changed by this agent only"])
-    st.dataframe(shown, hide_index=True, width="stretch", column_config=fitted_columns(shown))
+    show_table(shown)
     st.caption("Routed experts are counted per layer (layer × expert); an expert counts as changed when any of its "
                "elements moved by more than ε. Densities pool each expert's gate, up and down projections.")
     ed = experts.expert_density(res, eps)
@@ -227,26 +211,26 @@ with state.guard("Drawing the charts"):
     precision_panel(eps)
     uvc = tables.unique_vs_chance(res, eps)
     chance = dict(zip(uvc["agent"], uvc["chance_unique_share"]))
-    left, right = pair()
+    left, right, half = pair()
     with left:
         d = tables.global_density(res, eps)
         charts.show(charts.density_bars(d, agents), d,
                     "How sparse is each update? RL agents typically change a small, very different share of weights.",
-                    "density_per_agent", title="Density per agent", params=base_params, width=HALF)
+                    "density_per_agent", title="Density per agent", params=base_params, width=half)
     with right:
         o = tables.overlap_distribution(res, eps)
         charts.show(charts.overlap_stacked(o, agents, chance), o,
                     "Purple = unique to the agent: averaging divides exactly these updates by N (signal dilution). "
                     "Above each bar: its unique share and the chance level of independent masks.",
-                    "overlap_distribution", title="Overlap distribution", params=base_params, width=HALF)
+                    "overlap_distribution", title="Overlap distribution", params=base_params, width=half)
 
-    left, right = pair()
+    left, right, half = pair()
     with left:
         charts.show(charts.unique_vs_chance_bars(uvc, agents, log_small), uvc,
                     "Bars: the share of each agent's changed elements no other agent changed. ◆: the same share if "
                     "every agent had changed an independent random set of the same size; ◇: the same, tensor by "
                     "tensor, with each tensor's own densities; ×: per tensor × binade of the base weight (below).",
-                    "unique_vs_chance", title="Unique share against chance", params=base_params, width=HALF)
+                    "unique_vs_chance", title="Unique share against chance", params=base_params, width=half)
     with right:
         nc = tables.norms_and_conflicts(res, eps)
         charts.show(charts.norms_conflicts(nc, agents), nc,
@@ -254,7 +238,7 @@ with state.guard("Drawing the charts"):
                     "part's share of ‖τ‖²). Right: shared elements where another agent moved the weight the other "
                     "way — where averaging cancels updates.",
                     "norms_and_sign_conflicts", title="Update size by region, and sign conflicts", params=base_params,
-                    width=HALF)
+                    width=half)
     st.caption(CHANCE_LEVELS)
 
     view, tower = towers_panel(eps)
@@ -263,14 +247,8 @@ with state.guard("Drawing the charts"):
 
     if paper.PAPER_EPS in res.ladder and any(paper.paper_role(a) for a in agents):
         st.subheader("Next to the paper's agents (ε = 1e-5)")
-        cmp = paper.paper_comparison(res)
-        shown = cmp.rename(columns={"paper_agent": "paper's agent", "density": "density",
-                                    "paper_density": "paper density", "unique_share": "unique share of changed",
-                                    "chance_unique_share": "chance (independent masks)",
-                                    "paper_unique_share": "paper unique share",
-                                    "paper_chance_unique_share": "paper chance"})
-        pct = {c: st.column_config.NumberColumn(c, format="percent") for c in shown.columns[2:]}
-        st.dataframe(shown, hide_index=True, column_config=fitted_columns(shown) | pct, width="stretch")
+        shown, formats = frames.paper_frame(paper.paper_comparison(res))
+        show_table(shown, config=formats)
         st.caption("The paper's Qwen2.5-7B agents (Sec. 3.1) at ε = 1e-5, matched by name (code / tool / memory). "
                    "Density = share of all parameters changed; unique share = share of the agent's changed "
                    "elements that no other *selected* agent changed (the paper's is among its three agents); "
@@ -284,24 +262,17 @@ with state.guard("Drawing the charts"):
     st.subheader("Overlap-unique ratio ρ_t and the λ_t it gives")
     p = state.tuned()
     lam = tables.lambda_table(res, eps, p["r"], p["alpha"], p["rule"], "global")
-    rho_rows = lam.merge(uvc[["agent", "changed", "unique_share", "chance_unique_share"]], on="agent")
-    st.dataframe(pd.DataFrame({
-        "agent": rho_rows["agent"], "changed": rho_rows["changed"].map("{:,}".format),
-        "shared": rho_rows["shared"].map("{:,}".format), "unique": rho_rows["unique"].map("{:,}".format),
-        "unique share": rho_rows["unique_share"].map(charts.pct),
-        "chance": rho_rows["chance_unique_share"].map(charts.pct),
-        "ρ_t = shared / unique": rho_rows["rho"].map(fmt_rho), "λ_t (Tune's settings)": rho_rows["lambda"].map(
-            "{:.4f}".format)}), hide_index=True, width="stretch")
+    show_table(frames.rho_frame(lam, uvc))
     st.caption(f"ρ_t over the whole model at ε = {charts.eps_label(eps)} (the paper's global scope); λ_t with Tune's "
                f"{state.rule_text(p)}. Below, the same counts per layer, module or "
                "tensor: where an agent's overlap is high or low.")
-    c = st.columns([2.2, 1.2, 1.6, 1], vertical_alignment="bottom")
-    by = c[0].segmented_control("Group by", list(tables.GROUPINGS), default="layer", key="het_rho_by") or "layer"
-    what = c[1].segmented_control("Show", ["ρ", "λ"], default="ρ", key="het_rho_what") or "ρ"
-    scope = c[2].segmented_control("λ scope", ["global", "tensor"], default=p["rho_scope"], key="het_rho_scope",
+    c = st.container(horizontal=True, vertical_alignment="bottom", wrap=True)
+    by = c.segmented_control("Group by", list(tables.GROUPINGS), default="layer", key="het_rho_by") or "layer"
+    what = c.segmented_control("Show", ["ρ", "λ"], default="ρ", key="het_rho_what") or "ρ"
+    scope = c.segmented_control("λ scope", ["global", "tensor"], default=p["rho_scope"], key="het_rho_scope",
                                    help="global: one λ_t per agent (paper). tensor: λ from each tensor's own ρ "
                                         "(mergekit ramplus_tl), averaged over the group's unique elements.") or "global"
-    log_r = c[3].toggle("log ρ", value=True, key="het_rho_log", disabled=what == "λ",
+    log_r = c.toggle("log ρ", value=True, key="het_rho_log", disabled=what == "λ",
                         help="ρ spans decades: draw it on a log scale (labelled at 0.1, 1, 10 …). λ is always linear, "
                              "from 1 (a unique update kept as it is).") and what == "ρ"
     grouped = tables.rho_lambda_by(res, eps, by, p["r"], p["alpha"], p["rule"], scope, tower)
@@ -322,16 +293,8 @@ with state.guard("Drawing the charts"):
                     "or the module is absent).", name, title=f"{what} per layer × module{tower_words}",
                     params=group_params)
     else:
-        shown = grouped.assign(rho=grouped["rho"].map(lambda v: v if math.isfinite(v) else None))
-        shown = shown[["agent", "tensor", "numel", "changed", "shared", "unique", "unique_share",
-                       "chance_unique_share", "rho", "lambda", "norm_unique", "sign_conflicts"]]
-        st.dataframe(shown.sort_values(["agent", "unique"], ascending=[True, False]), hide_index=True,
-                     width="stretch", height=360,
-                     column_config={"unique_share": st.column_config.NumberColumn("unique share", format="percent"),
-                                    "chance_unique_share": st.column_config.NumberColumn("chance", format="percent"),
-                                    "rho": st.column_config.NumberColumn("ρ", format="%.4g", help="empty = ∞"),
-                                    "lambda": st.column_config.NumberColumn("λ", format="%.4f"),
-                                    "norm_unique": st.column_config.NumberColumn("‖τ_unique‖", format="%.4g")})
+        shown, formats = frames.tensor_frame(grouped)
+        show_table(shown, config=formats, height=360)
         st.caption(f"{len(shown):,} rows (agent × tensor), largest unique count first; click a header to sort. "
                    "ρ empty = ∞ (no unique element in the tensor).")
         st.download_button("CSV", csv_bytes(grouped), f"{charts.export_name(name, group_params)}.csv",
@@ -346,16 +309,16 @@ with state.guard("Drawing the charts"):
     if experts.has_experts(res):
         experts_panel(eps)
 
-    left, right = pair()
+    left, right, half = pair()
     with left:
         us = tables.unique_shared_by_layer(view, eps)
         charts.show(charts.unique_share_lines(us, agents, log_small), us,
                     "Higher = more of that layer's update belongs to this agent alone (kept whole by RAM). Dotted: "
                     "the chance level of independent masks with that layer's densities.",
                     "unique_shared_by_layer", title=f"Unique share per layer{tower_words}",
-                    params={**base_params, **tower_param}, width=HALF)
+                    params={**base_params, **tower_param}, width=half)
     with right:
         es = tables.eps_sensitivity(res)
         charts.show(charts.eps_curve(es, agents, eps), es,
                     "A flat curve means the sparsity is real, not an artefact of the chosen ε (dotted line).",
-                    "eps_sensitivity", title="Density against ε", params={"agents": agents}, width=HALF)
+                    "eps_sensitivity", title="Density against ε", params={"agents": agents}, width=half)

@@ -8,14 +8,15 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import jobs, presets, state
+from app import charts, frames, jobs, presets, state
 from app.fisher_panel import fisher_runner, fisher_widgets
-from app.hub_push import push_form
 from app.forms import (DTYPE_KEY, DTYPES, METHOD_KEY, OUT_CUSTOM, POLICY_KEY, PRESET_KEY, RESCALE_KEY, SHARD_KEY,
                        SHARD_SIZES, TA_LAMBDA_KEY, fill_merge_form, param_key)
+from app.hub_push import push_form
 from app.mergekit_panel import mergekit_panel
 from app.markup import md, md_code
-from app.tables import fitted_columns
+from app.viewport import content_width
+from app.tables import path_end, show_table
 from merging.reading.compat import POLICIES, POLICY_HELP
 from merging.reading.vocab import VOCAB_CHOICES, VOCAB_HELP
 from merging.common.errors import RamStudioError
@@ -158,12 +159,13 @@ def results(job: jobs.Job, sel: state.Selection) -> None:
                f"{res.seconds:.1f} s.", icon=":material/check_circle:")
     files = pd.DataFrame({"file": [f.name for f in res.files],
                           "size": [format_bytes(f.stat().st_size) if f.exists() else "missing" for f in res.files]})
-    left, right = st.columns([2, 3])
-    left.dataframe(files, hide_index=True, width="stretch")
+    (left, right), shares = charts.beside([2, 3], [260, 380])
+    with left:
+        show_table(files, width_share=shares[0])
     with right:
         if res.lambdas:
             st.markdown("**λ_t used**")
-            st.dataframe(pd.DataFrame(res.lambdas), hide_index=True, width="stretch")
+            show_table(frames.lambdas_frame(res.lambdas), width_share=shares[1])
         for line in res.lineage:
             st.warning(md(line), icon=":material/family_history:")
         for note in res.notes:
@@ -238,10 +240,9 @@ def evaluate_section(folder: Path, method: str, trio: str | None = None) -> None
 
         table = with_stderr(table)
         fresh = list(reversed(rows))
-        st.dataframe(table.style.apply(lambda r: ["background-color: rgba(0,114,178,0.15)" if r.name in fresh
-                                                  else "" for _ in r], axis=1).format(precision=2),
-                     width="stretch", height=38 + 35 * len(table),  # every row visible, no inner scrolling
-                     column_config=fitted_columns(table, index=True))  # model names never cut
+        show_table(table.style.apply(lambda r: ["background-color: rgba(0,114,178,0.15)" if r.name in fresh
+                                                else "" for _ in r], axis=1).format(precision=2),
+                   index=True, height=38 + 35 * len(table))  # every row visible; model names never cut
         st.caption("Accuracy (%) ± one standard error on the demo's test split (binomial per task, √(Σ se²)/3 for "
                    "the average). Highlighted rows at the top come from the button above "
                    "(newest first); the others from the demo build.")
@@ -292,7 +293,7 @@ mine_running = job_running and job.owner == jobs.session_id()
 other = mgr.running()
 tuned = state.tuned()
 
-st.markdown(f"Merge {md_code(sel.base)} with {len(sel.agents)} agents. Parameters are pre-filled from **Tune**; the "
+st.markdown(f"Merge {md_code(path_end(sel.base))} with {len(sel.agents)} agents. Parameters are pre-filled from **Tune**; the "
             "merge streams the weights in chunks and writes the folder atomically (no half model is ever left).")
 names = list(METHODS)
 preset_row(tuned, mine_running)
@@ -325,7 +326,9 @@ def _typed_out() -> None:
     st.session_state[OUT_CUSTOM] = typed if typed and typed != suggested else None
 
 
-c = st.columns([4.2, 1.2, 1.2, 1.2], vertical_alignment="bottom")
+# the folder beside the three choices when each choice gets ~130 px (its label and value whole), else on a row above
+c = (st.columns([4.2, 1.2, 1.2, 1.2], vertical_alignment="bottom") if content_width() >= 900 else
+     [st.container(), *st.columns(3, vertical_alignment="bottom")])
 out = c[0].text_input("Output folder", key=OUT_KEY, on_change=_typed_out, disabled=mine_running,
                       help="Created if missing; must be empty unless you allow overwriting. The suggestion is "
                            f"./{DEFAULT_ROOT}/<base>-<method>-<hash of the settings>: one folder per distinct merge, "
@@ -342,7 +345,7 @@ untie = v[1].checkbox("Untie the head", key="merge_untie", disabled=mine_running
                            "merged from the base's embeddings and each agent's head (tie_word_embeddings false).")
 if custom:
     note = st.container(horizontal=True, vertical_alignment="center")
-    note.caption(f"Your folder. Suggested for these settings: {md_code(suggested)}")
+    note.caption(f"Your folder. Suggested for these settings: {md_code(path_end(suggested, 60))}")
     if note.button("Use the suggestion", key="merge_out_reset", type="tertiary", disabled=mine_running):
         st.session_state[OUT_CUSTOM] = None
         st.rerun()

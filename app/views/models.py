@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import state
+from app import frames, state
 from app.markup import md, md_code
-from app.tables import fitted_columns, path_end
+from app.tables import path_end, show_table
 from merging.reading.compat import ModelHeaders, check_compatibility, estimate_bytes
 from merging.common.errors import RamStudioError, printable
 from merging.reading.refs import DEMO_PREFIX, DEMO_SHARED_PREFIX, demo_names, parse_ref
@@ -103,10 +103,10 @@ def mismatch_report(rep) -> None:
         + (" — some cannot be repaired: these models cannot be merged." if fatal else
            " — the 'base' policy can merge them (the output keeps the base's tensors)."),
         icon=":material/warning:")
-    shown = rest.assign(tensor=rest["tensor"].fillna("—").map(lambda t: path_end(t, 72)),  # the end names it
-                        detail=rest["detail"].map(lambda t: printable(t, 200)))
-    st.dataframe(shown, hide_index=True, width="stretch", height=min(320, 36 + 35 * len(shown)),
-                 column_config=fitted_columns(shown))
+    shown = rest.assign(tensor=rest["tensor"].fillna("—").map(path_end),  # the end names it
+                        detail=rest["detail"].map(lambda t: printable(t, 200)),
+                        fatal=rest["fatal"].map({True: "cannot be repaired", False: "the 'base' policy can merge"}))
+    show_table(shown.rename(columns={"fatal": "repair"}), height=min(320, 36 + 35 * len(shown)))
     losses = [loss for loss in rep.losses() if loss.dropped or loss.padded]
     if losses and not fatal:
         table = pd.DataFrame([{"agent": x.agent, "elements dropped": f"{x.dropped:,}",
@@ -116,7 +116,7 @@ def mismatch_report(rep) -> None:
                                "'base' policy": "refused (loses too much)" if x.dropped_share > MAX_DROPPED_SHARE
                                else "allowed"} for x in losses])
         st.markdown("**What the 'base' policy would do to each agent**")
-        st.dataframe(table, hide_index=True, width="stretch")
+        show_table(table)
         for hint in layout_hints(rep.base, rep.agents):
             st.info(md(hint), icon=":material/lightbulb:")
 
@@ -165,9 +165,12 @@ def show_problems(problems: list[tuple[str, RamStudioError]], n: int, lead: str 
     st.error((lead + "\n\n" if lead else "") + text, icon=":material/error:")
 
 
-def report(base: str, agents: list[str]) -> bool:
-    """The compatibility report, sizes and estimate; errors become readable messages. True when every model
-    could be read."""
+NOT_SELECTED = "**These models were not selected**: every model must be readable first."
+
+
+def report(base: str, agents: list[str], lead: str = "") -> bool:
+    """The compatibility report, sizes and estimate; errors become readable messages (one box for every model
+    that cannot be read, after `lead` when given). True when every model could be read."""
     if not base or len(agents) < 2:
         st.info("Give a base model and at least two agents.", icon=":material/info:")
         return False
@@ -175,7 +178,7 @@ def report(base: str, agents: list[str]) -> bool:
     download = 0
     problems = unreadable([base, *agents])
     if problems:
-        show_problems(problems, len(agents) + 1)
+        show_problems(problems, len(agents) + 1, lead)
         return False
     with st.spinner("Reading safetensors headers (no weights are read)…"):
         for ref in [base, *agents]:
@@ -192,14 +195,7 @@ def report(base: str, agents: list[str]) -> bool:
             st.warning(f"{md(refusal[0])} {md(refusal[1])}", icon=":material/translate:")
     else:
         rep = check_compatibility(heads[0], heads[1:])
-    frame = rep.models_frame()
-    frame["params"] = frame["params"].map(state.fmt_count)
-    frame["size on disk"] = frame.pop("bytes_on_disk").map(format_bytes)
-    frame["source"] = [path_end(r) for r in (base, *agents)]  # a long path shows its end, the folder's name
-    frame["tied_embeddings"] = frame["tied_embeddings"].map({True: "yes", False: "no"}).fillna("?")
-    st.dataframe(frame, hide_index=True, width="stretch", column_config=fitted_columns(frame),
-                 column_order=["role", "model", "source", "architecture", "params", "tensors", "dtypes",
-                               "size on disk", "tied_embeddings", "layout"])
+    show_table(frames.models_frame(rep.models_frame(), [base, *agents]))  # a long path: by its end
     for note in notes:
         st.caption(md(note))
     structure_notes(rep)
@@ -266,11 +262,11 @@ if not auto and cols.button("Check compatibility", icon=":material/fact_check:",
     checked = True
 use = cols.button("Use these models", type="primary", icon=":material/check:", key="use_models")
 
-listed = False  # the report below already named the models that cannot be read
+listed = False  # the report below already named the models that cannot be read (and said they were not selected)
 if auto or checked:
     readable = False
     with state.guard("The compatibility check"):
-        readable = report(base, agents)
+        readable = report(base, agents, NOT_SELECTED if use else "")
     listed = not readable and bool(base) and len(agents) >= 2
     if readable and hub_refs:
         from app import downloads
@@ -283,21 +279,14 @@ else:
 
 if use:
     problems: list | None = None
-    try:
-        for ref in [base, *agents]:
-            parse_ref(ref)
-        if not base or len(agents) < 2:
-            raise RamStudioError("a base and at least two agents are needed.", "Add another agent.")
-        problems = unreadable([base, *agents])  # a Hub id must be reachable (or cached), a folder readable
-    except RamStudioError as exc:
-        state.show_error(exc, "Selecting the models")
-    if problems:  # said once: the reasons are in the report above when it ran, else here
-        lead = "**These models were not selected**: every model must be readable first"
-        if listed:
-            st.error(lead + " (the reasons are listed above).", icon=":material/block:")
-        else:
-            show_problems(problems, len(agents) + 1, lead + ".")
-    elif problems is not None:
+    if not base or len(agents) < 2:
+        state.show_error(RamStudioError("a base and at least two agents are needed.", "Add another agent."),
+                         "Selecting the models")
+    else:  # a mistyped path, an unknown demo model, an unreachable Hub id: each named once, in one box
+        problems = unreadable([base, *agents])
+    if problems and not listed:  # the report above, when it ran, already said it in its one box
+        show_problems(problems, len(agents) + 1, NOT_SELECTED)
+    elif problems is not None and not problems:
         kind = (DEMO_SOURCES[source].rstrip(":") if source in DEMO_SOURCES
                 else "preset" if source in state.PRESETS else "custom")
         state.set_selection(state.Selection(base, tuple(agents), kind))

@@ -10,7 +10,7 @@ import streamlit as st
 
 from app import jobs, state
 from app.sweep_results import entries_frame, results
-from app.tables import fitted_columns
+from app.tables import show_table
 from evaluation.grid import Grid, grids_from_yaml, parse_try, stages
 from evaluation.sweep import SweepResult
 from merging.common.errors import RamStudioError, printable
@@ -117,7 +117,7 @@ def candidates_section(disabled: bool, sel: state.Selection) -> None:
     checked = parsed()
     if checked:
         rows = pd.DataFrame({"grid": [g.text for g in checked], "candidates": [g.size() for g in checked]})
-        st.dataframe(rows, hide_index=True, width="stretch")
+        show_table(rows)
         remove = st.columns([3, 1], vertical_alignment="bottom")
         gone = remove[0].selectbox("Remove a grid", [g.text for g in checked], key="sweep_remove_pick",
                                    disabled=disabled)
@@ -245,7 +245,7 @@ def progress_panel(job: jobs.Job) -> None:
     entries = job.detail or []
     if entries:
         live = entries_frame(entries)
-        st.dataframe(live, hide_index=True, width="stretch", key="sweep_live", column_config=fitted_columns(live))
+        show_table(live, key="sweep_live")
 
 
 # ---------------------------------------------------------------- page

@@ -2,7 +2,6 @@
 side by side (A | B)."""
 from __future__ import annotations
 
-import math
 import time
 
 import pandas as pd
@@ -14,9 +13,8 @@ from merging.common.errors import RamStudioError, printable
 from merging.methods import get_method
 from merging.common.escaping import csv_bytes
 from merging.common.units import format_seconds
-from app import charts, jobs, presets, state
+from app import charts, frames, jobs, presets, state
 from app.forms import TA_LAMBDA_KEY
-from app.markup import md
 
 st.title("Tune")
 st.markdown("RAM+ scales each agent's **unique** update by λ_t = 1 + r·clip(ρ_t, 0, α) (Eq. 6), or "
@@ -28,29 +26,6 @@ st.markdown("RAM+ scales each agent's **unique** update by λ_t = 1 + r·clip(ρ
 sel = state.selection()
 res = state.analysis_or_stop(sel)
 SCOPES = ["global", "tensor"]
-
-
-def fmt_rho(v: float) -> str:
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else ("∞" if not math.isfinite(v) else f"{v:.4g}")
-
-
-def lambda_rows(lam: pd.DataFrame) -> pd.DataFrame:
-    """The λ_t table as display strings (a static table: readable, copyable, stable in screenshots)."""
-    tensor = "lambda_min" in lam
-    out = pd.DataFrame({
-        "agent": lam["agent"].map(md),  # st.table renders Markdown: names are escaped
-        "shared": lam["shared"].map(lambda v: f"{int(v):,}"),
-        "unique": lam["unique"].map(lambda v: f"{int(v):,}"),
-        ("ρ_t (whole model)" if tensor else "ρ_t"): lam["rho"].map(fmt_rho),
-    })
-    if tensor:  # what tensor scope uses: each tensor's own ρ
-        out["ρ per tensor: median (range)"] = [f"{fmt_rho(m)} ({fmt_rho(a)}–{fmt_rho(b)})" for m, a, b in
-                                               zip(lam["rho_tensor_median"], lam["rho_tensor_min"], lam["rho_tensor_max"])]
-        out["λ_t (mean)"] = lam["lambda"].map(lambda v: f"{v:.4f}")
-        out["λ range (tensors)"] = [f"{a:.3f}–{b:.3f}" for a, b in zip(lam["lambda_min"], lam["lambda_max"])]
-    else:
-        out["λ_t"] = lam["lambda"].map(lambda v: f"{v:.4f}")
-    return out.set_index("agent")
 
 
 def _start(key: str, value):
@@ -256,16 +231,7 @@ def compare(a: dict) -> None:
         b = setting_widgets("tune_b", b_start, ladder, st.columns([2.4, 2, 2, 1.9, 2.1]))
     with state.guard("Comparing A and B"):
         cmp = tables.compare_settings(res, a, b)
-        table = pd.DataFrame({
-            "agent": cmp["agent"].map(md), "ρ_t A": cmp["rho_A"].map(fmt_rho), "ρ_t B": cmp["rho_B"].map(fmt_rho),
-            "λ_t A": cmp["lambda_A"].map("{:.4f}".format), "λ_t B": cmp["lambda_B"].map("{:.4f}".format),
-            "λ_t B − A": cmp["lambda_change"].map("{:+.4f}".format),
-            "unique elements A": cmp["unique_A"].map("{:,}".format),
-            "unique elements B": cmp["unique_B"].map("{:,}".format),
-            "kept A": cmp["kept_A"].map("{:.4g}".format), "kept B": cmp["kept_B"].map("{:.4g}".format),
-            "kept B / A": [f"{kb / ka:.3g}×" if ka else "–" for ka, kb in zip(cmp["kept_A"], cmp["kept_B"])],
-        }).set_index("agent")
-        st.table(table)
+        st.table(frames.compare_frame(cmp))
         charts.show(charts.compare_bars(cmp, agents), cmp,
                     f"A: {describe(a)}. B (hatched): {describe(b)}. 'kept' is the L2 norm of the unique update after "
                     "scaling by λ_t, in weight units.", "compare_a_b", title="Setting A | setting B",
@@ -288,11 +254,12 @@ def tuner() -> None:
     params = {"eps": eps, **state.rule_params(a), "scope": scope, "agents": agents}
     with state.guard("Computing λ_t"):
         lam = tables.lambda_table(res, eps, r, alpha, rule, scope)
-        # tensor scope's λ table has seven columns: the full width, the chart under it
-        left, right = st.columns([2, 3]) if scope == "global" else (st.container(), st.container())
+        # the λ table beside λ(ρ) when both fit (tensor scope's table has seven columns: never), else above it
+        (left, right), shares = (charts.beside([2, 3], [300, charts.PAIR_PX]) if scope == "global" else
+                                 ((st.container(), st.container()), [1.0, 1.0]))
         with left:
             st.subheader("λ_t per agent")
-            st.table(lambda_rows(lam))
+            st.table(frames.lambda_rows(lam))
             st.download_button("CSV", csv_bytes(lam),
                                f"{charts.export_name('lambda_table', params)}.csv", "text/csv",
                                key="csv_lambda_table", icon=":material/download:")
@@ -313,8 +280,7 @@ def tuner() -> None:
                          if rule == "clip" else
                          "Each dot is an agent at its ρ_t; the soft rule saturates towards 1 + r, gentler than "
                          "clipping."),
-                        "lambda_curve", title="λ(ρ) with each agent's ρ_t", params=params,
-                        width=1.0 if scope == "tensor" else 0.6)
+                        "lambda_curve", title="λ(ρ) with each agent's ρ_t", params=params, width=shares[1])
         ta = ta_lambda()
         ret = tables.signal_retention(res, eps, r, alpha, rule, scope, ta_lambda=ta)
         charts.show(charts.retention_bars(ret, agents), ret, retention_caption(ta, len(agents)), "signal_retention",

@@ -107,14 +107,19 @@ def _shoot(pg, name: str, width: int) -> None:
     pg.set_viewport_size({"width": width, "height": 900})
 
 
+# A title's text as read: its lines (a title wraps to the chart's width) joined by a space.
+TITLE_TEXT = ("g => g.querySelectorAll('tspan.line').length ? "
+              "[...g.querySelectorAll('tspan.line')].map(t => t.textContent).join(' ') : g.textContent")
+
+
 def _chart_titles(pg) -> list[str]:
-    return pg.evaluate("[...document.querySelectorAll('[data-testid=stPlotlyChart] .gtitle')].map(e => e.textContent)")
+    return pg.evaluate(f"[...document.querySelectorAll('[data-testid=stPlotlyChart] .gtitle')].map({TITLE_TEXT})")
 
 
 def _chart(pg, title: str):
     """The chart whose title holds `title` (the last one, when several do)."""
     index = pg.evaluate("t => [...document.querySelectorAll('[data-testid=stPlotlyChart]')].map((c, i) => "
-                        "[...c.querySelectorAll('.gtitle')].some(g => g.textContent.includes(t)) ? i : -1)"
+                        f"[...c.querySelectorAll('.gtitle')].some(g => ({TITLE_TEXT})(g).includes(t)) ? i : -1)"
                         ".filter(i => i >= 0).pop()", title)
     assert index is not None, title
     return pg.locator('[data-testid="stPlotlyChart"]').nth(index)
@@ -165,7 +170,7 @@ def test_vision_language_set(browser, server):
         _shoot(pg, f"heterogeneity-vl-{scheme}-{width}", width)
         # the per-layer views switch to the vision tower: its own blocks and kinds, never mixed with the language's
         pg.locator('[data-testid="stButtonGroup"]').filter(has_text="vision").get_by_text("vision", exact=True).click()
-        pg.wait_for_function("[...document.querySelectorAll('.gtitle')].some(t => t.textContent.includes("
+        pg.wait_for_function(f"[...document.querySelectorAll('.gtitle')].some(g => ({TITLE_TEXT})(g).includes("
                              "'density per layer × module (vision tower)'))", timeout=120_000)
         _settle(pg)
         heat = _chart(pg, "density per layer × module (vision tower)")
@@ -211,8 +216,8 @@ def test_structure_charts_stay_readable_with_long_names(browser, families, tmp_p
                                     "Which agents changed each expert", 1.0)}
     sub = charts.subtitle_of({"eps": EPS, "agents": list(moe.agents)})
     for scheme in ("light", "dark"):
-        figures = {name: (charts.styled(fig, title, sub, kind=scheme, width=width), width)
-                   for name, (fig, title, width) in cases.items()}
+        figures = {name: (charts.styled(fig, title, sub, kind=scheme, px=charts.PAGE_WIDTH), 1.0)  # 1000 px window
+                   for name, (fig, title, _width) in cases.items()}
         boxes = render(browser, figures, ARTIFACTS / f"structure-charts-{n}-agents-{scheme}.html", scheme)
         assert len(boxes) == len(figures)
         problems = {m["id"]: check(m) for m in boxes}
