@@ -169,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
             except OSError:
                 time.sleep(0.5)
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+            # scroll bars as people see them (Playwright hides them by default): a wide table's only cue
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True,
+                                        ignore_default_args=["--hide-scrollbars"])
             for scheme in [s for s in args.schemes.split(",") if s]:
                 ctx = browser.new_context(viewport={"width": args.width, "height": 900}, color_scheme=scheme)
                 pg = ctx.new_page()
