@@ -128,6 +128,8 @@ def goto(pg, server, title: str) -> None:
         # the root forwards to Heterogeneity: a link clicked before the forward lands would be overtaken by it
         pg.wait_for_url(lambda u: u.split("?")[0].rstrip("/").endswith("/heterogeneity"))
         pg.get_by_role("heading", name="Heterogeneity", level=1).wait_for()
+        # and for the run the browser's first width report starts: a click landing during it can be overtaken by it
+        settle(pg)
     link = pg.locator('[data-testid="stSidebarNav"] a').filter(has_text=title).first
     try:
         link.wait_for(timeout=15_000)
