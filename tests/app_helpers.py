@@ -64,9 +64,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(tmp: Path, env: dict[str, str], timeout: float = 60):
-    """`streamlit run app/main.py` on a free loopback port with `env`, its output in tmp/streamlit.log; returns
-    (process, url) once it answers its health check (the caller stops it: stop_server)."""
+def start_server(tmp: Path, env: dict[str, str], timeout: float = 60, script: Path = APP_MAIN):
+    """`streamlit run app/main.py` (or another `script`) on a free loopback port with `env`, its output in
+    tmp/streamlit.log; returns (process, url) once it answers its health check (the caller stops it: stop_server)."""
     import subprocess
     import sys
     import time
@@ -74,7 +74,7 @@ def start_server(tmp: Path, env: dict[str, str], timeout: float = 60):
 
     port = free_port()
     log = open(tmp / "streamlit.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(APP_MAIN), "--server.port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
                              "--server.headless", "true", "--server.address", "127.0.0.1"],
                             cwd=APP_MAIN.parent.parent, env=env, stdout=log, stderr=subprocess.STDOUT)
     log.close()

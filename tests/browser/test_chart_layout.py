@@ -7,15 +7,12 @@ tests/browser/layout_checks.py measures what is drawn. Fails on any overlap, cut
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.app_helpers import free_port
+from tests.app_helpers import start_server, stop_server
 
 CHROMIUM = "/usr/bin/chromium"
 # Scroll bars as people see them: Playwright hides them by default, which would hide a table's only cue.
@@ -36,31 +33,11 @@ pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists() and not REQUIRED, r
 @pytest.fixture(scope="module")
 def gallery(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gallery")
-    port = free_port()
     env = {**os.environ, "RAM_STUDIO_CACHE": str(tmp / "cache"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    log = open(tmp / "streamlit.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(GALLERY), "--server.port", str(port),
-                             "--server.headless", "true", "--server.address", "127.0.0.1"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
-                break
-        except OSError:
-            time.sleep(0.3)
-    else:
-        proc.terminate()
-        pytest.fail("the gallery did not start: " + (tmp / "streamlit.log").read_text()[-2000:])
+    proc, url = start_server(tmp, env, script=GALLERY)
     yield url
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    stop_server(proc)
 
 
 @pytest.fixture(scope="module")
