@@ -84,7 +84,12 @@ def run_sweep(pg) -> None:
 
 def select_long_names(pg, folders: dict[str, Path]) -> None:
     """The copies of the demo models under the paper's model names (paper_named_copies), chosen on the Models page."""
+    # the root forwards to Heterogeneity, and the browser's first width report reruns it: a click before both
+    # have happened can be overtaken by them
+    pg.wait_for_url(lambda u: u.split("?")[0].rstrip("/").endswith("/heterogeneity"))
+    settle(pg)
     pg.locator('[data-testid="stSidebarNav"] a').filter(has_text="Models").first.click()
+    pg.get_by_role("heading", name="Models", level=1).wait_for()
     pg.get_by_text("Custom: local folders or Hub ids").click()
     base = pg.get_by_role("textbox", name="Base model")
     base.fill(str(folders["base"]))
