@@ -11,6 +11,7 @@ import dataclasses
 import os
 import sys
 import threading
+import time
 from collections import OrderedDict
 from pathlib import PurePath
 from typing import Any, Callable
@@ -41,16 +42,45 @@ def limit_from_env(name: str, default: int, log: Callable[[str], None] | None = 
 
 
 def return_freed_memory() -> None:
-    """Free what dropped values leave behind now and give it back to the operating system: the charts and
-    tables made from an analysis hold reference cycles that Python's collector reaches only after many more
-    allocations, and glibc keeps freed blocks in its arenas (one per thread that allocated; Streamlit runs every
-    page in a new thread). Without this a server's resident size stayed near its peak after it dropped values."""
+    """Free what dropped values leave behind and give it back to the operating system: the charts and tables
+    made from an analysis hold reference cycles that Python's collector reaches only after many more allocations,
+    and glibc keeps freed blocks in its arenas (one per thread that allocated; Streamlit runs every page in a new
+    thread). Without this a server's resident size stayed near its peak after it dropped values.
+
+    A full collection takes most of a second in a large process, so they are spaced: the first drop collects at
+    once; drops within COLLECT_GAP_S of a collection are covered by one more collection at the end of that gap
+    (on a timer thread), never one per drop."""
+    global _NEXT_AT
+    now = time.monotonic()
+    with _COLLECT_LOCK:
+        if _NEXT_AT is not None:  # a collection is already due at the end of the gap
+            return
+        last = _LAST_AT
+        if now - last < COLLECT_GAP_S:
+            _NEXT_AT = last + COLLECT_GAP_S
+            timer = threading.Timer(_NEXT_AT - now, _collect)
+            timer.daemon = True
+            timer.start()
+            return
+    _collect()
+
+
+def _collect() -> None:
+    global _LAST_AT, _NEXT_AT
     import gc
 
     gc.collect()
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+    with _COLLECT_LOCK:
+        _LAST_AT, _NEXT_AT = time.monotonic(), None
+
+
+COLLECT_GAP_S = 2.0
+_COLLECT_LOCK = threading.Lock()
+_LAST_AT = -COLLECT_GAP_S  # monotonic time of the last collection
+_NEXT_AT: float | None = None  # when the one pending collection runs, if any
 
 
 def _malloc_trim():

@@ -18,14 +18,25 @@ CSS = f".st-key-{KEY}{{display:none}}"  # the component draws nothing; its eleme
 # began before the server knew the width mounts it again with `known` empty, and the page's height changing as its
 # charts draw fires the observer — without this, each would send the same width again and restart the page's run
 # (and a report sent just after a click on another page's link brings the old page back). After 10 s a server that
-# still does not know (a new session in the same tab) is told again.
+# still does not know (a new session in the same tab) is told again. For 2 s after a click on a link to another
+# page nothing is sent (it is measured again then): a report sent meanwhile names the old page, and its rerun could
+# take the user back there.
 _JS = """
 export default function(component) {
   const { setStateValue, data } = component;
   const main = document.querySelector('[data-testid="stMainBlockContainer"]');
   if (!main) return;
   let timer = null;
+  if (!window.__ramStudioNavWatch) {  // a click on a link to another page of the app, noted once per tab
+    window.__ramStudioNavWatch = true;
+    document.addEventListener('click', (e) => {
+      const a = e.target && e.target.closest ? e.target.closest('a[href]') : null;
+      if (a && a.origin === location.origin) window.__ramStudioNavAt = Date.now();
+    }, true);
+  }
   const measure = () => {
+    const sinceNav = Date.now() - (window.__ramStudioNavAt || 0);
+    if (sinceNav < 2000) { clearTimeout(timer); timer = setTimeout(measure, 2000 - sinceNav); return; }
     const cs = getComputedStyle(main);
     const w = Math.round(main.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight));
     const sent = window.__ramStudioWidth;

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -84,9 +85,9 @@ def run_sweep(pg) -> None:
 
 def select_long_names(pg, folders: dict[str, Path]) -> None:
     """The copies of the demo models under the paper's model names (paper_named_copies), chosen on the Models page."""
-    # the root forwards to Heterogeneity, and the browser's first width report reruns it: a click before both
-    # have happened can be overtaken by them
-    pg.wait_for_url(lambda u: u.split("?")[0].rstrip("/").endswith("/heterogeneity"))
+    # on the bare root, wait for its forward to a page and for the run the browser's first width report starts:
+    # a click before both have happened can be overtaken by them (from any other page there is nothing to wait for)
+    pg.wait_for_url(lambda u: urllib.parse.urlsplit(u).path.strip("/") != "")
     settle(pg)
     pg.locator('[data-testid="stSidebarNav"] a').filter(has_text="Models").first.click()
     pg.get_by_role("heading", name="Models", level=1).wait_for()

@@ -67,12 +67,17 @@ def test_the_value_stored_last_stays_even_alone_over_the_limit():
     assert "big" not in store and store.bytes <= store.limit
 
 
-def test_a_dropped_value_is_freed_at_once_even_inside_reference_cycles():
+def test_a_dropped_value_is_freed_at_once_even_inside_reference_cycles(monkeypatch):
     """Charts and frames made from an analysis refer to each other in cycles, which Python's collector reaches
     only after many more allocations: a drop collects them then (and trims glibc's heap), so the server's
     resident size falls when it drops, not some time later."""
     import gc
     import weakref
+
+    from app import memory
+
+    monkeypatch.setattr(memory, "_LAST_AT", -memory.COLLECT_GAP_S)  # no collection ran just before this test
+    monkeypatch.setattr(memory, "_NEXT_AT", None)
 
     class Node:
         pass
@@ -88,6 +93,45 @@ def test_a_dropped_value_is_freed_at_once_even_inside_reference_cycles():
         assert alive() is not None  # the store holds it
         store.put("new", np.zeros(MB // 8))
         assert "old" not in store and alive() is None
+    finally:
+        gc.enable()
+
+
+def test_drops_in_quick_succession_share_one_later_collection(monkeypatch):
+    """A full collection costs most of a second in a large process: a second drop right after one is collected
+    by one more collection at the end of the gap (not at once, and not once per drop), and is freed then."""
+    import gc
+    import time
+    import weakref
+
+    from app import memory
+
+    class Node:
+        pass
+
+    def cyclic():
+        node = Node()
+        node.data, node.me = np.zeros(MB // 8), node
+        return node
+
+    monkeypatch.setattr(memory, "_LAST_AT", -memory.COLLECT_GAP_S)
+    monkeypatch.setattr(memory, "_NEXT_AT", None)
+    store = LRUStore(MB, "analysis", log=lambda line: None)
+    alive = []
+    gc.disable()
+    try:
+        for name in ("first", "second"):  # the second drops the first: collected at once
+            value = cyclic()
+            alive.append(weakref.ref(value))
+            store.put(name, value)
+            del value
+        assert alive[0]() is None and alive[1]() is not None
+        store.put("third", np.zeros(MB // 8))  # drops the second, within the gap: collected at its end
+        assert alive[1]() is not None
+        deadline = time.monotonic() + memory.COLLECT_GAP_S + 10
+        while alive[1]() is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert alive[1]() is None
     finally:
         gc.enable()
 
