@@ -1,8 +1,12 @@
 """Shared helpers for the app tests: a demo folder (the real one when complete, else tiny generated models)."""
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
 
 DEMO_NAMES = ("base", "code", "tool", "memory")
 APP_MAIN = Path(__file__).resolve().parent.parent / "app" / "main.py"
@@ -109,3 +113,45 @@ def legend_off_the_plot(layout) -> bool:
     above = (lg.orientation == "h" and lg.yref == "container" and lg.yanchor == "top" and lg.y is not None
              and (1 - lg.y) * layout.height < layout.margin.t)
     return beside or above
+
+
+def new_app() -> AppTest:
+    return AppTest.from_file(str(APP_MAIN), default_timeout=120)
+
+
+def figure(at: AppTest, key: str):
+    """The plotly figure a chart element drew, with plotly's typed arrays ({dtype, bdata}) decoded to lists."""
+    import base64
+
+    import numpy as np
+    import plotly.graph_objects as go
+
+    def decode(v):
+        if isinstance(v, dict) and {"dtype", "bdata"} <= set(v):
+            arr = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+            shape = [int(x) for x in str(v.get("shape", len(arr))).split(",")]
+            return arr.reshape(shape).tolist()
+        if isinstance(v, dict):
+            return {k: decode(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [decode(x) for x in v]
+        return v
+
+    spec = json.loads([c for c in at.get("plotly_chart") if c.key == key][0].proto.spec)
+    return go.Figure(decode(spec))
+
+
+def no_problems(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [plain(e.value) for e in at.error]
+
+
+def wait_merge(at: AppTest, seconds: float = 120) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        at.run()
+        finished = not at.button(key="start_merge").disabled  # disabled while this session's job runs
+        if finished and (at.success or at.error or at.info):
+            return
+        time.sleep(0.3)
+    raise AssertionError("merge did not finish in time")

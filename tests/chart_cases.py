@@ -1,5 +1,5 @@
 """Every chart builder of `app.charts` drawn from a real analysis of agents named like the paper's (2–8 of them):
-the cases tests/test_charts.py checks as figures and tests/test_browser_charts.py renders in chromium."""
+the cases tests/app/charts/test_chart_rules.py checks as figures and tests/browser/test_chart_builders.py renders in chromium."""
 from __future__ import annotations
 
 from pathlib import Path

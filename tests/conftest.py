@@ -3,6 +3,7 @@ no test ever changes an input: every shared input is hashed when created and aga
 from __future__ import annotations
 
 import json
+import shutil
 
 from merging.common.threads import openmp_waits_passively
 
@@ -13,7 +14,6 @@ import torch  # noqa: E402
 from safetensors.torch import save_file
 
 from tests.factory import checksums, make_family
-
 
 # The two halves of the kernels, about equal in compile time (overlap_histogram and tensor_stats are the slow ones).
 _KERNEL_HALVES = (("overlap_histogram", "peak_abs_tau", "linear", "abs_bits_histogram"),
@@ -130,3 +130,12 @@ def families(tmp_path_factory):
     yield f
     changed = f.changed()
     assert not changed, f"inputs changed during the test run: {changed[:5]}"
+
+
+@pytest.fixture()
+def models(family, tmp_path):
+    """A private copy of the tiny family under tmp/models (tests may point outputs at it)."""
+    base, agents = family
+    root = tmp_path / "models"
+    copies = [shutil.copytree(p, root / p.name) for p in [base, *agents]]
+    return copies[0], copies[1:]

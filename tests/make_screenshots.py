@@ -55,7 +55,9 @@ def full_page(pg, path: Path, width: int) -> None:
     settle(pg)
     pg.screenshot(path=str(path))
     pg.set_viewport_size({"width": width, "height": 900})
-    from PIL import Image  # 256 colours: a third of the size, no visible loss on these pages
+    from PIL import (
+        Image,  # 256 colours: a third of the size, no visible loss on these pages
+    )
 
     Image.open(path).convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT,
                                              dither=Image.Dither.NONE).save(path, optimize=True)

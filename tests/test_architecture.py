@@ -473,6 +473,40 @@ def issue_numbers(name: str, text: str) -> list[str]:
     return hits
 
 
+# Where a test module lives says what it tests: tests/<package>/<sub-package>/test_<what>.py mirrors the code. The
+# folders that are not a package's own name test one through its user-facing side.
+TEST_HOMES = {"cli": "ram_studio", "api": "ram_studio/api", "browser": "app", "demo": "assets/demo"}
+REPO_WIDE_TESTS = {"test_architecture.py", "test_docs.py", "test_repo_docs.py"}  # the whole tree, its docs
+
+
+def misplaced_tests(test_files: list[str], package_dirs: set[str]) -> list[str]:
+    """The test modules (paths relative to tests/) whose folder is not a package folder of the code."""
+    found = []
+    for rel in test_files:
+        parts = rel.split("/")
+        if parts[0] == "benchmarks" or not parts[-1].startswith("test_"):
+            continue
+        if len(parts) == 1:
+            if parts[0] not in REPO_WIDE_TESTS:
+                found.append(f"tests/{rel}: at the top of tests/, which holds only the tree-wide checks")
+            continue
+        home = "/".join([TEST_HOMES.get(parts[0], parts[0]), *parts[1:-1]])
+        if home not in package_dirs:
+            found.append(f"tests/{rel}: {home}/ is not a package folder of the code")
+    return found
+
+
+def test_test_files_mirror_the_package_layout():
+    tests = sorted(str(f.relative_to(ROOT / "tests")) for f in (ROOT / "tests").rglob("test_*.py"))
+    packages = {str(f.parent.relative_to(ROOT)) for pkg in RANK for f in (ROOT / pkg).rglob("*.py")}
+    assert misplaced_tests(tests, packages) == []
+    assert misplaced_tests(["test_trust.py", "merging/nowhere/test_x.py", "cli/test_sweep.py", "conftest.py",
+                            "benchmarks/test_x.py", "app/charts/test_rules.py", "test_docs.py"],
+                           {"ram_studio", "app", "app/charts", "merging"}) == [
+        "tests/test_trust.py: at the top of tests/, which holds only the tree-wide checks",
+        "tests/merging/nowhere/test_x.py: merging/nowhere/ is not a package folder of the code"]
+
+
 def test_no_issue_numbers_anywhere_in_the_tree():
     """Code, comments, test names, config and docs say what a thing does and why, never which issue asked for it
     (data files — results, model weights — are not read)."""

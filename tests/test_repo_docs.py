@@ -1,8 +1,12 @@
 """The README's commands are the ones CI runs, and the documented CLI (docs/cli.md) matches the real parser."""
+import shutil
+import subprocess
 from pathlib import Path
 
-from ram_studio.cli import build_parser
+import pytest
+
 from merging.methods import METHODS
+from ram_studio.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,3 +45,13 @@ def test_docs_list_every_method_and_subcommand():
             if action.help != argparse.SUPPRESS:
                 assert all(f in text for f in action.option_strings if f.startswith("--") and f != "--help"), \
                     (command, action.option_strings)
+
+
+def test_merged_models_folder_is_ignored_by_git():
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    text = (ROOT / "app" / "views" / "merge.py").read_text()
+    assert 'DEFAULT_ROOT = "merged-models"' in text
+    probe = subprocess.run(["git", "check-ignore", "-q", "merged-models/demo-ram_plus-0123abcd/model.safetensors"],
+                           cwd=ROOT)
+    assert probe.returncode == 0, "./merged-models/ is not in .gitignore"

@@ -77,7 +77,7 @@ FULL = BuildConfig(tokenizer="bpe",
                              "memory": {"optimizer": "sgd", "lr": 1e-2, "steps": 300}})
 # CI smoke build: the same pipeline at toy size. The warm-up is long enough, and the RL groups
 # large enough, that every agent sees rewards that differ within a group and so takes real
-# policy-gradient steps (checked by tests/test_demo_build.py).
+# policy-gradient steps (checked by tests/demo/test_build.py).
 QUICK = BuildConfig(tokenizer="bpe",
                     model={"hidden": 32, "layers": 2, "heads": 2, "intermediate": 128,
                            "act": "relu", "tie": False},

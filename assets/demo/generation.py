@@ -4,7 +4,7 @@
 was). `greedy_texts` is the evaluator's fast path: the same greedy decoding written out for the Qwen2/Llama
 architecture with a preallocated KV cache — every prompt of a task in one decoding batch, the prompts
 prefilled by prompt length (no padding), finished rows dropped from the batch — and the same
-completions as `generate(..., sample=False)` (tests/test_fast_decoding.py compares them).
+completions as `generate(..., sample=False)` (tests/demo/test_generation.py compares them).
 """
 from __future__ import annotations
 

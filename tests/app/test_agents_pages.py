@@ -11,7 +11,13 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from tests.app_helpers import APP_MAIN, app_env, plain, reload_hub_client
-from tests.factory import make_agent, make_base, make_head_agent, make_vocab_agent, state
+from tests.factory import (
+    make_agent,
+    make_base,
+    make_head_agent,
+    make_vocab_agent,
+    state,
+)
 
 
 @pytest.fixture(scope="module")

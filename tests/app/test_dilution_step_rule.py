@@ -9,7 +9,13 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from assets.demo import table1_step_rule as step
-from tests.app_helpers import APP_MAIN, app_env, plain, real_demo_complete, reload_hub_client
+from tests.app_helpers import (
+    APP_MAIN,
+    app_env,
+    plain,
+    real_demo_complete,
+    reload_hub_client,
+)
 
 pytestmark = pytest.mark.timeout(600)
 RESULTS = {"demo:": step.DEMO_DIR / "results", "demo-shared:": step.DEMO_DIR / "results-shared"}

@@ -12,7 +12,13 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from tests.app_helpers import APP_MAIN, app_env, plain, real_demo_complete, reload_hub_client
+from tests.app_helpers import (
+    APP_MAIN,
+    app_env,
+    plain,
+    real_demo_complete,
+    reload_hub_client,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 LM_TASKS = ROOT / "assets" / "demo" / "lm_eval_tasks"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import resource
 import threading
-import time
 from pathlib import Path
 from unittest import mock
 
@@ -15,8 +14,7 @@ import pytest
 
 from app.jobs import READ_ONLY, Busy, JobManager
 from merging.common.errors import Cancelled, RamStudioError
-from tests.app_helpers import plain
-from tests.test_app import env, new_app, no_problems, wait_merge  # noqa: F401 — the app fixture (caches, demo)
+from tests.app_helpers import new_app, no_problems, plain, wait_merge
 
 MB = 1_000_000
 

@@ -7,13 +7,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import pytest
 import streamlit as st
 import torch
 
-from app.memory import ANALYSIS_ENV, DEFAULT_ANALYSIS_BYTES, LRUStore, limit_from_env, measure_bytes
-from tests.app_helpers import plain
-from tests.test_app import env, new_app, no_problems  # noqa: F401 — the app fixture (isolated caches, demo)
+from app.memory import (
+    ANALYSIS_ENV,
+    DEFAULT_ANALYSIS_BYTES,
+    LRUStore,
+    limit_from_env,
+    measure_bytes,
+)
+from tests.app_helpers import new_app, no_problems, plain
 
 MB = 1_000_000
 

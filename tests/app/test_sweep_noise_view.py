@@ -9,8 +9,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from tests.app_helpers import APP_MAIN, app_env, reload_hub_client
-from tests.test_app_sweep import figure
+from tests.app_helpers import APP_MAIN, app_env, figure, reload_hub_client
 
 pytestmark = pytest.mark.timeout(600)
 GRIDS = ["task_arithmetic lambda=0.5,1.0", "ram"]

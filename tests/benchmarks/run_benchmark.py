@@ -26,7 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .compare import compare_dirs
-from .mergekit_configs import MERGEKIT_VENV, mergekit_command, mergekit_config, write_config
+from .mergekit_configs import (
+    MERGEKIT_VENV,
+    mergekit_command,
+    mergekit_config,
+    write_config,
+)
 from .procmon import run_measured
 from .sparsity import AGENTS
 

@@ -200,8 +200,8 @@ def test_structure_charts_stay_readable_with_long_names(browser, families, tmp_p
     from analysis import experts
     from analysis.stats import analyze
     from app import charts
+    from tests.browser.test_chart_builders import check, render
     from tests.chart_cases import EPS
-    from tests.test_browser_charts import check, render
 
     moe = analyze(*_long_named(families, "qwen3_moe", n, tmp_path / "moe", **MOE), use_cache=False)
     vl = analyze(*_long_named(families, "qwen2_5_vl", n, tmp_path / "vl", **VL), use_cache=False)

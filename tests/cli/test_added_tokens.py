@@ -13,7 +13,14 @@ import pytest
 import torch
 
 from ram_studio.cli import main
-from tests.factory import checksums, make_agent, make_base, make_head_agent, make_vocab_agent, state
+from tests.factory import (
+    checksums,
+    make_agent,
+    make_base,
+    make_head_agent,
+    make_vocab_agent,
+    state,
+)
 
 EMBED, HEAD = "model.embed_tokens.weight", "lm_head.weight"
 
@@ -114,7 +121,11 @@ def test_union_keeps_every_added_token(capsys, vocab, tmp_path):
     tok_cfg = json.loads((dest / "tokenizer_config.json").read_text())
     assert "<tool_call>" in tok_cfg.get("extra_special_tokens", [])
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        PreTrainedTokenizerFast,
+    )
 
     for tok in (PreTrainedTokenizerFast.from_pretrained(dest, trust_remote_code=False),
                 AutoTokenizer.from_pretrained(dest, trust_remote_code=False)):

@@ -2,7 +2,7 @@
 refused in one line before anything is read; 64 are accepted."""
 from __future__ import annotations
 
-from tests.test_trust import run
+from tests.cli_helpers import run
 
 
 def test_an_eps_ladder_longer_than_64_is_refused_before_the_pass(capsys):

@@ -3,7 +3,12 @@ exists only in its folder's own Python (an `auto_map` to its `tokenization_*.py`
 makes `merge --method fisher` one line and exit 2, even with "y" waiting on stdin; no code runs, nothing is written."""
 from __future__ import annotations
 
-from tests.cli.test_custom_code import DEMO, cli, custom_code_folder, refused_without_running
+from tests.cli.test_custom_code import (
+    DEMO,
+    cli,
+    custom_code_folder,
+    refused_without_running,
+)
 from tests.factory import checksums
 
 

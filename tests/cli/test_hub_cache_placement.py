@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.app_helpers import reload_hub_client
+from tests.cli_helpers import run
 from tests.factory import checksums
-from tests.test_trust import run
 
 DEMO = Path(__file__).resolve().parents[2] / "assets" / "demo" / "models"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from evaluation.grid import parse_try
 from evaluation.keep import folder_for
 from merging.writing.commit import TargetLock
-from tests.test_trust import run
+from tests.cli_helpers import run
 
 
 def test_reports_are_written_when_keep_fails(capsys, tmp_path: Path):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from tests.cli.test_sweep_outputs import models, sweep_until_running  # noqa: F401 — the fixture, shared
+from tests.cli_helpers import run
 from tests.factory import checksums
-from tests.test_trust import run
 
 
 def test_a_keep_folder_inside_an_input_is_refused_before_the_sweep(capsys, tmp_path, models):  # noqa: F811

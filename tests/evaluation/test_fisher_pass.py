@@ -210,7 +210,9 @@ def test_data_and_models_a_fisher_cannot_use(tmp_path):
     mc = FisherData("t", "train", data.examples, "test", rules=("reference",))
     with pytest.raises(RamStudioError, match="does not apply"):
         fisher_pass(loaded.module, loaded.tokenizer, mc, "sampled", ["model.norm.weight"], [1], lambda *a: None)
-    from tests.factory import make_base  # a model whose tokenizer cannot write the demo's prompts
+    from tests.factory import (
+        make_base,  # a model whose tokenizer cannot write the demo's prompts
+    )
 
     with pytest.raises(RamStudioError, match="not a demo-compatible model"):
         ev.load(make_base(tmp_path / "other", shard=None))

@@ -3,13 +3,11 @@
 with the bounded YAML reader the mergekit panel uses; a legitimate grid of 9,000 repeated values is read."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from evaluation.grid import grids_from_yaml, parse_try
 from merging.common.errors import RamStudioError
-from tests.test_trust import run
+from tests.cli_helpers import run
 
 VALUES = ",".join(f"{(i % 997) / 1000:.3f}"[1:] for i in range(145_000))  # ".123,": the issue's ~6 bytes a value
 

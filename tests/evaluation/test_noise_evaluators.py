@@ -20,7 +20,7 @@ from evaluation.executors import LocalExecutor
 from evaluation.grid import candidate
 from evaluation.store import ScoreStore
 from evaluation.sweep import SweepSpec, measure
-from tests.test_trust import run
+from tests.cli_helpers import run
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "assets" / "demo" / "models"

@@ -14,12 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_trust import run
+from tests.cli_helpers import run
 
 pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 
-from tests.cli.ray_helpers import LOOPBACK, cmdline, descendants, listening, session_folder, survivors  # noqa: E402
+from tests.cli.ray_helpers import (  # noqa: E402
+    LOOPBACK,
+    cmdline,
+    descendants,
+    listening,
+    session_folder,
+    survivors,
+)
 
 SWEEP = ["sweep", "demo:base", "demo:code", "demo:tool", "--try", "task_arithmetic lambda=0.1,0.3,0.5,0.7,0.9,1.1",
          "--tasks", "code", "--limit", "4", "--quiet"]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import run
 from tests.factory import checksums
-from tests.test_trust import run
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "assets" / "demo" / "models"

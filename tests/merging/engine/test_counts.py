@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from merging.engine.counts import count_overlaps, counts_tied_twice, stored_tensor_weights
+from merging.engine.counts import (
+    count_overlaps,
+    counts_tied_twice,
+    stored_tensor_weights,
+)
 from merging.methods import regions
 from merging.reading.checkpoint import open_checkpoint
 from tests.factory import make_agent, make_base, state

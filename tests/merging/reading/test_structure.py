@@ -7,7 +7,13 @@ from collections import Counter
 import pytest
 
 from merging.reading.checkpoint import open_folder
-from merging.reading.structure import FUSED, MODULE_ORDER, in_module_order, place_of, structure_of
+from merging.reading.structure import (
+    FUSED,
+    MODULE_ORDER,
+    in_module_order,
+    place_of,
+    structure_of,
+)
 from tests.families import FAMILIES, LAYOUTS
 
 TEXT = [f for f, s in FAMILIES.items() if s.kind == "text"]

@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 
 from merging.common.errors import RamStudioError
-from merging.writing.checked_output import CheckedFolder, check_output_file, write_file_atomically
+from merging.writing.checked_output import (
+    CheckedFolder,
+    check_output_file,
+    write_file_atomically,
+)
 from merging.writing.placement import protected_paths
 from tests.factory import checksums
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from tests.test_trust import run
+from tests.cli_helpers import run
 
 
 def test_pointers_out_of_the_model_are_dropped_on_export(capsys, family, tmp_path):
