@@ -367,8 +367,8 @@ def merge_statistics(result: AnalysisResult, method: str, params: dict) -> tuple
     (saves the counting pass global ρ needs; None when the method needs none or ε was not analysed) and the
     shared-region diagnostics for its card and recipe (at the method's ε if analysed, else 1e-5). The analysis
     counts stored tensors once: a merge that counts tied aliases too (count_tied_twice) makes its own counts."""
-    from merging.methods.ram import counts_tied_twice
     from merging.methods import get_method
+    from merging.methods.ram import counts_tied_twice
 
     m = get_method(method)
     resolved = m.resolve_params(params)

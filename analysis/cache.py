@@ -17,8 +17,8 @@ import socket
 import uuid
 from pathlib import Path
 
-from merging.reading.checkpoint import Checkpoint
 from merging.common.errors import RamStudioError
+from merging.reading.checkpoint import Checkpoint
 from merging.writing.checked_output import CheckedFolder
 
 _TMP = re.compile(r"\.(?P<key>[0-9a-f]{32})\.(?P<host>[A-Za-z0-9._-]{1,64})\.(?P<pid>\d{1,10})\.[0-9a-f]{8}\.tmp")

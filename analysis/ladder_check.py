@@ -6,7 +6,6 @@ from typing import Sequence
 
 from merging.common.errors import RamStudioError, printable
 
-
 MAX_LADDER = 64  # ε values per pass: each costs a full set of per-tensor statistics (time and memory)
 
 

@@ -17,9 +17,9 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
+from merging.common.dtypes import FLOAT_CODES
 from merging.common.errors import RamStudioError, printable
 from merging.reading.checkpoint import Checkpoint, tensor_order
-from merging.common.dtypes import FLOAT_CODES
 from merging.reading.side_tensors import SideTensors
 from merging.writing.checked_output import CheckedFolder
 from merging.writing.shards import PlannedTensor

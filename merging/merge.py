@@ -18,32 +18,47 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from merging.reading.checkpoint import Checkpoint, open_checkpoint
-from merging.reading.compat import AgentLoss, ModelHeaders, estimate_bytes
-from merging.reading.prepare import prepare_inputs
-from merging.reading.vocab import VocabPlan, with_vocab_size
-from merging.engine.counts import count_overlaps, counts_tied_twice, stored_tensor_weights
 from merging.common.device import pick_device
-from merging.passes import ProgressFn
+from merging.common.errors import RamStudioError
+from merging.common.units import format_bytes, parse_size
+from merging.engine.counts import count_overlaps, counts_tied_twice, stored_tensor_weights
 from merging.engine.loop import output_plan, stream_merge
 from merging.engine.vocab_rows import widen_plan, write_vocab_rows
-from merging.common.errors import RamStudioError
-from merging.reading.fingerprint import Fingerprinter
 from merging.interop.mergekit import to_mergekit_yaml
 from merging.methods import get_method
 from merging.methods.base import MergeMethod
-from merging.writing.model_card import render_card
-from merging.writing.commit import (PARTIAL_MARKER, TargetLock, commit, create_parents, discard, make_temp_folder,
-                                    recheck_placement)
-from merging.writing.placement import FolderTarget, check_output_folder, protected_files, protected_paths
-from merging.reading.model_folder import FileIdentity
-from merging.recipe import (OUT_DTYPES, MergeSpec, check_agent_count, file_identity, input_identities, recipe_document,
-                            refuse_changed, write_recipe)
 from merging.methods.regions import rho
-from merging.writing.side_files import base_float_dtype, copy_side_files, is_side_file, plan_side_files
+from merging.passes import ProgressFn
+from merging.reading.checkpoint import Checkpoint, open_checkpoint
+from merging.reading.compat import AgentLoss, ModelHeaders, estimate_bytes
+from merging.reading.fingerprint import Fingerprinter
+from merging.reading.model_folder import FileIdentity
+from merging.reading.prepare import prepare_inputs
 from merging.reading.side_tensors import SideTensors, open_side_tensors, refuse_stale_side
-from merging.common.units import format_bytes, parse_size
+from merging.reading.vocab import VocabPlan, with_vocab_size
+from merging.recipe import (
+    OUT_DTYPES,
+    MergeSpec,
+    check_agent_count,
+    file_identity,
+    input_identities,
+    recipe_document,
+    refuse_changed,
+    write_recipe,
+)
+from merging.writing.commit import (
+    PARTIAL_MARKER,
+    TargetLock,
+    commit,
+    create_parents,
+    discard,
+    make_temp_folder,
+    recheck_placement,
+)
+from merging.writing.model_card import render_card
+from merging.writing.placement import FolderTarget, check_output_folder, protected_files, protected_paths
 from merging.writing.shards import ShardSetWriter, plan_shards
+from merging.writing.side_files import base_float_dtype, copy_side_files, is_side_file, plan_side_files
 from merging.writing.written import WrittenFolder, record
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from merging.common.errors import RamStudioError, printable
 from merging.common.units import parse_size
-from merging.reading.fingerprint import refuse_identical_agents
 from merging.common.untrusted import TooComplex, loads_json
+from merging.reading.fingerprint import refuse_identical_agents
 
 if TYPE_CHECKING:
     from merging.reading.checkpoint import Checkpoint

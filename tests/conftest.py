@@ -14,7 +14,6 @@ from safetensors.torch import save_file
 
 from tests.factory import checksums, make_family
 
-
 # The two halves of the kernels, about equal in compile time (overlap_histogram and tensor_stats are the slow ones).
 _KERNEL_HALVES = (("overlap_histogram", "peak_abs_tau", "linear", "abs_bits_histogram"),
                   ("tensor_stats", "count_and_peak", "ram", "dare", "ties_merge", "first_nonfinite", "values_differ"))

@@ -10,9 +10,9 @@ import torch
 
 from analysis import tables
 from analysis.stats import analyze
-from analysis.toy import ROWS, COLS, toy_rho_lambda, toy_taus, unique_retention
-from merging.methods import regions
+from analysis.toy import COLS, ROWS, toy_rho_lambda, toy_taus, unique_retention
 from merging.engine.tensor_merge import merge_in_memory
+from merging.methods import regions
 from tests.factory import state
 
 LADDER = (0.0, 1e-6, 1e-5, 1e-3)

@@ -1,8 +1,9 @@
 """The app's server settings that keep its background jobs as fast as the CLI's."""
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -135,9 +135,9 @@ def reload_as(sessions: dict, at, *, keep_url: bool = True):
 def gated_merge(out: Path):
     """A session that started a merge into `out` whose job waits on a gate (so it stays running): yields the
     session and the job manager; the manager's submit is restored afterwards."""
-    from app import jobs
-
     from unittest import mock
+
+    from app import jobs
 
     gate = threading.Event()
     first = new_app()

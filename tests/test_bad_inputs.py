@@ -315,11 +315,11 @@ def test_hub_offline_is_a_clear_error_and_token_never_printed(capsys, family, tm
 
 def test_hub_error_messages():
     """The client's own exception types map to one actionable line each."""
+    import importlib
+
     import huggingface_hub.errors as e
 
     from merging.reading.hub_errors import hub_error
-
-    import importlib
 
     # The client's HTTP library (httpx or its successor) is whatever its error class derives from.
     http = importlib.import_module(e.HfHubHTTPError.__mro__[1].__module__.split(".")[0])

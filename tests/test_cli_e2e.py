@@ -71,8 +71,8 @@ def test_cli_subprocess_merge_loads_in_transformers(family, tmp_path):
 
 def test_merged_values_match_in_memory_ram_plus(family, tmp_path):
     """The streamed output equals base + merge_in_memory over the whole model, cast to bf16."""
-    from merging.methods import regions
     from merging.engine.tensor_merge import merge_in_memory
+    from merging.methods import regions
 
     base, agents = family
     out = tmp_path / "m"

@@ -12,7 +12,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from assets.demo.evaluate import evaluate_model, main as evaluate_main
+from assets.demo.evaluate import evaluate_model
+from assets.demo.evaluate import main as evaluate_main
 
 REPO = Path(__file__).resolve().parents[1]
 

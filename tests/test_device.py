@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from ram_studio.cli import main
 from merging.common.device import pick_device, to_compute
 from merging.common.errors import RamStudioError
+from ram_studio.cli import main
 
 
 def test_auto_falls_back_to_cpu_without_cuda():

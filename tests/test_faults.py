@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ram_studio.cli import main
 from merging.common.errors import MergeCancelled
 from merging.merge import merge_to_folder
 from merging.recipe import MergeSpec
-
+from ram_studio.cli import main
 from tests.factory import checksums
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 
 from ram_studio.cli import main
-from tests.factory import checksums, join_safetensors as _join, split_safetensors as _split
+from tests.factory import checksums
+from tests.factory import join_safetensors as _join
+from tests.factory import split_safetensors as _split
 
 # CI runs a fixed, derandomized set; RAM_STUDIO_FUZZ_EXAMPLES=N explores N random examples per target.
 _DEEP = int(os.environ.get("RAM_STUDIO_FUZZ_EXAMPLES", "0"))

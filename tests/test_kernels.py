@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from analysis.ladder import DEFAULT_LADDER, overlap_accumulator
-from ram_studio.cli import main
-from merging.reading.chunk_inputs import ChunkInputs
 from merging.engine.tensor_merge import merge_in_memory
+from merging.reading.chunk_inputs import ChunkInputs
+from ram_studio.cli import main
 
 pytest.importorskip("merging.kernels.numba_import")  # numba, through the import every kernel module uses
 
@@ -106,9 +106,9 @@ def test_engine_outputs_identical_with_and_without_kernels(family, tmp_path, mon
 @pytest.mark.parametrize("eps", [0.0, 1e-5, 3e-4])
 def test_counting_kernel_equals_the_rule(dtype, eps):
     """The fused shared/unique counter is the rule of merging/methods/regions.py, bit for bit."""
-    from merging.methods import regions
     from merging.kernels.common import parts
     from merging.kernels.statistics import overlap_counts
+    from merging.methods import regions
 
     base, taus = inputs(2)
     agents = (base + taus).to(dtype)
@@ -120,8 +120,8 @@ def test_counting_kernel_equals_the_rule(dtype, eps):
 
 def test_counting_pass_is_the_same_on_both_paths(family, monkeypatch):
     """The global-ρ counting pass gives the same counts through the kernels and through torch."""
-    from merging.reading.checkpoint import open_checkpoint
     from merging.engine.counts import count_overlaps
+    from merging.reading.checkpoint import open_checkpoint
 
     base, agents = family
     got = []

@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("lm_eval")
 
-from assets.demo.evaluator import DemoEvaluator  # noqa: E402
-from evaluation.lm_eval_backend import LmEvalEvaluator  # noqa: E402
+from assets.demo.evaluator import DemoEvaluator
+from evaluation.lm_eval_backend import LmEvalEvaluator
 from merging.common.errors import Cancelled, RamStudioError
 
 ROOT = Path(__file__).resolve().parent.parent

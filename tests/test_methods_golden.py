@@ -3,11 +3,11 @@ definitions), compared exactly."""
 import pytest
 import torch
 
-from merging.methods.dare import drop_and_rescale
-from merging.methods.base import ChunkContext
-from merging.methods.regions import lambda_for, rho
-from merging.methods import regions
 from merging.engine.tensor_merge import merge_in_memory
+from merging.methods import regions
+from merging.methods.base import ChunkContext
+from merging.methods.dare import drop_and_rescale
+from merging.methods.regions import lambda_for, rho
 
 TINY = 2.0 ** -20
 A = torch.tensor([

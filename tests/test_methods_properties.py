@@ -4,9 +4,8 @@ import pytest
 import torch
 
 from merging.common.errors import RamStudioError
-from merging.methods import get_method
-from merging.methods import regions
 from merging.engine.tensor_merge import merge_in_memory
+from merging.methods import get_method, regions
 
 ALL = ["average", "task_arithmetic", "ties", "dare_ta", "dare_ties", "ram", "ram_plus", "ram_plus_soft"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from huggingface_hub import ModelCard, ModelCardData
 
-from merging.writing.model_card import check_card_metadata, hub_ids, render_card
 from merging.recipe import MergeSpec
+from merging.writing.model_card import check_card_metadata, hub_ids, render_card
 
 
 def load(card: str, tmp_path) -> ModelCard:

@@ -12,9 +12,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from merging.reading.checkpoint import open_checkpoint
 from merging.common.device import Lanes
 from merging.kernels import wait_ready
+from merging.reading.checkpoint import open_checkpoint
 from merging.reading.chunks import BufferPool, ChunkReader, row_spans
 from merging.writing.shards import PlannedTensor, ShardSetWriter, plan_shards
 from ram_studio.cli import main
@@ -93,9 +93,8 @@ def test_gpu_style_analysis_and_counts_equal_the_kernels(family, monkeypatch):
 
 def test_analysis_is_the_same_for_every_thread_count(family, monkeypatch):
     """Fixed partitions: even the float64 sums of squares do not depend on numba's thread count."""
-    from merging.kernels.numba_import import numba
-
     from analysis.stats import analyze
+    from merging.kernels.numba_import import numba
 
     base, agents = family
     frames = []

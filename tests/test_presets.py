@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from merging.methods import get_method
-from merging.presets import PRESETS, SCRIPT_DEFAULT_R, SCRIPT_README_R, apply_preset
 from merging.methods.regions import lambdas_for
+from merging.presets import PRESETS, SCRIPT_DEFAULT_R, SCRIPT_README_R, apply_preset
 from ram_studio.cli import main
 from tests.factory import state
 

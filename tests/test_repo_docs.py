@@ -1,8 +1,8 @@
 """The README's commands are the ones CI runs, and the documented CLI (docs/cli.md) matches the real parser."""
 from pathlib import Path
 
-from ram_studio.cli import build_parser
 from merging.methods import METHODS
+from ram_studio.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,8 +7,17 @@ from plotly.subplots import make_subplots
 
 from analysis.experts import expert_columns
 
-from .base import (chart_layout, room_for_subplot_titles, agent_colors, agent_names, label, NEUTRAL, pct, short_labels,
-                   tick_label)
+from .base import (
+    NEUTRAL,
+    agent_colors,
+    agent_names,
+    chart_layout,
+    label,
+    pct,
+    room_for_subplot_titles,
+    short_labels,
+    tick_label,
+)
 
 SHARED_GREYS = ["#B8B8B8", "#969696", "#747474", "#545454", "#3A3A3A", "#262626", "#161616"]
 

@@ -9,9 +9,30 @@ from plotly.subplots import make_subplots
 
 from analysis.names import in_module_order
 
-from .base import (agent_axis, agent_colors, agent_names, agent_ticks, decade_text, decades, eps_label, label,
-                   labels, LAMBDA_FLOOR, lambda_top, chart_layout, log_or_linear, NEUTRAL, OVERLAP_COLORS, pct,
-                   SHARED_COLOR, short_labels, room_for_subplot_titles, tick_label, UNIQUE_COLOR, UNIQUE_TEXT)
+from .base import (
+    LAMBDA_FLOOR,
+    NEUTRAL,
+    OVERLAP_COLORS,
+    SHARED_COLOR,
+    UNIQUE_COLOR,
+    UNIQUE_TEXT,
+    agent_axis,
+    agent_colors,
+    agent_names,
+    agent_ticks,
+    chart_layout,
+    decade_text,
+    decades,
+    eps_label,
+    label,
+    labels,
+    lambda_top,
+    log_or_linear,
+    pct,
+    room_for_subplot_titles,
+    short_labels,
+    tick_label,
+)
 from .layout import panels
 
 

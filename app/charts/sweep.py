@@ -1,12 +1,10 @@
 """The Sweep page's figures and the short candidate names they use."""
 from __future__ import annotations
 
-
 import pandas as pd
 import plotly.graph_objects as go
 
-from .base import (agent_colors, AGENT_PALETTE, eps_label, error_bars, labels, chart_layout, NEUTRAL, tick_label)
-
+from .base import AGENT_PALETTE, NEUTRAL, agent_colors, chart_layout, eps_label, error_bars, labels, tick_label
 
 METHOD_SHORT = {"average": "avg", "task_arithmetic": "TA", "ties": "TIES", "dare_ta": "DARE-TA",
                 "dare_ties": "DARE-TIES", "ram": "RAM", "ram_plus": "RAM+", "ram_plus_soft": "RAM+s",

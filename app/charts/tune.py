@@ -9,8 +9,23 @@ from plotly.subplots import make_subplots
 
 from merging.methods import regions
 
-from .base import (agent_axis, agent_colors, agent_names, agent_ticks, decades, error_bars, label, labels,
-                   LAMBDA_FLOOR, lambda_top, chart_layout, log_ticks, NEUTRAL, room_for_subplot_titles, tick_label)
+from .base import (
+    LAMBDA_FLOOR,
+    NEUTRAL,
+    agent_axis,
+    agent_colors,
+    agent_names,
+    agent_ticks,
+    chart_layout,
+    decades,
+    error_bars,
+    label,
+    labels,
+    lambda_top,
+    log_ticks,
+    room_for_subplot_titles,
+    tick_label,
+)
 
 
 def wants_log_rho(rhos, alpha: float) -> bool:

@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import streamlit as st
 
-from analysis.fig3 import own_task
 from analysis import tables
+from analysis.fig3 import own_task
 from analysis.toy import COLS, ROWS, TOY_EPS, toy_merges, toy_rho_lambda, toy_taus, unique_retention
 from app import charts, jobs, state
 from app.markup import md
@@ -141,7 +141,8 @@ def trio_evidence(prefix: str, share: float = 0.5) -> tuple[str, "regimes.TableR
                "barely moved).")
     st.markdown(md(diag.text))
     st.markdown(md(read.text))
-    from assets.demo.table1_step_rule import NAME, reading as step_rule_reading
+    from assets.demo.table1_step_rule import NAME
+    from assets.demo.table1_step_rule import reading as step_rule_reading
 
     step = step_rule_reading(state.demo_results(prefix))
     if step:

@@ -10,20 +10,32 @@ import streamlit as st
 
 from app import charts, frames, jobs, presets, state
 from app.fisher_panel import fisher_runner, fisher_widgets
-from app.forms import (DTYPE_KEY, DTYPES, METHOD_KEY, OUT_CUSTOM, POLICY_KEY, PRESET_KEY, RESCALE_KEY, SHARD_KEY,
-                       SHARD_SIZES, TA_LAMBDA_KEY, fill_merge_form, param_key)
+from app.forms import (
+    DTYPE_KEY,
+    DTYPES,
+    METHOD_KEY,
+    OUT_CUSTOM,
+    POLICY_KEY,
+    PRESET_KEY,
+    RESCALE_KEY,
+    SHARD_KEY,
+    SHARD_SIZES,
+    TA_LAMBDA_KEY,
+    fill_merge_form,
+    param_key,
+)
 from app.hub_push import push_form
-from app.mergekit_panel import mergekit_panel
 from app.markup import md, md_code
-from app.viewport import content_width
+from app.mergekit_panel import mergekit_panel
 from app.tables import path_end, show_table
-from merging.reading.compat import POLICIES, POLICY_HELP
-from merging.reading.vocab import VOCAB_CHOICES, VOCAB_HELP
+from app.viewport import content_width
 from merging.common.errors import RamStudioError
+from merging.common.units import format_bytes, format_seconds
 from merging.methods import METHODS, get_method
 from merging.presets import provenance as preset_provenance
+from merging.reading.compat import POLICIES, POLICY_HELP
+from merging.reading.vocab import VOCAB_CHOICES, VOCAB_HELP
 from merging.recipe import MergeSpec
-from merging.common.units import format_bytes, format_seconds
 from merging.writing.written import read_bytes as read_written
 from merging.writing.written import zip_bytes as zip_written
 
@@ -44,8 +56,8 @@ def default_method(p: dict) -> str:
 def default_out(sel: state.Selection, method: str, params: dict, dtype: str | None, policy: str,
                 vocab: str = "base", untie: bool = False) -> str:
     """./merged-models/<base>-<method>-<hash of the settings>: one folder per distinct merge."""
-    from merging.writing.placement import suggest_output_name
     from merging.reading.refs import parse_ref
+    from merging.writing.placement import suggest_output_name
 
     try:
         label = sel.demo_trio.rstrip(":") if sel.is_demo else parse_ref(sel.base).label

@@ -14,8 +14,8 @@ from app.tables import show_table
 from evaluation.grid import Grid, grids_from_yaml, parse_try, stages
 from evaluation.sweep import SweepResult
 from merging.common.errors import RamStudioError, printable
-from merging.methods import METHODS, get_method
 from merging.common.units import format_seconds
+from merging.methods import METHODS, get_method
 
 JOB_KEY = "sweep_job"
 GRIDS_KEY = "sweep_grids"  # the grids, in the --try form

@@ -10,8 +10,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from evaluation.base import EvalProgress, LoadedModel, Scores
 from analysis.noise import binomial_se
+from evaluation.base import EvalProgress, LoadedModel, Scores
 from evaluation.quiet import quiet_libraries
 from merging.common.errors import RamStudioError, first_line
 

@@ -244,7 +244,7 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
     doc["dtype"] = "float32"  # RAM Studio computes in float32: ask mergekit to do the same
     if written:
         doc["out_dtype"] = CODE_TO_NAME[written]
-    unlike = ([f"RAM Studio's union vocabulary takes each added token's row from the agents that added it, while "
+    unlike = (["RAM Studio's union vocabulary takes each added token's row from the agents that added it, while "
                "mergekit's tokenizer_source: union computes the added rows its own way"] if spec.vocab == "union"
               else []) + (["mergekit does not write an untied head for a tied base"] if spec.untie else [])
     if spec.vocab == "union":

@@ -17,11 +17,10 @@ import hashlib
 import numpy as np
 import torch
 
-from merging.methods.regions import f32
 from merging.methods.base import ChunkContext, MergeMethod
-from merging.methods.mergekit_map import (GTA_DEFAULTS, Mergekit, MergekitEquivalent, MergekitInput, MergekitRead,
-                                          refuse)
+from merging.methods.mergekit_map import GTA_DEFAULTS, Mergekit, MergekitEquivalent, MergekitInput, MergekitRead, refuse
 from merging.methods.params import LAMBDA, Param
+from merging.methods.regions import f32
 from merging.methods.registry import register
 from merging.methods.ties import elect_and_mean
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from merging.methods.regions import f32
 from merging.methods.base import ChunkContext, MergeMethod
-from merging.methods.mergekit_map import (GTA_DEFAULTS, Mergekit, MergekitEquivalent, MergekitInput, MergekitRead,
-                                          refuse)
+from merging.methods.mergekit_map import GTA_DEFAULTS, Mergekit, MergekitEquivalent, MergekitInput, MergekitRead, refuse
 from merging.methods.params import LAMBDA
+from merging.methods.regions import f32
 from merging.methods.registry import register
 
 

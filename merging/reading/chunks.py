@@ -21,9 +21,9 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from merging.reading.checkpoint import Checkpoint
 from merging.common.dtypes import ITEMSIZE, ST_TO_TORCH
 from merging.common.errors import RamStudioError
+from merging.reading.checkpoint import Checkpoint
 from merging.reading.fingerprint import Fingerprinter
 from merging.reading.mapped import MappedEntry
 from merging.reading.safetensors_header import TensorEntry

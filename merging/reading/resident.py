@@ -14,12 +14,11 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from merging.reading.checkpoint import Checkpoint
 from merging.common.device import chunk_elems_for, fits_on_device
 from merging.common.dtypes import FLOAT_CODES, ITEMSIZE
-from merging.reading.checkpoint import tensor_order
-from merging.reading.fingerprint import Fingerprinter
+from merging.reading.checkpoint import Checkpoint, tensor_order
 from merging.reading.chunks import DEFAULT_CHUNK_ELEMS, ChunkData, ChunkReader, Span, row_spans
+from merging.reading.fingerprint import Fingerprinter
 
 HOST_SHARE = 0.5  # resident inputs may take at most this share of the memory available now
 

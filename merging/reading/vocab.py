@@ -19,8 +19,15 @@ from dataclasses import dataclass, field
 from merging.common.errors import RamStudioError, printable
 from merging.reading.checkpoint import Checkpoint
 from merging.reading.heads import embedding_name, head_name
-from merging.reading.tokenizer_files import (TOKENIZER_FILE, Extension, TokenizerFile, compare, describe_tokens,
-                                             parse_tokenizer, read_raw)
+from merging.reading.tokenizer_files import (
+    TOKENIZER_FILE,
+    Extension,
+    TokenizerFile,
+    compare,
+    describe_tokens,
+    parse_tokenizer,
+    read_raw,
+)
 
 VOCAB_CHOICES = ("base", "union")
 VOCAB_HELP = ("base: the output keeps the base's vocabulary and tokenizer (an agent that adds tokens is refused "

@@ -26,7 +26,7 @@ def analyze(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, eps
     Returns an Analysis (tables as pandas frames, the app's figures); bad input raises RamStudioError."""
     from analysis.stats import analyze as run_analysis
     from merging.reading.checkpoint import open_checkpoint
-    from ram_studio.commands.analyze import write_outputs, ladder_and_unit, summary_eps
+    from ram_studio.commands.analyze import ladder_and_unit, summary_eps, write_outputs
     from ram_studio.console import stop_on_signal
     from ram_studio.inputs import file_output
 

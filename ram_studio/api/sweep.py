@@ -55,9 +55,9 @@ def _run(args, to) -> "Sweep":
     """cmd_sweep's checks and run, with progress to `to` and nothing printed."""
     from evaluation.executors import EXECUTORS
     from evaluation.keep import check_root, keep_models
+    from evaluation.quiet import quiet_libraries
     from evaluation.store import ScoreStore
     from evaluation.sweep import SweepSpec, check_agents, check_splits, run_sweep
-    from evaluation.quiet import quiet_libraries
     from ram_studio.commands.evaluator_options import build_evaluator
     from ram_studio.commands.sweep import checked_grids, output_files
     from ram_studio.console import stop_on_signal

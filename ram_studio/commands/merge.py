@@ -158,8 +158,8 @@ def side_for(spec, args: argparse.Namespace, stop, fisher_record=None, quiet: bo
 
 
 def run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=None, fisher_record=None) -> int:
-    from merging.merge import merge_to_folder
     from merging.common.units import format_bytes
+    from merging.merge import merge_to_folder
 
     with stop_on_signal() as stop:
         prefetch([spec.base, *spec.agents], args.quiet, stop)

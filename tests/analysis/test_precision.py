@@ -17,6 +17,7 @@ from analysis.stats import PRECISION_COLUMNS, analyze
 from analysis.tables import precision_view, unique_vs_chance
 from tests.factory import EDGE_SHAPES as SHAPES
 from tests.factory import make_edge_family, ordinals, state, step_at
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
           "bf16+fp32 norms": torch.bfloat16}
 ABS = (0.0, 1e-6, 1e-5, 1e-4)

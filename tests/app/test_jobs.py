@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import resource
 import threading
-import time
 from pathlib import Path
 from unittest import mock
 

@@ -87,8 +87,8 @@ def page_functions(rel: str) -> dict:
 
 def plain_job(cfg: dict) -> dict:
     """Run one job the way the app does, outside Streamlit (called in a fresh process)."""
-    from app import jobs
     from analysis.ladder import DEFAULT_LADDER
+    from app import jobs
 
     mgr = jobs.JobManager()
     t0 = time.time()

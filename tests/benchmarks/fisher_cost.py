@@ -77,7 +77,7 @@ def build_05b(folder: Path) -> Path:
 
 def one(model: str, agent: str, task: str, rule: str, ns: list[int]) -> dict:
     """One agent's Fisher pass in this process, into a fresh cache; what it cost."""
-    import torch  # noqa: F401 — imported before the first reading, like any command
+    import torch
 
     from assets.demo.evaluate import suite_of_folder
     from assets.demo.evaluator import DemoEvaluator

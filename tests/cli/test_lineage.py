@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from merging.reading.checkpoint import open_folder
-from merging.reading.lineage import (DENSE, DIFFERENT_MODEL_NORM, EPS, sample_spans, sample_update)
+from merging.reading.lineage import DENSE, DIFFERENT_MODEL_NORM, EPS, sample_spans, sample_update
 from ram_studio.cli import main
 from tests.factory import checksums, make_agent, make_base, state, write_like
 

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("psutil")
 
-from tests.cli.ray_helpers import cmdline, session_folder, start_ray_sweep, survivors, wait_for_workers  # noqa: E402
+from tests.cli.ray_helpers import cmdline, session_folder, start_ray_sweep, survivors, wait_for_workers
 
 
 def test_sigkill_leaves_no_ray_process_behind(tmp_path):

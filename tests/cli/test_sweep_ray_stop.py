@@ -10,8 +10,7 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("psutil")
 
-from tests.cli.ray_helpers import (LOOPBACK, listening, session_folder, start_ray_sweep, survivors,  # noqa: E402
-                                   wait_for_workers)
+from tests.cli.ray_helpers import LOOPBACK, listening, session_folder, start_ray_sweep, survivors, wait_for_workers
 
 
 def test_loopback_only_and_sigterm_ends_the_sweep_and_its_ray_instance(tmp_path):

@@ -5,13 +5,13 @@ test examples), and the paired differences recomputed here by brute force (numpy
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from assets.demo import table1, table1_step_rule as step
+from assets.demo import table1
+from assets.demo import table1_step_rule as step
 from evaluation.grid import read_grid_file
 from evaluation.store import ScoreStore
 

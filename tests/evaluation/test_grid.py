@@ -3,8 +3,6 @@
 with the bounded YAML reader the mergekit panel uses; a legitimate grid of 9,000 repeated values is read."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from evaluation.grid import grids_from_yaml, parse_try

@@ -139,8 +139,9 @@ def test_bundled_trios_match_the_script(trios, tmp_path, trio, mode, R, eps):
 
 def test_sweep_candidates_count_as_the_merge(trios):
     """A sweep's candidate with the preset's parameters uses the script's counts too (not the analysis's)."""
-    from merging.presets import apply_preset
     from transformers import AutoModelForCausalLM
+
+    from merging.presets import apply_preset
 
     dirs, loaded = trios("demo")
     ref = script.run_script_rules(dirs[0], dirs[1:], "arm-r", 1.05, 1e-5, loaded)
