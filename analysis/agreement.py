@@ -134,7 +134,7 @@ def agent_agreement(result: AnalysisResult, eps: float) -> pd.DataFrame:
     out["chance_cosine"] = 0.0
     energy = g["sq_unique"].to_numpy(dtype=float) + g["sq_shared"].to_numpy(dtype=float)
     out["shared_energy_share"] = _ratio(g["sq_shared"], energy)
-    for f, col in zip(DOMINANCE, DOMINATED_COLUMNS):
+    for _f, col in zip(DOMINANCE, DOMINATED_COLUMNS):
         out[f"{col}_share"] = _ratio(g[col], g["sq_shared"])
     changed = g["changed"].to_numpy(dtype=float)
     out["unique_share"] = np.nan_to_num(_ratio(g["unique"], changed))

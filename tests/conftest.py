@@ -10,9 +10,9 @@ openmp_waits_passively()  # as every command does, before torch loads OpenMP (a 
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from safetensors.torch import save_file
+from safetensors.torch import save_file  # noqa: E402
 
-from tests.factory import checksums, make_family
+from tests.factory import checksums, make_family  # noqa: E402
 
 # The two halves of the kernels, about equal in compile time (overlap_histogram and tensor_stats are the slow ones).
 _KERNEL_HALVES = (("overlap_histogram", "peak_abs_tau", "linear", "abs_bits_histogram"),
@@ -129,3 +129,24 @@ def families(tmp_path_factory):
     yield f
     changed = f.changed()
     assert not changed, f"inputs changed during the test run: {changed[:5]}"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """The app's environment for Streamlit AppTests, once per module: isolated caches, the Hub client offline, the
+    demo; the AppTest modules share it from here (a module that defines its own `env` uses that one)."""
+    import streamlit as st
+
+    from tests.app_helpers import app_env, reload_hub_client
+
+    tmp = tmp_path_factory.mktemp("apptest")
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in app_env(tmp).items():
+            mp.setenv(k, v)
+        reload_hub_client()  # offline for real: the client read HF_HUB_OFFLINE when it was first imported
+        st.cache_resource.clear()
+        st.cache_data.clear()
+        yield tmp
+    reload_hub_client()
+    st.cache_resource.clear()
+    st.cache_data.clear()

@@ -11,26 +11,11 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from tests.app_helpers import APP_MAIN, app_env, legend_off_the_plot, plain, reload_hub_client
+from tests.app_helpers import APP_MAIN, app_env, legend_off_the_plot, plain
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("apptest")
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in app_env(tmp).items():
-            mp.setenv(k, v)
-        reload_hub_client()  # offline for real: the client read HF_HUB_OFFLINE when it was first imported
-        st.cache_resource.clear()
-        st.cache_data.clear()
-        yield tmp
-    reload_hub_client()
-    st.cache_resource.clear()
-    st.cache_data.clear()
 
 
 def new_app() -> AppTest:

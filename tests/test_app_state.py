@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.app_helpers import plain
-from tests.test_app import env, figure, new_app, no_problems, wait_merge  # noqa: F401 — the module's app fixture
+from tests.test_app import figure, new_app, no_problems, wait_merge
 
 pytestmark = pytest.mark.timeout(240)
 

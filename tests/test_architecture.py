@@ -145,7 +145,7 @@ def upward_stage_imports(edges: dict[str, set[str]]) -> list[str]:
 def oversized(root: Path = ROOT) -> list[str]:
     """Files over FILE_LINES lines and functions over FUNCTION_LINES lines (numba kernels excepted)."""
     found = []
-    for name, path in sorted(modules().items()):
+    for _name, path in sorted(modules().items()):
         text = path.read_text()
         if text.count("\n") > FILE_LINES:
             found.append(f"{path.relative_to(root)}: {text.count(chr(10))} lines")

@@ -95,7 +95,7 @@ def test_demo_candidates_equal_cli_merges(cli_demo, mode, monkeypatch, tmp_path_
     ins = CandidateInputs(DEMO_REFS[0], DEMO_REFS[1:], mode=mode)
     assert ins.resident == (mode == "resident")
     module = load(DEMO / "base")
-    for i, (method, params) in enumerate(CASES):
+    for method, params in CASES:
         side = fisher_side(ins, module, params) if method == "fisher" else None
         made = ins.merge_into(module, method, params, side=side)
         assert made.changed

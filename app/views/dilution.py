@@ -4,6 +4,7 @@ RL reward curves."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import streamlit as st
@@ -17,6 +18,9 @@ from app.tables import show_table
 from assets.demo.tasks import TASKS
 from merging.common.errors import RamStudioError
 from merging.common.units import format_seconds
+
+if TYPE_CHECKING:
+    from analysis.regimes import TableReading
 
 FIG3_JOB = "fig3_task"
 
@@ -91,7 +95,7 @@ def fig3_chart(tidy: pd.DataFrame, agents: list[str], source: str, name: str) ->
 REGIME_EPS = 1e-5
 
 
-def trio_evidence(prefix: str, share: float = 0.5) -> tuple[str, "regimes.TableReading"] | None:
+def trio_evidence(prefix: str, share: float = 0.5) -> tuple[str, TableReading] | None:
     """One demo trio's Table 1, its shared-region diagnostics next to chance, and the readings of both (drawn
     into the current column); None when the trio or its results are not here."""
     from analysis import agreement, regimes

@@ -99,7 +99,7 @@ class Warmup:
                     self.log.append(f"{name}[{dtype}] {'compiled' if fresh else 'loaded'} in "
                                     f"{time.perf_counter() - t:.2f} s ({time.perf_counter() - start:.1f} s)")
                     self._lock.notify_all()
-        except BaseException as exc:  # the torch path goes on; the kernels stay off for this process
+        except BaseException as exc:  # noqa: BLE001 — the torch path goes on; the kernels stay off for this process
             with self._lock:
                 self._failed = exc
                 self._thread = None

@@ -376,7 +376,7 @@ class ChunkReader:
                     if not f.cancelled():
                         try:
                             f.result()
-                        except BaseException:
+                        except BaseException:  # noqa: BLE001 — only waiting: the first error is already raised
                             pass
 
     def close(self) -> None:

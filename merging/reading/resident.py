@@ -26,7 +26,7 @@ HOST_SHARE = 0.5  # resident inputs may take at most this share of the memory av
 def resident_bytes(base: Checkpoint, agents: list[Checkpoint], device: torch.device) -> int:
     """Bytes the inputs take once resident: stored values on the host, float32 for float tensors on a GPU."""
     total = 0
-    for name, e in base.tensors.items():
+    for e in base.tensors.values():
         size = ITEMSIZE[e.dtype]
         if device.type == "cuda" and e.dtype in FLOAT_CODES:
             size = 4

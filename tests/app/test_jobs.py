@@ -15,7 +15,7 @@ import pytest
 from app.jobs import READ_ONLY, Busy, JobManager
 from merging.common.errors import Cancelled, RamStudioError
 from tests.app_helpers import plain
-from tests.test_app import env, new_app, no_problems, wait_merge  # noqa: F401 — the app fixture (caches, demo)
+from tests.test_app import new_app, no_problems, wait_merge
 
 MB = 1_000_000
 
@@ -234,7 +234,7 @@ def cancel_button(at, key: str):
 
 
 @pytest.mark.parametrize("kind", list(PAGES))
-def test_a_link_to_a_live_sessions_job_follows_it_read_only(env, tmp_path, sessions, kind):  # noqa: F811
+def test_a_link_to_a_live_sessions_job_follows_it_read_only(env, tmp_path, sessions, kind):
     """A second tab or person opening the first session's URL (`?job=`) sees the job running, read-only: no
     Cancel, the owner unchanged (a merge's folder too), the first session's Cancel still works. Once the first
     session has gone, the follower adopts the job and may cancel it."""
@@ -271,7 +271,7 @@ def test_a_link_to_a_live_sessions_job_follows_it_read_only(env, tmp_path, sessi
     assert job.status == "cancelled"
 
 
-def test_a_link_to_a_finished_merge_shows_it_but_the_folder_stays_its_sessions(env, tmp_path, sessions):  # noqa: F811
+def test_a_link_to_a_finished_merge_shows_it_but_the_folder_stays_its_sessions(env, tmp_path, sessions):
     """A finished merge opened through its link by another session while the first is open: the results are shown,
     the folder stays the first session's (not overwritten from the link), and the first may still overwrite it."""
     out = tmp_path / "merged"
@@ -302,7 +302,7 @@ def test_a_link_to_a_finished_merge_shows_it_but_the_folder_stays_its_sessions(e
     no_problems(first)
 
 
-def test_a_followed_job_dropped_from_memory_is_said_once(env, tmp_path, sessions, monkeypatch):  # noqa: F811
+def test_a_followed_job_dropped_from_memory_is_said_once(env, tmp_path, sessions, monkeypatch):
     """A page that followed a finished job whose record left memory says so once, then shows the page without it."""
     import streamlit as st
 

@@ -12,7 +12,7 @@ import torch
 
 from app.memory import ANALYSIS_ENV, DEFAULT_ANALYSIS_BYTES, LRUStore, limit_from_env, measure_bytes
 from tests.app_helpers import plain
-from tests.test_app import env, new_app, no_problems  # noqa: F401 — the app fixture (isolated caches, demo)
+from tests.test_app import new_app, no_problems
 
 MB = 1_000_000
 
@@ -112,7 +112,7 @@ def demo_url(at, agents: list[str]):
     return at
 
 
-def test_an_analysis_dropped_from_memory_is_recomputed_with_a_note(env, monkeypatch):  # noqa: F811
+def test_an_analysis_dropped_from_memory_is_recomputed_with_a_note(env, monkeypatch):
     """With a limit below one analysis, each new selection drops the previous one; opening that one again says
     why it is computed again, then shows the page as before (from the analysis cache on disk)."""
     from app import state

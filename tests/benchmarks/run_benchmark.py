@@ -304,7 +304,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         print_table(rows, load_baseline(args.baseline) if args.baseline else None)
         return
     only = set(args.only.split(",")) if args.only else None
-    want = (lambda m: only is None or m in only)
+
+    def want(m: str) -> bool:
+        return only is None or m in only
+
     if not os.path.exists(os.path.join(MERGEKIT_VENV, "bin", "mergekit-yaml")) and not args.skip_mergekit:
         sys.exit("mergekit venv missing: run tests/benchmarks/setup_mergekit.sh (or pass --skip-mergekit)")
     r = Runner(args)
