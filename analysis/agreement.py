@@ -258,7 +258,8 @@ def _regime_sentences(regime: str, eps: float, measured: list, verdicts: dict[st
                 "them, which task arithmetic's sum would do too; TIES-style sign election may keep more."]
     if regime != "shared":
         return [f"Shared updates agree only slightly beyond chance ({stats}; chance 50 % and 0)."]
-    by_verdict = {v: [_pair_name(r) for r in measured if verdicts[f"{r.a}|{r.b}"] == v] for v in ("agree", "weak", "chance")}
+    by_verdict = {v: [_pair_name(r) for r in measured if verdicts[f"{r.a}|{r.b}"] == v]
+                  for v in ("agree", "weak", "chance")}
     parts = [f"Shared updates point the same way for {', '.join(by_verdict['agree'])} ({stats}; chance 50 % and 0): "
              "there the shared region carries a common direction, which averaging keeps — RAM's premise "
              "holds for these agents."]

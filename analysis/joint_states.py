@@ -35,7 +35,8 @@ def decode_tables(n: int, L: int) -> dict:
     k = torch.arange((L + 1) ** 2)
     start, end = (k // (L + 1)).view(-1, 1), (k % (L + 1)).view(-1, 1)
     j = torch.arange(L).view(1, L)
-    return {"states": states, "s": s, "digits": digits, "active": active.to(f), "shared": shared.to(f), "unique": unique.to(f),
+    return {"states": states, "s": s, "digits": digits, "active": active.to(f), "shared": shared.to(f),
+            "unique": unique.to(f),
             "conflict": conflict.to(f), "hist": hist.to(f), "pair_both": pair_both.to(f),
             "pair_agree": pair_agree.to(f), "triple_active": triple.to(f),
             "interval": ((start <= j) & (j < end)).to(f)}

@@ -39,7 +39,8 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
 # The two bundled demo trios: reference prefix -> (results folder next to its models folder, what it shows).
 DEMO_TRIOS: dict[str, tuple[str, str]] = {
     DEMO_PREFIX: ("results", "coincidental overlap: each agent learns only its own task"),
-    DEMO_SHARED_PREFIX: ("results-shared", "shared skill: every agent also learns one common answer protocol (the closing tag `</a>`)"),
+    DEMO_SHARED_PREFIX: ("results-shared",
+                         "shared skill: every agent also learns one common answer protocol (the closing tag `</a>`)"),
 }
 
 

@@ -197,7 +197,8 @@ def chosen_chart(res: SweepResult) -> None:
         df["short"] = charts.short_candidate_labels(list(df["short"]), limit=20)
         charts.show(charts.sweep_task_bars(df, tasks, agents), df,
                     f"{spec.report_on.capitalize()} accuracy of each method's chosen candidate next to the base and "
-                    "the agents, ± one standard error (hover for full names).", "sweep_chosen", title="Chosen candidates and the agents",
+                    "the agents, ± one standard error (hover for full names).", "sweep_chosen",
+                    title="Chosen candidates and the agents",
                     params={"split": spec.report_on, "agents": agents})
 
 

@@ -163,7 +163,8 @@ class LmEvalEvaluator:
         h = hashlib.sha256(f"lm-eval|{self.version}|{self.backend}|{self.dtype}|{','.join(self.tasks)}".encode())
         if self.include_path is not None:
             for f in sorted(self.include_path.rglob("*")):
-                if f.is_file() and f.suffix in (".yaml", ".yml", ".py", ".jsonl", ".json") and "__pycache__" not in f.parts:
+                if (f.is_file() and f.suffix in (".yaml", ".yml", ".py", ".jsonl", ".json")
+                        and "__pycache__" not in f.parts):
                     h.update(str(f.relative_to(self.include_path)).encode())
                     h.update(f.read_bytes())
         return h.hexdigest()[:16]
@@ -185,7 +186,8 @@ class LmEvalEvaluator:
         h = hashlib.sha256()
         if self.include_path is not None:
             for f in sorted(self.include_path.rglob("*")):
-                if f.is_file() and f.suffix in (".yaml", ".yml", ".py", ".jsonl", ".json") and "__pycache__" not in f.parts:
+                if (f.is_file() and f.suffix in (".yaml", ".yml", ".py", ".jsonl", ".json")
+                        and "__pycache__" not in f.parts):
                     h.update(str(f.relative_to(self.include_path)).encode())
                     h.update(f.read_bytes())
         return h.hexdigest()[:16]

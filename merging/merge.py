@@ -183,7 +183,8 @@ def _resolve(spec: MergeSpec, options: MergeOptions) -> _Run:
     method = get_method(spec.method)
     params = method.resolve_params(spec.params)
     if spec.out_dtype is not None and spec.out_dtype not in OUT_DTYPES:
-        raise RamStudioError(f"output dtype {spec.out_dtype!r} is not a float type.", f"Use one of {', '.join(OUT_DTYPES)}.")
+        raise RamStudioError(f"output dtype {spec.out_dtype!r} is not a float type.",
+                             f"Use one of {', '.join(OUT_DTYPES)}.")
     device = pick_device(spec.device)
     parse_size(spec.shard_size)
     ins = open_inputs(spec, method.min_agents)

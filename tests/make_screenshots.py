@@ -121,7 +121,8 @@ def overlap_panel(pg, path: Path, width: int, folders: dict[str, Path]) -> None:
     pg.get_by_text("Custom: local folders or Hub ids").click()
     settle(pg)
     pg.get_by_role("textbox", name="Base model").fill(str(folders["base"]))
-    pg.get_by_role("textbox", name="Agents (one per line)").fill("\n".join(str(folders[a]) for a in ("code", "tool", "memory")))
+    pg.get_by_role("textbox",
+                   name="Agents (one per line)").fill("\n".join(str(folders[a]) for a in ("code", "tool", "memory")))
     pg.get_by_role("textbox", name="Agents (one per line)").press("Control+Enter")
     settle(pg)
     pg.get_by_role("button", name="Use these models").click()

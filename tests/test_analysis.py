@@ -32,7 +32,8 @@ def brute(base_dir, agent_dirs, eps):
             out[(t, name)] = {
                 "changed": int(m[t].sum()), "unique": int(uniq.sum()), "shared": int(shared.sum()),
                 "hist": [int((m[t] & (c == k)).sum()) for k in range(1, len(ags) + 1)],
-                "norm_unique": float(taus[t][uniq].double().norm()), "norm_shared": float(taus[t][shared].double().norm()),
+                "norm_unique": float(taus[t][uniq].double().norm()),
+                "norm_shared": float(taus[t][shared].double().norm()),
                 "conflicts": int((shared & opposite).sum()),
             }
     return out

@@ -111,7 +111,8 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 # passes and the writers, the recipe, reading, the methods (with the region rule), the kernels; `common` (errors,
 # escaping, bounded parsers, dtypes, units, the device) and the package root sit under everything.
 STAGE = {"merging.merge": 8, "merging.interop": 7, "merging.engine": 6, "merging.passes": 5, "merging.writing": 5,
-         "merging.recipe": 4, "merging.presets": 4, "merging.reading": 3, "merging.methods": 2, "merging.kernels": 1, "merging.common": 0,
+         "merging.recipe": 4, "merging.presets": 4, "merging.reading": 3, "merging.methods": 2, "merging.kernels": 1,
+         "merging.common": 0,
          "merging": 0}
 FILE_LINES = 400  # "no file over ~400 lines"
 FUNCTION_LINES = 60  # "no function over ~60 lines outside the kernels"
@@ -292,7 +293,8 @@ def test_adding_a_method_is_one_file(family, tmp_path):
     outputs, runs = {}, {}
     for path in ("numba", "torch"):
         out = tmp_path / path
-        done = run_in(copy, [str(tmp_path / "drive_cli.py"), "merge", *inputs, "--method", "half_sum", "--half-factor", "0.5",
+        done = run_in(copy,
+                      [str(tmp_path / "drive_cli.py"), "merge", *inputs, "--method", "half_sum", "--half-factor", "0.5",
                              "--out", str(out), "--quiet"], RAM_STUDIO_KERNELS=path)
         runs[path] = json.loads(done.stdout.strip().splitlines()[-1])
         outputs[path] = {f.name: f.read_bytes() for f in out.glob("*.safetensors")}

@@ -55,7 +55,8 @@ def check(m: dict) -> list[str]:
             bad += [f"legend over {what}" for b in m[what] if overlap(lg, b)]
         bad += ["legend over a tick label" for g in m["ticks"] + m["yticks"] for b in g if overlap(lg, b)]
     for t in m["title"]:
-        bad += [f"title over {what}" for what in ("annotations", "plots", "axistitles") for b in m[what] if overlap(t, b)]
+        bad += [f"title over {what}" for what in ("annotations", "plots", "axistitles") for b in m[what] if overlap(t,
+                                                                                                                    b)]
     for a in m["axistitles"]:  # an axis title stays clear of the other axis's tick labels
         bad += ["axis title over a tick label" for g in m["ticks"] + m["yticks"] for b in g if overlap(a, b, slack=2)]
         bad += ["title over a tick label" for g in m["ticks"] + m["yticks"] for b in g if overlap(t, b)]

@@ -125,7 +125,8 @@ def test_every_chart_uses_short_names_and_keeps_the_full_ones_on_hover(tmp_path,
         if name not in ("table1", "reward_curves") and any(s in text for s in short.values()):
             assert all(f in text for f in full), (name, "full names on hover")
         if n > charts.WRAP_UP_TO and fig.layout.xaxis.type == "category" and \
-                any(isinstance(v, str) and v.replace("<br>", "") in short.values() for t in fig.data for v in (t.x or [])):
+                any(isinstance(v, str) and v.replace("<br>",
+                                                     "") in short.values() for t in fig.data for v in (t.x or [])):
             assert fig.layout.xaxis.tickangle == -45, name  # many agents: one line each, tilted 45°, never 90°
 
 

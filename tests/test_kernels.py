@@ -140,7 +140,8 @@ def test_output_checks_agree_with_and_without_kernels(dtype):
     from merging.writing.output_check import OutputGuard
 
     base = torch.tensor([0.0, -0.0, 1.5, -2.0], dtype=dtype)
-    for out, changed in ((base.clone(), False), (-base, True), (torch.tensor([-0.0, 0.0, 1.5, -2.0], dtype=dtype), False)):
+    for out, changed in ((base.clone(), False), (-base, True),
+                         (torch.tensor([-0.0, 0.0, 1.5, -2.0], dtype=dtype), False)):
         for fused in (True, False):
             g = OutputGuard("x", _fused=fused)
             g.check("t", 0, out, base)

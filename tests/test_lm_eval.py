@@ -79,7 +79,8 @@ def test_splits_and_unknown_tasks() -> None:
     with pytest.raises(RamStudioError, match="knows no task 'ram_demo_cod'.*Did you mean ram_demo_code"):
         LmEvalEvaluator(["ram_demo_cod"], TASKS_DIR)
     a, b = LmEvalEvaluator(["ram_demo_code"], TASKS_DIR), LmEvalEvaluator(["ram_demo_tool"], TASKS_DIR)
-    assert a.fingerprint() != b.fingerprint() and a.fingerprint() == LmEvalEvaluator(["ram_demo_code"], TASKS_DIR).fingerprint()
+    assert a.fingerprint() != b.fingerprint() and a.fingerprint() == LmEvalEvaluator(["ram_demo_code"],
+                                                                                     TASKS_DIR).fingerprint()
 
 
 def test_task_data_is_current_and_the_budget_cut() -> None:

@@ -62,7 +62,8 @@ def test_gpu_path_on_the_cpu_gives_the_kernels_bits(family, tmp_path, monkeypatc
     ref = merged(family, tmp_path / "kernels", method, extra, 500)
     assembled = []
     real = ChunkInputs.on_device.__func__
-    monkeypatch.setattr(ChunkInputs, "on_device", classmethod(lambda cls, *a, **k: assembled.append(1) or real(cls, *a, **k)))
+    monkeypatch.setattr(ChunkInputs, "on_device",
+                        classmethod(lambda cls, *a, **k: assembled.append(1) or real(cls, *a, **k)))
     monkeypatch.setenv("RAM_STUDIO_KERNELS", "torch")
     monkeypatch.setenv("RAM_STUDIO_GPU_STYLE", "1")
     monkeypatch.setenv("RAM_STUDIO_ASSEMBLE_BYTES", assemble)

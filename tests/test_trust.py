@@ -448,7 +448,8 @@ def test_tampered_recipe_is_one_clear_line(capsys, family, tmp_path, edit, fragm
 
 # --- 6. no traceback, ever ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("content,fragment", [("[1, 2]", "JSON list"), ('"qwen2"', "JSON str"), ("{", "not valid JSON")])
+@pytest.mark.parametrize("content,fragment",
+                         [("[1, 2]", "JSON list"), ('"qwen2"', "JSON str"), ("{", "not valid JSON")])
 def test_config_that_is_not_an_object(capsys, models, content, fragment):
     base, agents = models
     (agents[0] / "config.json").write_text(content)

@@ -59,7 +59,8 @@ def overlap_stacked(df: pd.DataFrame, agents: list[str], chance: dict[str, float
     for k in range(1, n + 1):
         part = df[df["k"] == k].set_index("agent").reindex(agents)
         name = "unique (only this agent)" if k == 1 else f"shared by {k} agents"
-        fig.add_bar(x=list(ticks.values()), y=100 * part["fraction"], name=name, marker_color=OVERLAP_COLORS[(k - 1) % 6],
+        fig.add_bar(x=list(ticks.values()), y=100 * part["fraction"], name=name,
+                    marker_color=OVERLAP_COLORS[(k - 1) % 6],
                     text=[f"{100 * v:.0f}%" if v >= 0.06 else "" for v in part["fraction"]], textposition="inside",
                     customdata=list(zip(labels(agents), part["count"])),
                     hovertemplate=f"%{{customdata[0]}}: %{{y:.3g}}% {name} (%{{customdata[1]:,}} elements)"
@@ -139,7 +140,8 @@ def layer_module_heatmaps(df: pd.DataFrame, agents: list[str], value: str = "den
     if log:  # whole decades, labelled in the value's own units (0.1, 1, 10), not in log10
         lo, hi = decades(raw_finite)
         zmin, zmax = lo, hi
-        bar_ticks = dict(tickmode="array", tickvals=list(range(lo, hi + 1)), ticktext=[decade_text(k) for k in range(lo, hi + 1)])
+        bar_ticks = dict(tickmode="array", tickvals=list(range(lo, hi + 1)),
+                         ticktext=[decade_text(k) for k in range(lo, hi + 1)])
     elif value == "lambda":
         zmin, zmax = LAMBDA_FLOOR, max(finite + [LAMBDA_FLOOR + 0.01])
     else:

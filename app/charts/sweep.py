@@ -116,7 +116,8 @@ def sweep_time_scatter(df: pd.DataFrame) -> go.Figure:
         se = _se(part, "average")
         fig.add_scatter(x=part["merge_s"] + extra, y=part["average"], mode="markers",
                         name=METHOD_SHORT.get(m, short_text(m)),
-                        marker=dict(size=11, color=AGENT_PALETTE[i % len(AGENT_PALETTE)], line=dict(color="white", width=1),
+                        marker=dict(size=11, color=AGENT_PALETTE[i % len(AGENT_PALETTE)],
+                                    line=dict(color="white", width=1),
                                     symbol=["star" if s else "circle" for s in part["selected"]]),
                         error_y=error_bars(se, AGENT_PALETTE[i % len(AGENT_PALETTE)]),
                         customdata=list(zip(part["candidate"], extra, _pm_text(se) or [""] * len(part))),

@@ -87,7 +87,8 @@ def fig3_chart(tidy: pd.DataFrame, agents: list[str], source: str, name: str) ->
                 "Only the agent's unique region is added to the base (± one standard error). Whole (solid) it carries "
                 "part of the skill; divided by N (hatched), as averaging does, that part shrinks — the paper's signal "
                 "dilution. Grey: the base; faint: the full agent. " + md(source) + ".", name,
-                title="Fig. 3 on the demo: unique region only, whole and ÷ N", params={"agents": agents, "split": "test"})
+                title="Fig. 3 on the demo: unique region only, whole and ÷ N",
+                params={"agents": agents, "split": "test"})
 
 
 # ---------------------------------------------------------------- two trios, two regimes
@@ -307,7 +308,8 @@ with st.container(border=True):
         elif task is not None and jobs.ending(task, "The Fig. 3 experiment") and task.result is not None:
             from assets.demo.fig3 import labels_of
 
-            fig3_chart(task.result, labels_of(sel.agents), f"Run in this session in {format_seconds(task.elapsed)}", "fig3_run")
+            fig3_chart(task.result, labels_of(sel.agents), f"Run in this session in {format_seconds(task.elapsed)}",
+                       "fig3_run")
 
 if log.exists():
     with state.guard("Reading training_log.csv"):

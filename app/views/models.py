@@ -294,7 +294,8 @@ if use:
         st.page_link("views/heterogeneity.py", label="Go to Heterogeneity", icon=":material/arrow_forward:")
 
 with st.expander("What the demo is"):
-    present = {p: ", ".join(md_code(f"{p}{n}") for n in demo_names(p)) or "none" for p in (DEMO_PREFIX, DEMO_SHARED_PREFIX)}
+    present = {p: ", ".join(md_code(f"{p}{n}") for n in demo_names(p)) or "none"
+               for p in (DEMO_PREFIX, DEMO_SHARED_PREFIX)}
     st.markdown(
         "A tiny Qwen2-architecture base model trained on three toy agentic tasks, then fine-tuned with RL "
         "(GRPO) into three agents: **code**, **tool** and **memory** — the paper's setting at laptop scale. "

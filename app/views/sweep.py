@@ -211,7 +211,8 @@ def fisher_tasks_input(texts: list[str], disabled: bool) -> list[str] | None:
 
     if not any(reads_fisher(t.split()[0]) for t in texts if t.split()):
         return None
-    text = st.text_input("Fisher: each agent's own task among the evaluator's, in the agents' order", key="sweep_fisher",
+    text = st.text_input("Fisher: each agent's own task among the evaluator's, in the agents' order",
+                         key="sweep_fisher",
                          disabled=disabled, placeholder="empty: the task named like each agent (code → code, or "
                                                         "ram_demo_code)",
                          help="Each agent's Fisher is computed on its own task's train split, once per N and rule, "

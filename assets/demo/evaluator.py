@@ -88,7 +88,8 @@ class DemoEvaluator:
         from evaluation.fisher_pass import FisherData, FisherExample
 
         if task not in self.suite.tasks:
-            raise RamStudioError(f"unknown demo task {task!r} for a Fisher.", f"Choose from {', '.join(self.suite.tasks)}.")
+            raise RamStudioError(f"unknown demo task {task!r} for a Fisher.",
+                                 f"Choose from {', '.join(self.suite.tasks)}.")
         budget = self.suite.max_new_tokens[task]
         examples = tuple(FisherExample(e.prompt, e.answer, budget) for e in self.suite.make_split(task, "train", n))
         return FisherData(task, "train", examples, f"demo|{self.suite.name}|{FISHER_DATA}")

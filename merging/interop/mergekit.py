@@ -55,7 +55,8 @@ def _readers() -> dict[str, tuple[str, MergekitRead]]:
 def _number(value: Any) -> Any:
     """A string that mergekit's pydantic models would read as a float (e.g. `1e-5`, which YAML 1.1 leaves a
     string) as that float; anything else unchanged."""
-    if isinstance(value, str) and len(value) <= 64 and (_FLOAT_TEXT.fullmatch(value) or _NONFINITE_TEXT.fullmatch(value)):
+    if (isinstance(value, str) and len(value) <= 64
+            and (_FLOAT_TEXT.fullmatch(value) or _NONFINITE_TEXT.fullmatch(value))):
         return float(value.strip().replace("_", ""))
     return value
 
@@ -82,7 +83,8 @@ def _shown(value: Any) -> str:
 
 def _model_ref(value: Any, where: str) -> str:
     if isinstance(value, dict):
-        raise refuse(f"{where} is a structured model reference", "Give the model as a path or an org/name[@revision] id.")
+        raise refuse(f"{where} is a structured model reference",
+                     "Give the model as a path or an org/name[@revision] id.")
     if not isinstance(value, str) or not value.strip():
         raise refuse(f"{where} must be a model path or Hub id")
     if "+" in value:
@@ -119,7 +121,8 @@ def _check_top_level(doc: dict[str, Any]) -> None:
         raise refuse(f"unknown field {printable(', '.join(unknown), 80)}")
     for key, why in (("slices", "layer slices"), ("modules", "per-module merges")):
         if doc.get(key):
-            raise refuse(f"'{key}' ({why}) is not supported", "RAM Studio merges whole models: list them under 'models'.")
+            raise refuse(f"'{key}' ({why}) is not supported",
+                         "RAM Studio merges whole models: list them under 'models'.")
     if doc.get("tokenizer") is not None:
         raise refuse("'tokenizer' (tokenizer merging) is not supported", "RAM Studio copies the base's tokenizer.")
     if doc.get("chat_template") is not None:

@@ -28,7 +28,8 @@ from merging.kernels.marker import marker_path
 HAVE_NUMBA = importlib.util.find_spec("numba") is not None
 
 DTYPES = ("bf16", "f32")  # what the kernels read: bf16 bit patterns, or float32
-ALL = ("count_and_peak", "peak_abs_tau", "overlap_histogram", "tensor_stats", "ram", "linear", "dare", "abs_bits_histogram",
+ALL = ("count_and_peak", "peak_abs_tau", "overlap_histogram", "tensor_stats", "ram", "linear", "dare",
+       "abs_bits_histogram",
        "ties_merge", "first_nonfinite", "values_differ")
 
 

@@ -100,7 +100,8 @@ def _from_mergekit(ties_mode: bool):
         w, g = c.weight(), c.parameters
         density = c.density()
         if not g["rescale"]:
-            raise refuse(f"{c.method} with rescale: false", "RAM Studio's DARE always rescales kept entries by 1/(1−p).")
+            raise refuse(f"{c.method} with rescale: false",
+                         "RAM Studio's DARE always rescales kept entries by 1/(1−p).")
         if not 0 < density <= 1:
             raise refuse(f"density {density} must be in (0, 1]")
         c.notes.append("DARE keeps each element with probability density and rescales by 1/density (mergekit rescales "

@@ -333,7 +333,8 @@ class ChunkReader:
             job()
         return assemble()
 
-    def stream(self, items: Iterable[tuple[Span | None, Any]], depth: int = 2) -> Iterator[tuple[Any, ChunkData | None]]:
+    def stream(self, items: Iterable[tuple[Span | None, Any]],
+               depth: int = 2) -> Iterator[tuple[Any, ChunkData | None]]:
         """For each (span or None, tag), yield (tag, ChunkData or None), reading up to `depth` spans ahead
         on the reader threads. The consumer releases each ChunkData when done with it."""
         if not self._workers:

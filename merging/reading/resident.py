@@ -116,7 +116,8 @@ class ResidentReader:
             raise ValueError(f"span {span} is not one this reader holds: the engine must use chunk_elems="
                              f"{self.chunk_elems}") from None
 
-    def stream(self, items: Iterable[tuple[Span | None, Any]], depth: int = 2) -> Iterator[tuple[Any, ChunkData | None]]:
+    def stream(self, items: Iterable[tuple[Span | None, Any]],
+               depth: int = 2) -> Iterator[tuple[Any, ChunkData | None]]:
         """Like ChunkReader.stream: (tag, data) for each (span or None, tag); nothing is read."""
         for span, tag in items:
             yield tag, (None if span is None else self.read(span))

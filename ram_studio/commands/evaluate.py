@@ -67,7 +67,8 @@ def json_output(args: argparse.Namespace, ckpt) -> Path | None:
     from merging.writing.checked_output import check_output_file
     from merging.writing.placement import protected_paths
 
-    inputs = [(ckpt.ref.raw, ckpt.folder)] + ([("--include-path", Path(args.include_path))] if args.include_path else [])
+    inputs = [(ckpt.ref.raw, ckpt.folder)]
+    inputs += [("--include-path", Path(args.include_path))] if args.include_path else []
     return check_output_file(args.json, protected_paths(inputs), overwrite=args.overwrite)
 
 
@@ -153,7 +154,8 @@ def refuse_unless_demo_compatible(ckpt) -> None:
     try:
         ident = check_file(ckpt.folder, "tokenizer.json", max_bytes=MAX_SMALL_FILE)
     except FileNotFoundError:
-        raise RamStudioError(f"{name} has no tokenizer.json, so it cannot be scored on the demo's tasks.", hint) from None
+        raise RamStudioError(f"{name} has no tokenizer.json, so it cannot be scored on the demo's tasks.",
+                             hint) from None
     embed = next((e for n, e in ckpt.tensors.items() if n.endswith("embed_tokens.weight") and len(e.shape) == 2), None)
     if embed is None or not (ckpt.config or {}).get("architectures"):
         raise RamStudioError(f"{name} is not a causal language model with token embeddings "

@@ -65,8 +65,10 @@ def recorded_origin(record: Any) -> tuple[dict[str, Any], list[str], list[str]]:
         raise bad
     origin = record["origin"]
     if origin.get("backend") == "demo" and (origin.get("suite") is None or _short_text(origin.get("suite"))):
-        return {"backend": "demo", "suite": origin.get("suite")}, [a["task"] for a in agents], [a["key"] for a in agents]
-    if origin.get("backend") == "lm-eval" and (origin.get("include_path") is None or _short_text(origin["include_path"], 4096)):
+        return ({"backend": "demo", "suite": origin.get("suite")}, [a["task"] for a in agents],
+                [a["key"] for a in agents])
+    if origin.get("backend") == "lm-eval" and (origin.get("include_path") is None
+                                              or _short_text(origin["include_path"], 4096)):
         return ({"backend": "lm-eval", "include_path": origin.get("include_path")}, [a["task"] for a in agents],
                 [a["key"] for a in agents])
     raise bad

@@ -37,7 +37,8 @@ DEMO = ROOT / "assets" / "demo" / "models"
 
 # (name, model folder or "0.5b", agent, task, rule, snapshots)
 CASES = {
-    "demo": [("demo", "demo", a, a, rule, [256]) for rule in ("sampled", "reference") for a in ("code", "tool", "memory")],
+    "demo": [("demo", "demo", a, a, rule, [256]) for rule in ("sampled", "reference")
+             for a in ("code", "tool", "memory")],
     "0.5b": [("0.5b", "0.5b", "agent", task, rule, [n])
              for task, n in (("code", 4), ("tool", 2)) for rule in ("reference", "sampled")],
 }

@@ -19,7 +19,8 @@ TASKS_DIR = ROOT / "assets" / "demo" / "lm_eval_tasks"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.lm_eval_agreement", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.lm_eval_agreement",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--models", default="base,code,tool,memory")
     parser.add_argument("--json", type=Path)
