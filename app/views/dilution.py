@@ -65,7 +65,8 @@ def fig3_duration(sel: state.Selection) -> str:
     except RamStudioError:
         return "no estimate until the models are readable here (Hub models must be downloaded first)"
     return (f"about {format_seconds(seconds)} here, estimated from the models' size ({state.fmt_count(params)} "
-            f"parameters, {2 * len(sel.agents)} merges and their scoring{'' if known else ', plus the base and agents'})")
+            f"parameters, {2 * len(sel.agents)} merges and their "
+            f"scoring{'' if known else ', plus the base and agents'})")
 
 
 def fig3_panel(job: jobs.Job) -> None:

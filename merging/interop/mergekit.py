@@ -229,7 +229,8 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
     out_dtype = out_dtype or (None if spec.out_dtype else _stored_dtype(spec.base))
     written = spec.out_dtype or out_dtype
     if written and written not in CODE_TO_NAME:  # e.g. an F8_E4M3 base merged in its own dtype
-        return None, (f"mergekit cannot write {written} weights (its out_dtype takes {', '.join(CODE_TO_NAME.values())}),"
+        return None, (f"mergekit cannot write {written} weights (its out_dtype takes "
+                      f"{', '.join(CODE_TO_NAME.values())}),"
                       " so it has no config for this merge.")
     method = METHODS.get(spec.method)
     if method is None or method.mergekit is None:

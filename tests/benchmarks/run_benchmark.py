@@ -251,7 +251,8 @@ def print_table(rows: list[Row], baseline: Optional[list[Row]] = None) -> None:
     floor = min(floors) if floors else None
     mk = {r.method: r.wall_s for r in ref if r.group == "mergekit" and r.status == "ok"}
     our_to_mk = {m: v[1] for m, v in OUR_METHODS.items()}
-    print(f"\n{'command':36} {'status':8} {'wall s':>8} {'xF':>6} {'xMK':>6} {'VmRSS MB':>9} {'Anon MB':>8} {'out GB':>7}")
+    print(f"\n{'command':36} {'status':8} {'wall s':>8} {'xF':>6} {'xMK':>6} {'VmRSS MB':>9} {'Anon MB':>8} "
+          f"{'out GB':>7}")
     for r in rows:
         mk_t = mk.get(our_to_mk.get(r.method,
                                     "")) if r.group == "ours" else mk.get(r.method) if r.group == "mergekit" else None
