@@ -55,10 +55,10 @@ def marginal(x: torch.Tensor, digits: torch.Tensor, s: int, keep: tuple[int, ...
 
 
 def dominance_tables(wide: torch.Tensor, b: torch.Tensor, L: int, fractions: tuple[float, ...]) -> torch.Tensor:
-    """Per agent t and fraction f of `fractions`, Σ τ_t² binned by the interval [start, end) of ladder indices j where t is
-    active and shared (end = min(b_t, max of the others' b)) and the active partners' Σ|τ| < f·|τ_t| (from
-    start on). The partners' sum can only fall at one of their bucket values, so start is the least
-    candidate (0 or a partner's bucket) where it is below the bound. (N, F, (L+1)²), float64."""
+    """Per agent t and fraction f of `fractions`, Σ τ_t² binned by the interval [start, end) of ladder indices j where t
+    is active and shared (end = min(b_t, max of the others' b)) and the active partners' Σ|τ| < f·|τ_t| (from start on).
+    The partners' sum can only fall at one of their bucket values, so start is the least candidate (0 or a partner's
+    bucket) where it is below the bound. (N, F, (L+1)²), float64."""
     n = wide.shape[0]
     mag = wide.abs()
     out = torch.zeros(n, len(fractions), (L + 1) ** 2, dtype=torch.float64, device=wide.device)

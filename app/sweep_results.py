@@ -115,7 +115,8 @@ def results(res: SweepResult, sel: state.Selection) -> None:
     stored = sum(e.resumed for e in res.entries)
     st.success(f"{len(valid)} candidates scored on {spec.select_on}, the {len(test)} chosen on {spec.report_on}, in "
                f"{format_seconds(res.seconds)}" + (f" ({stored} scores reused from earlier runs)" if stored else "")
-               + (f". Best overall (by {spec.select_on} average): **{printable(res.best.label)}**." if res.best else "."),
+               + (f". Best overall (by {spec.select_on} average): **{printable(res.best.label)}**."
+                  if res.best else "."),
                icon=":material/check_circle:")
     tie_note(res)
     chosen = pd.DataFrame([chosen_row(res, m, c) for m, c in res.selected.items()])

@@ -65,7 +65,8 @@ def resolve_tasks(labels: Sequence[str], tasks: Sequence[str], given: Sequence[s
         names = tuple(t.strip() for t in given if t.strip())
         if len(names) != len(labels):
             raise RamStudioError(f"{len(names)} Fisher task(s) for {len(labels)} agents.",
-                                 "Give one task per agent, in the agents' order (e.g. --fisher-tasks code,tool,memory).")
+                                 "Give one task per agent, in the agents' order "
+                                 "(e.g. --fisher-tasks code,tool,memory).")
         return names
     out = []
     for label in labels:

@@ -214,7 +214,8 @@ class LmEvalEvaluator:
                 raise
             except Exception as exc:  # noqa: BLE001 — whatever transformers/vLLM raise, one line for the user
                 raise RamStudioError(f"lm-eval cannot load the model in {folder}: {first_line(exc)}.",
-                                     "Give a Hugging Face causal-LM folder with safetensors weights and a tokenizer.") from None
+                                     "Give a Hugging Face causal-LM folder with safetensors weights and a "
+                                     "tokenizer.") from None
             module.to(self.device).eval()
             if getattr(module.generation_config, "max_new_tokens", None) is not None:
                 module.generation_config.max_new_tokens = None  # in memory only: the task's max_gen_toks governs

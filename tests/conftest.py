@@ -46,8 +46,8 @@ def pytest_sessionstart(session):
     if codes == [0, 0]:
         codes.append(subprocess.run([sys.executable, "-m", "merging.kernels"], stdout=subprocess.DEVNULL).returncode)
     if reporter:
-        reporter.write_line(f"kernels {'ready' if set(codes) == {0} else 'NOT compiled (exit codes ' + str(codes) + ')'}"
-                            f" in {time.perf_counter() - start:.0f} s")
+        state = "ready" if set(codes) == {0} else f"NOT compiled (exit codes {codes})"
+        reporter.write_line(f"kernels {state} in {time.perf_counter() - start:.0f} s")
 
 
 @pytest.fixture(autouse=True)

@@ -823,7 +823,8 @@ def test_mergekit_yaml_fills_the_form_and_shows_the_settings(env):
     at = new_app()
     at.switch_page("views/merge.py").run()
     no_problems(at)
-    assert any("cannot express" in plain(i.value) and "global scope" in plain(i.value) for i in at.info)  # ram_plus, global ρ
+    # ram_plus, global ρ
+    assert any("cannot express" in plain(i.value) and "global scope" in plain(i.value) for i in at.info)
     assert any("merge_method: ramplus_tl" in plain(c.value) for c in at.code)  # the nearest config is shown
     before = at.session_state["ram_selection"]
     at.text_area(key="mk_text").set_value(

@@ -29,7 +29,8 @@ MEASURE = r"""() => [...document.querySelectorAll('.js-plotly-plot')].map(div =>
   return {id: div.id, svg: box(div.querySelector('.main-svg')),
           title: all('.g-gtitle').map(box), legend: all('.legend').map(box),
           axistitles: all('.infolayer g[class^="g-x"], .infolayer g[class^="g-y"]').map(box),
-          annotations: all('.annotation').map(box), plots: all('.nsewdrag').map(box), colorbars: all('.colorbar').map(box),
+          annotations: all('.annotation').map(box), plots: all('.nsewdrag').map(box),
+          colorbars: all('.colorbar').map(box),
           ticks: all('.xaxislayer-above').map(g => [...g.querySelectorAll('.xtick text')].map(box)),
           tilted: all('.xaxislayer-above').map(g => [...g.querySelectorAll('.xtick text')].some(
             t => /rotate\((-?[1-9])/.test(t.getAttribute('transform') || ''))),

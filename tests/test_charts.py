@@ -32,7 +32,8 @@ def res8(tmp_path_factory):
 def test_module_order_is_the_models_everywhere(res3):
     assert [m for m in MODULE_ORDER if m in MODEL_ORDER] == MODEL_ORDER  # extended, not reordered:
     o, gate = MODULE_ORDER.index("o"), MODULE_ORDER.index("gate")  # the MoE block after the attention block
-    assert o < MODULE_ORDER.index("router") < MODULE_ORDER.index("expert gate") < MODULE_ORDER.index("shared gate") < gate
+    assert (o < MODULE_ORDER.index("router") < MODULE_ORDER.index("expert gate")
+            < MODULE_ORDER.index("shared gate") < gate)
     assert in_module_order(["v", "lm_head", "q", "norm", "embeddings", "down", "zz", "o"]) == \
         ["embeddings", "q", "v", "o", "down", "norm", "lm_head", "zz"]
     for by in ("module", "layer × module"):

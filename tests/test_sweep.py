@@ -159,7 +159,8 @@ def test_selection_reads_validation_only(tmp_path):
         top = max(e.average for e in mine)
         assert res.selected[method] == next(e.candidate for e in mine if e.average == top)
     # dare_ta searched its drop rate at the λ chosen for task_arithmetic
-    assert {e.params["lambda"] for e in valid if e.method == "dare_ta"} == {res.selected["task_arithmetic"].param_dict["lambda"]}
+    ta_lambda = res.selected["task_arithmetic"].param_dict["lambda"]
+    assert {e.params["lambda"] for e in valid if e.method == "dare_ta"} == {ta_lambda}
     chosen = [res.selected[m] for m in res.selected]
     assert res.best == max(chosen, key=lambda c: next(e.average for e in valid if e.candidate == c))
     # every validation scoring came before the first test scoring, and only the chosen (and the 4 inputs) saw test

@@ -775,7 +775,8 @@ def test_outputs_through_a_bind_mount_of_an_input_are_refused(models, tmp_path):
     above.mkdir()
     before = checksums([base.parent])
     script = (f"mount --bind {agents[0]} {view} && mount --bind {base.parent} {above} && "
-              f"{_cli('merge', base, *agents, '--method', 'ram', '--out', view / 'merged', '--quiet')}; echo \"rc=$?\"; "
+              f"{_cli('merge', base, *agents, '--method', 'ram', '--out', view / 'merged', '--quiet')}; "
+              f"echo \"rc=$?\"; "
               f"{_cli('merge', base, *agents, '--method', 'ram', '--out', above, '--quiet', '--overwrite')}; "
               f"echo \"rc=$?\"; "
               f"{_cli('inspect', base, *agents, '--json', view / 'report.json')}; echo \"rc=$?\"; "

@@ -1,4 +1,5 @@
-"""The Heterogeneity page's figures: densities, overlaps, unique shares against chance, per-layer views, pair agreement, energy."""
+"""The Heterogeneity page's figures: densities, overlaps, unique shares against chance, per-layer views, pair agreement,
+energy."""
 from __future__ import annotations
 
 import math
@@ -185,7 +186,8 @@ def unique_share_lines(df: pd.DataFrame, agents: list[str], log: bool = False) -
     if "chance_unique_share" in df:
         fig.add_scatter(x=[None], y=[None], mode="lines", name="dotted: chance", line=dict(color=NEUTRAL, dash="dot"),
                         hoverinfo="skip")
-    values = list(100 * df["unique_share"]) + (list(100 * df["chance_unique_share"]) if "chance_unique_share" in df else [])
+    chance = list(100 * df["chance_unique_share"]) if "chance_unique_share" in df else []
+    values = list(100 * df["unique_share"]) + chance
     log_or_linear(fig, log, values, "unique share of changed elements (%)")
     fig.update_xaxes(title="layer", type="category")
     return chart_layout(fig)

@@ -305,8 +305,9 @@ mine_running = job_running and job.owner == jobs.session_id()
 other = mgr.running()
 tuned = state.tuned()
 
-st.markdown(f"Merge {md_code(path_end(sel.base))} with {len(sel.agents)} agents. Parameters are pre-filled from **Tune**; the "
-            "merge streams the weights in chunks and writes the folder atomically (no half model is ever left).")
+st.markdown(f"Merge {md_code(path_end(sel.base))} with {len(sel.agents)} agents. Parameters are pre-filled from "
+            "**Tune**; the merge streams the weights in chunks and writes the folder atomically (no half model is "
+            "ever left).")
 names = list(METHODS)
 preset_row(tuned, mine_running)
 init(METHOD_KEY, default_method(tuned))

@@ -45,7 +45,8 @@ def value_widgets(method: str, disabled: bool) -> str:
     m = get_method(method)
     words = [method]
     cols = st.columns(max(1, min(4, len(m.params))))
-    others = [n for n in METHODS if n != method and any(p.name in {q.name for q in METHODS[n].params} for p in m.params)]
+    others = [n for n in METHODS
+              if n != method and any(p.name in {q.name for q in METHODS[n].params} for p in m.params)]
     for i, p in enumerate(m.params):
         key = f"sweep_{method}_{p.name}"
         col = cols[i % len(cols)]

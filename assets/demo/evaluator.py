@@ -58,7 +58,8 @@ class DemoEvaluator:
                 raise
             except Exception as exc:  # noqa: BLE001 — whatever transformers raises, one line for the user
                 raise RamStudioError(f"cannot load {folder} as a causal language model: {first_line(exc)}.",
-                                     "Give a Hugging Face model folder with safetensors weights and a tokenizer.") from None
+                                     "Give a Hugging Face model folder with safetensors weights and a "
+                                     "tokenizer.") from None
         problem = demo_incompatibility(module, tokenizer)
         if problem:
             raise RamStudioError(f"{folder} is not a demo-compatible model: {problem}.",

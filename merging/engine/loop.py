@@ -179,7 +179,8 @@ class _MergeRun:
                  shared: dict[str, Any], sink: ShardSetWriter, out_dtype: str | None, device: torch.device,
                  chunk_elems: int, progress: ProgressFn | None, reader: Any, write_threads: int | None) -> None:
         self.base, self.agents, self.method, self.params, self.shared = base, agents, method, params, shared
-        self.sink, self.out_dtype, self.device, self.chunk_elems, self.reader = sink, out_dtype, device, chunk_elems, reader
+        self.sink, self.out_dtype, self.device = sink, out_dtype, device
+        self.chunk_elems, self.reader = chunk_elems, reader
         self.labels = [a.label for a in agents]
         self.rounds = len(method.passes(params)) + 1
         self.kernels = method.kernels

@@ -217,10 +217,10 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
                      out_dtype: str | None = None) -> tuple[str | None, str]:
     """The mergekit config computing the same merge as `spec`, or (None, why not + the nearest config).
 
-    `model_paths` maps references mergekit cannot read (demo:NAME, demo-shared:NAME) to their folders; `out_dtype` is the
-    dtype the merge writes (the spec's, else the base's): the config states it, because its `dtype:
-    float32` (compute like RAM Studio) would otherwise also be mergekit's output dtype. The method's own
-    declared mapping (`MergeMethod.mergekit`) says which mergekit method and parameters."""
+    `model_paths` maps references mergekit cannot read (demo:NAME, demo-shared:NAME) to their folders; `out_dtype` is
+    the dtype the merge writes (the spec's, else the base's): the config states it, because its `dtype: float32`
+    (compute like RAM Studio) would otherwise also be mergekit's output dtype. The method's own declared mapping
+    (`MergeMethod.mergekit`) says which mergekit method and parameters."""
     import yaml
 
     from merging.reading.refs import demo_folder

@@ -105,7 +105,8 @@ def _from_mergekit(ties_mode: bool):
         if not 0 < density <= 1:
             raise refuse(f"density {density} must be in (0, 1]")
         c.notes.append("DARE keeps each element with probability density and rescales by 1/density (mergekit rescales "
-                       "to the L1 norm); its masks come from a seeded hash, so the drops differ from mergekit's random ones")
+                       "to the L1 norm); its masks come from a seeded hash, so the drops differ from mergekit's "
+                       "random ones")
         if not ties_mode:
             return {"drop_rate": 1.0 - density, "lambda": g["lambda"] / c.n if g["normalize"] else g["lambda"] * w}
         if not g["normalize"]:

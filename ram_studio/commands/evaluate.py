@@ -25,8 +25,9 @@ def add_parser(sub) -> None:
                          "companion or its own validation split")
     sp.add_argument("--limit", type=int, default=None, metavar="N",
                     help="score only the first N examples of each task (a quick look; not comparable to full scores)")
-    sp.add_argument("--json", metavar="FILE", help="also write the scores as JSON (the placement rules of analyze "
-                                                  "--json: never inside an input, never over a file without --overwrite)")
+    sp.add_argument("--json", metavar="FILE", help="also write the scores as JSON (the placement rules of "
+                                                  "analyze --json: never inside an input, never over a file without "
+                                                  "--overwrite)")
     sp.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
     sp.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     sp.set_defaults(func=cmd_evaluate)
@@ -94,8 +95,9 @@ def _print_scores(args: argparse.Namespace, evaluator, frame, scores) -> None:
     from ram_studio.commands.evaluator_options import display_frame
 
     suite = getattr(evaluator, "suite", None)
-    say(f"{printable(args.model)} · {evaluator.name}" + (f" (suite {suite.name})" if suite else "") + f" · {args.split} split"
-          + (f" · first {args.limit} examples per task" if args.limit else "") + f" · {scores.seconds:.1f} s")
+    say(f"{printable(args.model)} · {evaluator.name}" + (f" (suite {suite.name})" if suite else "")
+          + f" · {args.split} split" + (f" · first {args.limit} examples per task" if args.limit else "")
+          + f" · {scores.seconds:.1f} s")
     say(table(display_frame(frame, scores)))
     se = scores.average_stderr
     say(f"average over {len(scores.scores)} task(s): {scores.average:.2f} %"

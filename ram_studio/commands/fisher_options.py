@@ -19,8 +19,8 @@ def add_fisher_options(sp: argparse.ArgumentParser) -> None:
                        help="each agent's own demo task, in the agents' order (default: the task named like the agent, "
                             "e.g. demo:code → code); its train split feeds the Fisher pass")
     group.add_argument("--fisher-lm-eval", default=None, metavar="TASK[,TASK]",
-                       help="each agent's own lm-evaluation-harness task instead (one per agent, in order; its training "
-                            "split, else a validation split apart from its test split)")
+                       help="each agent's own lm-evaluation-harness task instead (one per agent, in order; its "
+                            "training split, else a validation split apart from its test split)")
     group.add_argument("--include-path", default=None, metavar="DIR",
                        help="a folder of lm-eval task YAML files for --fisher-lm-eval")
     group.add_argument("--suite", default=None, metavar="demo|shared",

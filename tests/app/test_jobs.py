@@ -173,7 +173,7 @@ def test_a_dropped_record_says_what_it_was_and_frees_a_gone_sessions_folder():
         finish(mgr.submit("merge", "c", "a merge", lambda job: 1, merges=True, out=Path("/tmp/ram-freed")))
 
 
-# ---------------------------------------------------------------- pages: a job's link, read-only while its owner is open
+# ------------------------------------------------------------ pages: a job's link, read-only while its owner is open
 
 @pytest.fixture
 def sessions(monkeypatch):
