@@ -46,15 +46,7 @@ from merging.recipe import (
     refuse_changed,
     write_recipe,
 )
-from merging.writing.commit import (
-    PARTIAL_MARKER,
-    TargetLock,
-    commit,
-    create_parents,
-    discard,
-    make_temp_folder,
-    recheck_placement,
-)
+from merging.writing import commit as commit_io
 from merging.writing.model_card import render_card
 from merging.writing.placement import FolderTarget, check_output_folder, protected_files, protected_paths
 from merging.writing.shards import ShardSetWriter, plan_shards
@@ -161,15 +153,15 @@ def merge_to_folder(spec: MergeSpec, options: MergeOptions | None = None, **keyw
     for message in [*run.ins.warnings, *target.warnings]:  # said before any pass
         if run.options.warn is not None:
             run.options.warn(message)
-    create_parents(target)
+    commit_io.create_parents(target)
     try:
-        with TargetLock(target.path, f"merge {spec.method} of {len(run.ins.agents)} agents"):
+        with commit_io.TargetLock(target.path, f"merge {spec.method} of {len(run.ins.agents)} agents"):
             # Checked again under the lock: another writer may have finished in the meantime.
             target.replaces = check_output_folder(spec.out, inputs, overwrite=run.options.overwrite,
                                                   side_file_ok=is_side_file).replaces
             lambdas, notes, written, precision = _merge_into(target, run)
     except BaseException:
-        discard(None, target)  # the parent folders this merge created (the lock file is gone now)
+        commit_io.discard(None, target)  # the parent folders this merge created (the lock file is gone now)
         raise
     files = [target.path / f.name for f in written.files]
     return MergeResult(target.path, files, written.bytes, time.perf_counter() - t0, lambdas, notes, run.ins.losses,
@@ -247,7 +239,7 @@ def _merge_into(target: FolderTarget, run: _Run
     notes = _merge_notes(run)
     tmp = None
     try:
-        tmp = make_temp_folder(target)
+        tmp = commit_io.make_temp_folder(target)
         planned = widen_plan(output_plan(run.ins.base, run.spec.out_dtype), run.ins.vocab)
         sink = ShardSetWriter(tmp, plan_shards(planned, parse_size(run.spec.shard_size)), {"format": "pt"})
         engine = stream_merge(run.ins.base, run.ins.agents, run.method, run.params, shared, sink,
@@ -262,12 +254,12 @@ def _merge_into(target: FolderTarget, run: _Run
         if run.options.side is not None:
             refuse_stale_side(run.options.side, run.ins.labels, [i["weights_xxh3_128"] for i in identities[1:]])
         _check_change(engine, run, notes)
-        recheck_placement(tmp, target)  # before the small files are written by name into it
+        commit_io.recheck_placement(tmp, target)  # before the small files are written by name into it
         _write_folder(tmp, sink, run, identities, lambdas, notes)
-        written = record(tmp, target.path, frozenset({PARTIAL_MARKER}))
-        commit(tmp, target)
+        written = record(tmp, target.path, frozenset({commit_io.PARTIAL_MARKER}))
+        commit_io.commit(tmp, target)
     except BaseException:
-        discard(tmp, target)
+        commit_io.discard(tmp, target)
         raise
     return lambdas, notes, written, engine.precision
 
