@@ -134,7 +134,7 @@ def agent_agreement(result: AnalysisResult, eps: float) -> pd.DataFrame:
     out["chance_cosine"] = 0.0
     energy = g["sq_unique"].to_numpy(dtype=float) + g["sq_shared"].to_numpy(dtype=float)
     out["shared_energy_share"] = _ratio(g["sq_shared"], energy)
-    for f, col in zip(DOMINANCE, DOMINATED_COLUMNS):
+    for _f, col in zip(DOMINANCE, DOMINATED_COLUMNS):
         out[f"{col}_share"] = _ratio(g[col], g["sq_shared"])
     changed = g["changed"].to_numpy(dtype=float)
     out["unique_share"] = np.nan_to_num(_ratio(g["unique"], changed))
@@ -258,7 +258,8 @@ def _regime_sentences(regime: str, eps: float, measured: list, verdicts: dict[st
                 "them, which task arithmetic's sum would do too; TIES-style sign election may keep more."]
     if regime != "shared":
         return [f"Shared updates agree only slightly beyond chance ({stats}; chance 50 % and 0)."]
-    by_verdict = {v: [_pair_name(r) for r in measured if verdicts[f"{r.a}|{r.b}"] == v] for v in ("agree", "weak", "chance")}
+    by_verdict = {v: [_pair_name(r) for r in measured if verdicts[f"{r.a}|{r.b}"] == v]
+                  for v in ("agree", "weak", "chance")}
     parts = [f"Shared updates point the same way for {', '.join(by_verdict['agree'])} ({stats}; chance 50 % and 0): "
              "there the shared region carries a common direction, which averaging keeps — RAM's premise "
              "holds for these agents."]
@@ -367,8 +368,8 @@ def merge_statistics(result: AnalysisResult, method: str, params: dict) -> tuple
     (saves the counting pass global ρ needs; None when the method needs none or ε was not analysed) and the
     shared-region diagnostics for its card and recipe (at the method's ε if analysed, else 1e-5). The analysis
     counts stored tensors once: a merge that counts tied aliases too (count_tied_twice) makes its own counts."""
-    from merging.methods.ram import counts_tied_twice
     from merging.methods import get_method
+    from merging.methods.ram import counts_tied_twice
 
     m = get_method(method)
     resolved = m.resolve_params(params)

@@ -1,12 +1,12 @@
 """On-disk cache of analysis results, keyed by a fingerprint of the inputs.
 
-Entries are a JSON header and raw numeric columns (analysis/cache_format.py; never pickle), written to a
-temporary file and renamed, so two app sessions may write the same entry at once; an unreadable or inconsistent entry is ignored and rebuilt (replaced by the
-new entry, never deleted on its own). The cache folder may not be, contain or lie inside an input (compared by
-identity, like every output), checked when an analysis starts and again before its entry is written; entries
-are read (bounded, regular files only) and written by name through the folder handle opened at the check
-(merging/writing/checked_output.py). A temporary file left by a killed writer is removed by the next writer
-when it is provably ours: named by our pattern, written on this host by a process that is gone.
+Entries are a JSON header and raw numeric columns (analysis/cache_format.py; never pickle), written to a temporary file
+and renamed, so two app sessions may write the same entry at once; an unreadable or inconsistent entry is ignored and
+rebuilt (replaced by the new entry, never deleted on its own). The cache folder may not be, contain or lie inside an
+input (compared by identity, like every output), checked when an analysis starts and again before its entry is written;
+entries are read (bounded, regular files only) and written by name through the folder handle opened at the check
+(merging/writing/checked_output.py). A temporary file left by a killed writer is removed by the next writer when it is
+provably ours: named by our pattern, written on this host by a process that is gone.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import socket
 import uuid
 from pathlib import Path
 
-from merging.reading.checkpoint import Checkpoint
 from merging.common.errors import RamStudioError
+from merging.reading.checkpoint import Checkpoint
 from merging.writing.checked_output import CheckedFolder
 
 _TMP = re.compile(r"\.(?P<key>[0-9a-f]{32})\.(?P<host>[A-Za-z0-9._-]{1,64})\.(?P<pid>\d{1,10})\.[0-9a-f]{8}\.tmp")

@@ -35,7 +35,8 @@ def decode_tables(n: int, L: int) -> dict:
     k = torch.arange((L + 1) ** 2)
     start, end = (k // (L + 1)).view(-1, 1), (k % (L + 1)).view(-1, 1)
     j = torch.arange(L).view(1, L)
-    return {"states": states, "s": s, "digits": digits, "active": active.to(f), "shared": shared.to(f), "unique": unique.to(f),
+    return {"states": states, "s": s, "digits": digits, "active": active.to(f), "shared": shared.to(f),
+            "unique": unique.to(f),
             "conflict": conflict.to(f), "hist": hist.to(f), "pair_both": pair_both.to(f),
             "pair_agree": pair_agree.to(f), "triple_active": triple.to(f),
             "interval": ((start <= j) & (j < end)).to(f)}
@@ -54,10 +55,10 @@ def marginal(x: torch.Tensor, digits: torch.Tensor, s: int, keep: tuple[int, ...
 
 
 def dominance_tables(wide: torch.Tensor, b: torch.Tensor, L: int, fractions: tuple[float, ...]) -> torch.Tensor:
-    """Per agent t and fraction f of `fractions`, Σ τ_t² binned by the interval [start, end) of ladder indices j where t is
-    active and shared (end = min(b_t, max of the others' b)) and the active partners' Σ|τ| < f·|τ_t| (from
-    start on). The partners' sum can only fall at one of their bucket values, so start is the least
-    candidate (0 or a partner's bucket) where it is below the bound. (N, F, (L+1)²), float64."""
+    """Per agent t and fraction f of `fractions`, Σ τ_t² binned by the interval [start, end) of ladder indices j where t
+    is active and shared (end = min(b_t, max of the others' b)) and the active partners' Σ|τ| < f·|τ_t| (from start on).
+    The partners' sum can only fall at one of their bucket values, so start is the least candidate (0 or a partner's
+    bucket) where it is below the bound. (N, F, (L+1)²), float64."""
     n = wide.shape[0]
     mag = wide.abs()
     out = torch.zeros(n, len(fractions), (L + 1) ** 2, dtype=torch.float64, device=wide.device)

@@ -6,15 +6,14 @@ from typing import Sequence
 
 from merging.common.errors import RamStudioError, printable
 
-
 MAX_LADDER = 64  # ε values per pass: each costs a full set of per-tensor statistics (time and memory)
 
 
 def validate_ladder(ladder: Sequence[float]) -> tuple[float, ...]:
     """ε values must be finite, ≥ 0 and distinct (at most MAX_LADDER of them); they are sorted."""
     if len(ladder) > MAX_LADDER:
-        raise RamStudioError(f"the ε ladder has {len(ladder):,} values, more than {MAX_LADDER}: every ε adds a full set "
-                             "of per-tensor statistics to the pass (time and memory grow with it).",
+        raise RamStudioError(f"the ε ladder has {len(ladder):,} values, more than {MAX_LADDER}: every ε adds a full "
+                             "set of per-tensor statistics to the pass (time and memory grow with it).",
                              f"Give at most {MAX_LADDER} values of ε (the default ladder has 8).")
     try:
         values = sorted({float(e) for e in ladder})

@@ -45,7 +45,8 @@ def lineage_sentences(result: AnalysisResult, eps: float) -> list[str]:
             with_x = _both(pairs, a, x) / changed
             rest = [b for b in others if b != a]
             unique_now = by_agent.loc[a, "unique"] / changed
-            text = f"{a}: {_pct(with_x)} of its changed elements are also changed by {x} (unique share {_pct(unique_now)}"
+            text = (f"{a}: {_pct(with_x)} of its changed elements are also changed by {x} "
+                    f"(unique share {_pct(unique_now)}")
             if len(rest) == 1:
                 text += f"; without {x}: {_pct(1 - _both(pairs, a, rest[0]) / changed)})"
             elif rest:

@@ -6,17 +6,15 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
-import numpy as np
-
-from merging.reading.checkpoint import Checkpoint, open_checkpoint
-from merging.reading.prepare import prepare_inputs
 from merging.common.device import pick_device
 from merging.common.dtypes import FLOAT_CODES
-from merging.passes import ProgressFn
 from merging.common.errors import RamStudioError
 from merging.common.timeline import mark
-from merging.recipe import check_agent_count
+from merging.passes import ProgressFn
+from merging.reading.checkpoint import Checkpoint, open_checkpoint
 from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
+from merging.reading.prepare import prepare_inputs
+from merging.recipe import check_agent_count
 
 from . import cache
 from .ladder import DEFAULT_LADDER

@@ -97,8 +97,8 @@ def panel(refs: list[str], *, what: str = "the analysis") -> bool:
                      + (f" {format_bytes(kept)} are already in the cache; partial files resume." if kept else ""))
     c[1].metric("Free on that disk", format_bytes(free))
     c[2].metric("Files", f"{sum(1 for f in plan.files if not f.cached)} of {len(plan.files)} missing")
-    st.caption(f"The files go into the Hugging Face cache, {md_code(plan.cache_dir)} (set HF_HUB_CACHE or HF_HOME to move "
-               f"it), where other tools find them too. {what.capitalize()} reads them from there.")
+    st.caption(f"The files go into the Hugging Face cache, {md_code(plan.cache_dir)} (set HF_HUB_CACHE or HF_HOME to "
+               f"move it), where other tools find them too. {what.capitalize()} reads them from there.")
     if free < plan.remaining:
         st.warning(f"Not enough free space: the download needs {format_bytes(plan.remaining)}, "
                    f"{format_bytes(free)} are free in {md_code(plan.cache_dir)}.", icon=":material/warning:")

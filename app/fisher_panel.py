@@ -45,7 +45,8 @@ def fisher_widgets(sel: state.Selection, disabled: bool) -> FisherChoice:
                       disabled=disabled, help="The demo's tasks fit models built from the demo base; lm-evaluation-"
                                               "harness tasks fit any causal LM (a task with a training split).")
     lm_eval = kind == SOURCES[1]
-    include = c[1].text_input("Include path (lm-eval, optional)", key="fisher_include", disabled=disabled or not lm_eval,
+    include = c[1].text_input("Include path (lm-eval, optional)", key="fisher_include",
+                              disabled=disabled or not lm_eval,
                               placeholder="a folder of task YAML files, e.g. assets/demo/lm_eval_tasks")
     text = st.text_input("Each agent's own task, in the agents' order (comma-separated)", key="fisher_tasks",
                          disabled=disabled,

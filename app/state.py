@@ -13,8 +13,8 @@ from analysis.ladder import DEFAULT_LADDER
 from app import errors
 from app.memory import ANALYSIS_ENV, DEFAULT_ANALYSIS_BYTES, LRUStore, limit_from_env
 from merging.common.errors import RamStudioError, printable
-from merging.reading.refs import DEMO_PREFIX, DEMO_SHARED_PREFIX, demo_names, demo_prefix, demo_root
 from merging.common.units import format_bytes
+from merging.reading.refs import DEMO_PREFIX, DEMO_SHARED_PREFIX, demo_names, demo_prefix, demo_root
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,7 +39,8 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
 # The two bundled demo trios: reference prefix -> (results folder next to its models folder, what it shows).
 DEMO_TRIOS: dict[str, tuple[str, str]] = {
     DEMO_PREFIX: ("results", "coincidental overlap: each agent learns only its own task"),
-    DEMO_SHARED_PREFIX: ("results-shared", "shared skill: every agent also learns one common answer protocol (the closing tag `</a>`)"),
+    DEMO_SHARED_PREFIX: ("results-shared",
+                         "shared skill: every agent also learns one common answer protocol (the closing tag `</a>`)"),
 }
 
 

@@ -115,7 +115,8 @@ def results(res: SweepResult, sel: state.Selection) -> None:
     stored = sum(e.resumed for e in res.entries)
     st.success(f"{len(valid)} candidates scored on {spec.select_on}, the {len(test)} chosen on {spec.report_on}, in "
                f"{format_seconds(res.seconds)}" + (f" ({stored} scores reused from earlier runs)" if stored else "")
-               + (f". Best overall (by {spec.select_on} average): **{printable(res.best.label)}**." if res.best else "."),
+               + (f". Best overall (by {spec.select_on} average): **{printable(res.best.label)}**."
+                  if res.best else "."),
                icon=":material/check_circle:")
     tie_note(res)
     chosen = pd.DataFrame([chosen_row(res, m, c) for m, c in res.selected.items()])
@@ -197,7 +198,8 @@ def chosen_chart(res: SweepResult) -> None:
         df["short"] = charts.short_candidate_labels(list(df["short"]), limit=20)
         charts.show(charts.sweep_task_bars(df, tasks, agents), df,
                     f"{spec.report_on.capitalize()} accuracy of each method's chosen candidate next to the base and "
-                    "the agents, ± one standard error (hover for full names).", "sweep_chosen", title="Chosen candidates and the agents",
+                    "the agents, ± one standard error (hover for full names).", "sweep_chosen",
+                    title="Chosen candidates and the agents",
                     params={"split": spec.report_on, "agents": agents})
 
 

@@ -15,21 +15,21 @@ from typing import Any
 
 import torch
 
-from merging.reading.checkpoint import Checkpoint
-from merging.engine.counts import count_overlaps, stored_tensor_weights
 from merging.common.device import pick_device
 from merging.common.dtypes import ST_TO_TORCH
-from merging.passes import ProgressFn
-from merging.engine.loop import output_plan, stream_merge
 from merging.common.errors import RamStudioError
+from merging.engine.counts import count_overlaps, stored_tensor_weights
+from merging.engine.loop import output_plan, stream_merge
 from merging.merge import open_inputs, refuse_idle_agents
-from merging.reading.fingerprint import Fingerprinter, refuse_identical_agents
 from merging.methods import get_method
 from merging.methods.regions import Rule
-from merging.recipe import MergeSpec
-from merging.reading.resident import ResidentReader, fits_in_memory
+from merging.passes import ProgressFn
+from merging.reading.checkpoint import Checkpoint
 from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
+from merging.reading.fingerprint import Fingerprinter, refuse_identical_agents
+from merging.reading.resident import ResidentReader, fits_in_memory
 from merging.reading.side_tensors import SideTensors, open_side_tensors, refuse_stale_side
+from merging.recipe import MergeSpec
 from merging.writing.shards import PlannedTensor
 
 MODES = ("auto", "resident", "stream")

@@ -17,9 +17,9 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
+from merging.common.dtypes import FLOAT_CODES
 from merging.common.errors import RamStudioError, printable
 from merging.reading.checkpoint import Checkpoint, tensor_order
-from merging.common.dtypes import FLOAT_CODES
 from merging.reading.side_tensors import SideTensors
 from merging.writing.checked_output import CheckedFolder
 from merging.writing.shards import PlannedTensor
@@ -65,7 +65,8 @@ def resolve_tasks(labels: Sequence[str], tasks: Sequence[str], given: Sequence[s
         names = tuple(t.strip() for t in given if t.strip())
         if len(names) != len(labels):
             raise RamStudioError(f"{len(names)} Fisher task(s) for {len(labels)} agents.",
-                                 "Give one task per agent, in the agents' order (e.g. --fisher-tasks code,tool,memory).")
+                                 "Give one task per agent, in the agents' order "
+                                 "(e.g. --fisher-tasks code,tool,memory).")
         return names
     out = []
     for label in labels:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from merging.common.errors import Cancelled, RamStudioError
 from merging.merge import MergeResult, merge_to_folder
-from merging.writing.placement import check_output_folder, input_folders, suggest_output_name
-from merging.recipe import MergeSpec
 from merging.reading.refs import parse_ref
+from merging.recipe import MergeSpec
+from merging.writing.placement import check_output_folder, input_folders, suggest_output_name
 
 from .grid import Candidate
 from .sweep import SweepResult

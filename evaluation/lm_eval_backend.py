@@ -163,7 +163,8 @@ class LmEvalEvaluator:
         h = hashlib.sha256(f"lm-eval|{self.version}|{self.backend}|{self.dtype}|{','.join(self.tasks)}".encode())
         if self.include_path is not None:
             for f in sorted(self.include_path.rglob("*")):
-                if f.is_file() and f.suffix in (".yaml", ".yml", ".py", ".jsonl", ".json") and "__pycache__" not in f.parts:
+                if (f.is_file() and f.suffix in (".yaml", ".yml", ".py", ".jsonl", ".json")
+                        and "__pycache__" not in f.parts):
                     h.update(str(f.relative_to(self.include_path)).encode())
                     h.update(f.read_bytes())
         return h.hexdigest()[:16]
@@ -185,7 +186,8 @@ class LmEvalEvaluator:
         h = hashlib.sha256()
         if self.include_path is not None:
             for f in sorted(self.include_path.rglob("*")):
-                if f.is_file() and f.suffix in (".yaml", ".yml", ".py", ".jsonl", ".json") and "__pycache__" not in f.parts:
+                if (f.is_file() and f.suffix in (".yaml", ".yml", ".py", ".jsonl", ".json")
+                        and "__pycache__" not in f.parts):
                     h.update(str(f.relative_to(self.include_path)).encode())
                     h.update(f.read_bytes())
         return h.hexdigest()[:16]
@@ -212,7 +214,8 @@ class LmEvalEvaluator:
                 raise
             except Exception as exc:  # noqa: BLE001 — whatever transformers/vLLM raise, one line for the user
                 raise RamStudioError(f"lm-eval cannot load the model in {folder}: {first_line(exc)}.",
-                                     "Give a Hugging Face causal-LM folder with safetensors weights and a tokenizer.") from None
+                                     "Give a Hugging Face causal-LM folder with safetensors weights and a "
+                                     "tokenizer.") from None
             module.to(self.device).eval()
             if getattr(module.generation_config, "max_new_tokens", None) is not None:
                 module.generation_config.max_new_tokens = None  # in memory only: the task's max_gen_toks governs

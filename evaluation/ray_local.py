@@ -42,7 +42,8 @@ def import_ray(local: bool = True):
         import ray
     except ImportError:
         raise RamStudioError("--executor ray needs Ray, which is not installed.",
-                             "Install it with: pip install 'ram-studio[cluster]' (or pip install 'ray>=2.52').") from None
+                             "Install it with: pip install 'ram-studio[cluster]' "
+                             "(or pip install 'ray>=2.52').") from None
     version = tuple(int(p) if p.isdigit() else 0 for p in ray.__version__.split(".")[:2])
     if version < MIN_VERSION:
         raise RamStudioError(f"Ray {ray.__version__} has no token authentication (it came with Ray 2.52): a Ray "

@@ -24,10 +24,8 @@ from . import verdicts
 from .base import Evaluator
 from .grid import Candidate, Grid, stages
 from .selection import best_of_chosen, grid_order, mark_and_order, select, select_finished  # noqa: F401 (select)
-from .sweep_records import (CANDIDATE, REFERENCE, Entry, Job, SweepProgress,  # noqa: F401 (the sweep's records)
-                            SweepProgressFn, SweepSpec)
 from .store import ScoreStore, score_key
-
+from .sweep_records import CANDIDATE, REFERENCE, Entry, Job, SweepProgress, SweepProgressFn, SweepSpec
 
 
 @dataclass

@@ -15,7 +15,6 @@ from analysis.noise import Z, beyond_noise, paired, unpaired_se
 from merging.common.errors import RamStudioError
 from merging.methods import get_method
 
-
 EDGE_STEPS = 2  # how many values past an edge to suggest
 
 

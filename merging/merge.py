@@ -18,32 +18,39 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from merging.reading.checkpoint import Checkpoint, open_checkpoint
-from merging.reading.compat import AgentLoss, ModelHeaders, estimate_bytes
-from merging.reading.prepare import prepare_inputs
-from merging.reading.vocab import VocabPlan, with_vocab_size
-from merging.engine.counts import count_overlaps, counts_tied_twice, stored_tensor_weights
 from merging.common.device import pick_device
-from merging.passes import ProgressFn
+from merging.common.errors import RamStudioError
+from merging.common.units import format_bytes, parse_size
+from merging.engine.counts import count_overlaps, counts_tied_twice, stored_tensor_weights
 from merging.engine.loop import output_plan, stream_merge
 from merging.engine.vocab_rows import widen_plan, write_vocab_rows
-from merging.common.errors import RamStudioError
-from merging.reading.fingerprint import Fingerprinter
 from merging.interop.mergekit import to_mergekit_yaml
 from merging.methods import get_method
 from merging.methods.base import MergeMethod
-from merging.writing.model_card import render_card
-from merging.writing.commit import (PARTIAL_MARKER, TargetLock, commit, create_parents, discard, make_temp_folder,
-                                    recheck_placement)
-from merging.writing.placement import FolderTarget, check_output_folder, protected_files, protected_paths
-from merging.reading.model_folder import FileIdentity
-from merging.recipe import (OUT_DTYPES, MergeSpec, check_agent_count, file_identity, input_identities, recipe_document,
-                            refuse_changed, write_recipe)
 from merging.methods.regions import rho
-from merging.writing.side_files import base_float_dtype, copy_side_files, is_side_file, plan_side_files
+from merging.passes import ProgressFn
+from merging.reading.checkpoint import Checkpoint, open_checkpoint
+from merging.reading.compat import AgentLoss, ModelHeaders, estimate_bytes
+from merging.reading.fingerprint import Fingerprinter
+from merging.reading.model_folder import FileIdentity
+from merging.reading.prepare import prepare_inputs
 from merging.reading.side_tensors import SideTensors, open_side_tensors, refuse_stale_side
-from merging.common.units import format_bytes, parse_size
+from merging.reading.vocab import VocabPlan, with_vocab_size
+from merging.recipe import (
+    OUT_DTYPES,
+    MergeSpec,
+    check_agent_count,
+    file_identity,
+    input_identities,
+    recipe_document,
+    refuse_changed,
+    write_recipe,
+)
+from merging.writing import commit as commit_io
+from merging.writing.model_card import render_card
+from merging.writing.placement import FolderTarget, check_output_folder, protected_files, protected_paths
 from merging.writing.shards import ShardSetWriter, plan_shards
+from merging.writing.side_files import base_float_dtype, copy_side_files, is_side_file, plan_side_files
 from merging.writing.written import WrittenFolder, record
 
 if TYPE_CHECKING:
@@ -146,15 +153,15 @@ def merge_to_folder(spec: MergeSpec, options: MergeOptions | None = None, **keyw
     for message in [*run.ins.warnings, *target.warnings]:  # said before any pass
         if run.options.warn is not None:
             run.options.warn(message)
-    create_parents(target)
+    commit_io.create_parents(target)
     try:
-        with TargetLock(target.path, f"merge {spec.method} of {len(run.ins.agents)} agents"):
+        with commit_io.TargetLock(target.path, f"merge {spec.method} of {len(run.ins.agents)} agents"):
             # Checked again under the lock: another writer may have finished in the meantime.
             target.replaces = check_output_folder(spec.out, inputs, overwrite=run.options.overwrite,
                                                   side_file_ok=is_side_file).replaces
             lambdas, notes, written, precision = _merge_into(target, run)
     except BaseException:
-        discard(None, target)  # the parent folders this merge created (the lock file is gone now)
+        commit_io.discard(None, target)  # the parent folders this merge created (the lock file is gone now)
         raise
     files = [target.path / f.name for f in written.files]
     return MergeResult(target.path, files, written.bytes, time.perf_counter() - t0, lambdas, notes, run.ins.losses,
@@ -168,7 +175,8 @@ def _resolve(spec: MergeSpec, options: MergeOptions) -> _Run:
     method = get_method(spec.method)
     params = method.resolve_params(spec.params)
     if spec.out_dtype is not None and spec.out_dtype not in OUT_DTYPES:
-        raise RamStudioError(f"output dtype {spec.out_dtype!r} is not a float type.", f"Use one of {', '.join(OUT_DTYPES)}.")
+        raise RamStudioError(f"output dtype {spec.out_dtype!r} is not a float type.",
+                             f"Use one of {', '.join(OUT_DTYPES)}.")
     device = pick_device(spec.device)
     parse_size(spec.shard_size)
     ins = open_inputs(spec, method.min_agents)
@@ -231,7 +239,7 @@ def _merge_into(target: FolderTarget, run: _Run
     notes = _merge_notes(run)
     tmp = None
     try:
-        tmp = make_temp_folder(target)
+        tmp = commit_io.make_temp_folder(target)
         planned = widen_plan(output_plan(run.ins.base, run.spec.out_dtype), run.ins.vocab)
         sink = ShardSetWriter(tmp, plan_shards(planned, parse_size(run.spec.shard_size)), {"format": "pt"})
         engine = stream_merge(run.ins.base, run.ins.agents, run.method, run.params, shared, sink,
@@ -246,12 +254,12 @@ def _merge_into(target: FolderTarget, run: _Run
         if run.options.side is not None:
             refuse_stale_side(run.options.side, run.ins.labels, [i["weights_xxh3_128"] for i in identities[1:]])
         _check_change(engine, run, notes)
-        recheck_placement(tmp, target)  # before the small files are written by name into it
+        commit_io.recheck_placement(tmp, target)  # before the small files are written by name into it
         _write_folder(tmp, sink, run, identities, lambdas, notes)
-        written = record(tmp, target.path, frozenset({PARTIAL_MARKER}))
-        commit(tmp, target)
+        written = record(tmp, target.path, frozenset({commit_io.PARTIAL_MARKER}))
+        commit_io.commit(tmp, target)
     except BaseException:
-        discard(tmp, target)
+        commit_io.discard(tmp, target)
         raise
     return lambdas, notes, written, engine.precision
 

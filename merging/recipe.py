@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from merging.common.errors import RamStudioError, printable
 from merging.common.units import parse_size
-from merging.reading.fingerprint import refuse_identical_agents
 from merging.common.untrusted import TooComplex, loads_json
+from merging.reading.fingerprint import refuse_identical_agents
 
 if TYPE_CHECKING:
     from merging.reading.checkpoint import Checkpoint
@@ -167,7 +167,8 @@ def read_recipe(path: Path) -> tuple[MergeSpec, dict[str, Any]]:
         path = path / RECIPE_NAME
     try:
         if path.stat().st_size > MAX_RECIPE_BYTES:
-            raise RamStudioError(f"recipe {path} is larger than {MAX_RECIPE_BYTES >> 20} MB.", "Give a ram_recipe.json file.")
+            raise RamStudioError(f"recipe {path} is larger than {MAX_RECIPE_BYTES >> 20} MB.",
+                                 "Give a ram_recipe.json file.")
         with open(path, "rb") as f:
             doc = loads_json(f.read(MAX_RECIPE_BYTES + 1).decode("utf-8"))
     except FileNotFoundError:
@@ -197,7 +198,8 @@ def fingerprint_mismatches(recorded: list[dict[str, Any]], current: list[dict[st
     problems = []
     for i, (old, new) in enumerate(zip(recorded, current)):
         label = printable(new.get("label") or old.get("label") or f"input {i}", 80)
-        old_files = {f["name"]: f for f in old.get("files", []) if isinstance(f, dict) and isinstance(f.get("name"), str)}
+        old_files = {f["name"]: f for f in old.get("files", [])
+                     if isinstance(f, dict) and isinstance(f.get("name"), str)}
         new_files = {f["name"]: f for f in new["files"]}
         if set(old_files) != set(new_files):
             problems.append(f"{label}: the files differ ({len(old_files)} recorded, {len(new_files)} now)")

@@ -15,7 +15,8 @@ from typing import NoReturn, Sequence
 
 from merging.common.errors import Cancelled, MergeCancelled, RamStudioError, printable
 from merging.common.threads import openmp_waits_passively
-from ram_studio.commands import analyze, download, evaluate, inspect, merge, methods, run as run_cmd, sweep, tasks
+from ram_studio.commands import analyze, download, evaluate, inspect, merge, methods, sweep, tasks
+from ram_studio.commands import run as run_cmd
 from ram_studio.console import say
 
 PROG = "ram-studio"

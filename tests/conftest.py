@@ -11,9 +11,9 @@ openmp_waits_passively()  # as every command does, before torch loads OpenMP (a 
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from safetensors.torch import save_file
+from safetensors.torch import save_file  # noqa: E402
 
-from tests.factory import checksums, make_family
+from tests.factory import checksums, make_family  # noqa: E402
 
 # The two halves of the kernels, about equal in compile time (overlap_histogram and tensor_stats are the slow ones).
 _KERNEL_HALVES = (("overlap_histogram", "peak_abs_tau", "linear", "abs_bits_histogram"),
@@ -47,7 +47,8 @@ def pytest_sessionstart(session):
     if codes == [0, 0]:
         codes.append(subprocess.run([sys.executable, "-m", "merging.kernels"], stdout=subprocess.DEVNULL).returncode)
     if reporter:
-        reporter.write_line(f"kernels {'ready' if set(codes) == {0} else 'NOT compiled (exit codes ' + str(codes) + ')'}"
+        reporter.write_line("kernels "
+                            f"{'ready' if set(codes) == {0} else 'NOT compiled (exit codes ' + str(codes) + ')'}"
                             f" in {time.perf_counter() - start:.0f} s")
 
 

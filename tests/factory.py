@@ -262,8 +262,10 @@ def edge_agent(base: torch.Tensor, density: float, g: torch.Generator) -> torch.
     n = o.size
     moved = torch.rand(n, generator=g).numpy() < density
     kind = torch.randint(0, 4, (n,), generator=g).numpy()
-    delta = torch.randint(1, 4, (n,), generator=g).numpy() * torch.where(torch.rand(n, generator=g) < 0.5, -1, 1).numpy()
-    delta = torch.where(torch.from_numpy(kind <= 1), torch.from_numpy(delta.clip(-1, 1)), torch.from_numpy(delta)).numpy()
+    delta = torch.randint(1, 4, (n,), generator=g).numpy() * torch.where(torch.rand(n, generator=g) < 0.5, -1,
+                                                                         1).numpy()
+    delta = torch.where(torch.from_numpy(kind <= 1), torch.from_numpy(delta.clip(-1, 1)),
+                        torch.from_numpy(delta)).numpy()
     out = from_ordinals(o + moved * delta, base.dtype).float()
     smooth = (base.reshape(-1).float() + torch.randn(n, generator=g) * 3e-4).to(base.dtype).float()
     out = torch.where(torch.from_numpy(moved & (kind == 3)), smooth, out).to(base.dtype)

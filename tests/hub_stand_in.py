@@ -124,12 +124,14 @@ class StandInHub:
                 repo = self.repo(repo_id, rev)
                 if tail[:1] == ["tree"]:
                     entries = [{"type": "file", "oid": hub.forged_oids.get(name, f.git_sha1), "size": len(f.data),
-                                "path": name, **({"lfs": {"oid": hub.forged_oids.get(name, f.sha256), "size": len(f.data),
+                                "path": name,
+                                **({"lfs": {"oid": hub.forged_oids.get(name, f.sha256), "size": len(f.data),
                                                           "pointerSize": 134}} if f.lfs else {})}
                                for name, f in repo.files.items()]
                     return self.json(entries)
                 siblings = [{"rfilename": name, "size": len(f.data), "blobId": f.git_sha1,
-                             **({"lfs": {"sha256": f.sha256, "size": len(f.data), "pointerSize": 134}} if f.lfs else {})}
+                             **({"lfs": {"sha256": f.sha256, "size": len(f.data),
+                                         "pointerSize": 134}} if f.lfs else {})}
                             for name, f in repo.files.items()]
                 return self.json({"_id": repo.commit[:24], "id": repo_id, "modelId": repo_id, "sha": repo.commit,
                                   "private": False, "gated": False, "disabled": False, "downloads": 0, "likes": 0,

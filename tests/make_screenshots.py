@@ -2,12 +2,12 @@
 [--long-names] [--width 1400] [--schemes light,dark]`.
 
 Starts `streamlit run app/main.py` on the bundled demo (isolated analysis cache and sweep store, Hub offline), opens
-every page in headless chromium at 1400 px, once with the browser set to light and once to dark, runs a merge so
-the Merge page shows its results and a sweep so the Sweep page shows its results, and saves full-page PNGs as
+every page in headless chromium at 1400 px, once with the browser set to light and once to dark, runs a merge so the
+Merge page shows its results and a sweep so the Sweep page shows its results, and saves full-page PNGs as
 app-<page>-<light|dark>.png. `--long-names` first selects copies of the demo models named like the paper's
-(Qwen2.5-7B-Instruct, ReasonFlux-Coder-7B, …), to check that the charts stay readable with them (files are then
-named app-<page>-long-names-<scheme>.png). Then the Heterogeneity page's "Is the overlap real?" panel on copies named like the paper's
-agents, as app-overlap-<scheme>.png; `--only overlap` takes just those.
+(Qwen2.5-7B-Instruct, ReasonFlux-Coder-7B, …), to check that the charts stay readable with them (files are then named
+app-<page>-long-names-<scheme>.png). Then the Heterogeneity page's "Is the overlap real?" panel on copies named like the
+paper's agents, as app-overlap-<scheme>.png; `--only overlap` takes just those.
 """
 from __future__ import annotations
 
@@ -124,7 +124,8 @@ def overlap_panel(pg, path: Path, width: int, folders: dict[str, Path]) -> None:
     pg.get_by_text("Custom: local folders or Hub ids").click()
     settle(pg)
     pg.get_by_role("textbox", name="Base model").fill(str(folders["base"]))
-    pg.get_by_role("textbox", name="Agents (one per line)").fill("\n".join(str(folders[a]) for a in ("code", "tool", "memory")))
+    pg.get_by_role("textbox",
+                   name="Agents (one per line)").fill("\n".join(str(folders[a]) for a in ("code", "tool", "memory")))
     pg.get_by_role("textbox", name="Agents (one per line)").press("Control+Enter")
     settle(pg)
     pg.get_by_role("button", name="Use these models").click()

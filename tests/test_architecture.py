@@ -111,7 +111,8 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 # passes and the writers, the recipe, reading, the methods (with the region rule), the kernels; `common` (errors,
 # escaping, bounded parsers, dtypes, units, the device) and the package root sit under everything.
 STAGE = {"merging.merge": 8, "merging.interop": 7, "merging.engine": 6, "merging.passes": 5, "merging.writing": 5,
-         "merging.recipe": 4, "merging.presets": 4, "merging.reading": 3, "merging.methods": 2, "merging.kernels": 1, "merging.common": 0,
+         "merging.recipe": 4, "merging.presets": 4, "merging.reading": 3, "merging.methods": 2, "merging.kernels": 1,
+         "merging.common": 0,
          "merging": 0}
 FILE_LINES = 400  # "no file over ~400 lines"
 FUNCTION_LINES = 60  # "no function over ~60 lines outside the kernels"
@@ -145,7 +146,7 @@ def upward_stage_imports(edges: dict[str, set[str]]) -> list[str]:
 def oversized(root: Path = ROOT) -> list[str]:
     """Files over FILE_LINES lines and functions over FUNCTION_LINES lines (numba kernels excepted)."""
     found = []
-    for name, path in sorted(modules().items()):
+    for _name, path in sorted(modules().items()):
         text = path.read_text()
         if text.count("\n") > FILE_LINES:
             found.append(f"{path.relative_to(root)}: {text.count(chr(10))} lines")
@@ -292,7 +293,8 @@ def test_adding_a_method_is_one_file(family, tmp_path):
     outputs, runs = {}, {}
     for path in ("numba", "torch"):
         out = tmp_path / path
-        done = run_in(copy, [str(tmp_path / "drive_cli.py"), "merge", *inputs, "--method", "half_sum", "--half-factor", "0.5",
+        done = run_in(copy,
+                      [str(tmp_path / "drive_cli.py"), "merge", *inputs, "--method", "half_sum", "--half-factor", "0.5",
                              "--out", str(out), "--quiet"], RAM_STUDIO_KERNELS=path)
         runs[path] = json.loads(done.stdout.strip().splitlines()[-1])
         outputs[path] = {f.name: f.read_bytes() for f in out.glob("*.safetensors")}
@@ -476,7 +478,7 @@ def issue_numbers(name: str, text: str) -> list[str]:
 # Where a test module lives says what it tests: tests/<package>/<sub-package>/test_<what>.py mirrors the code. The
 # folders that are not a package's own name test one through its user-facing side.
 TEST_HOMES = {"cli": "ram_studio", "api": "ram_studio/api", "browser": "app", "demo": "assets/demo"}
-REPO_WIDE_TESTS = {"test_architecture.py", "test_docs.py", "test_repo_docs.py"}  # the whole tree, its docs
+REPO_WIDE_TESTS = {"test_architecture.py", "test_docs.py", "test_lint.py", "test_repo_docs.py"}  # the whole tree, its docs
 
 
 def misplaced_tests(test_files: list[str], package_dirs: set[str]) -> list[str]:

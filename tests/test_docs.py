@@ -56,7 +56,8 @@ def test_license_and_citation_are_named_by_the_package():
 
     meta = tomllib.loads(text_of("pyproject.toml"))["project"]
     assert meta["license"] == "Apache-2.0" and meta["license-files"] == ["LICENSE"]
-    assert text_of("LICENSE").lstrip().startswith("Apache License") and "Version 2.0, January 2004" in text_of("LICENSE")
+    licence = text_of("LICENSE")
+    assert licence.lstrip().startswith("Apache License") and "Version 2.0, January 2004" in licence
     cff = text_of("CITATION.cff")
     assert f"version: {ram_studio.__version__}\n" in cff and "license: Apache-2.0" in cff and "2601.13572" in cff
     assert "include CITATION.cff" in text_of("MANIFEST.in")

@@ -8,8 +8,17 @@ from plotly.subplots import make_subplots
 
 from analysis.names import in_module_order
 
-from .base import (agent_axis, agent_ticks, chart_layout, label, labels, NEUTRAL, room_for_subplot_titles,
-                   short_labels, UNIQUE_COLOR)
+from .base import (
+    NEUTRAL,
+    UNIQUE_COLOR,
+    agent_axis,
+    agent_ticks,
+    chart_layout,
+    label,
+    labels,
+    room_for_subplot_titles,
+    short_labels,
+)
 from .layout import panels
 
 

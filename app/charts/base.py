@@ -1,4 +1,5 @@
-"""Palettes, plotly templates, and the one rule for names, legends, titles, layouts and log axes that every chart follows."""
+"""Palettes, plotly templates, and the one rule for names, legends, titles, layouts and log axes that every chart
+follows."""
 from __future__ import annotations
 
 import math

@@ -7,8 +7,19 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .base import (agent_axis, agent_colors, AGENT_PALETTE, agent_ticks, error_bars, label, labels, chart_layout,
-                   NEUTRAL, short_labels, tick_label)
+from .base import (
+    AGENT_PALETTE,
+    NEUTRAL,
+    agent_axis,
+    agent_colors,
+    agent_ticks,
+    chart_layout,
+    error_bars,
+    label,
+    labels,
+    short_labels,
+    tick_label,
+)
 
 
 def toy_heatmaps(panels: list[tuple[str, object]], zmax: float, colors: list[str | None],

@@ -7,8 +7,17 @@ from plotly.subplots import make_subplots
 
 from analysis.experts import expert_columns
 
-from .base import (chart_layout, room_for_subplot_titles, agent_colors, agent_names, label, NEUTRAL, pct, short_labels,
-                   tick_label)
+from .base import (
+    NEUTRAL,
+    agent_colors,
+    agent_names,
+    chart_layout,
+    label,
+    pct,
+    room_for_subplot_titles,
+    short_labels,
+    tick_label,
+)
 
 SHARED_GREYS = ["#B8B8B8", "#969696", "#747474", "#545454", "#3A3A3A", "#262626", "#161616"]
 
@@ -114,7 +123,7 @@ def expert_owner_map(df, agents: list[str]) -> go.Figure:
     fig = go.Figure(go.Heatmap(z=z, x=[_column_text(e) for e in experts], y=_layer_ticks(layers), zmin=0.5,
                                zmax=k + 0.5, colorscale=scale, showscale=False, customdata=text, xgap=1, ygap=1,
                                hovertemplate="%{customdata}<extra></extra>"))
-    for i, a in enumerate(agents):  # legend keys: the heatmap's colours named
+    for a in agents:  # legend keys: the heatmap's colours named
         fig.add_scatter(x=[None], y=[None], mode="markers", marker=dict(symbol="square", size=12, color=colors[a]),
                         name=f"only {names[a]}")
     for m in range(2, n + 1):

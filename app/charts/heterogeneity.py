@@ -1,4 +1,5 @@
-"""The Heterogeneity page's figures: densities, overlaps, unique shares against chance, per-layer views, pair agreement, energy."""
+"""The Heterogeneity page's figures: densities, overlaps, unique shares against chance, per-layer views, pair agreement,
+energy."""
 from __future__ import annotations
 
 import math
@@ -9,9 +10,30 @@ from plotly.subplots import make_subplots
 
 from analysis.names import in_module_order
 
-from .base import (agent_axis, agent_colors, agent_names, agent_ticks, decade_text, decades, eps_label, label,
-                   labels, LAMBDA_FLOOR, lambda_top, chart_layout, log_or_linear, NEUTRAL, OVERLAP_COLORS, pct,
-                   SHARED_COLOR, short_labels, room_for_subplot_titles, tick_label, UNIQUE_COLOR, UNIQUE_TEXT)
+from .base import (
+    LAMBDA_FLOOR,
+    NEUTRAL,
+    OVERLAP_COLORS,
+    SHARED_COLOR,
+    UNIQUE_COLOR,
+    UNIQUE_TEXT,
+    agent_axis,
+    agent_colors,
+    agent_names,
+    agent_ticks,
+    chart_layout,
+    decade_text,
+    decades,
+    eps_label,
+    label,
+    labels,
+    lambda_top,
+    log_or_linear,
+    pct,
+    room_for_subplot_titles,
+    short_labels,
+    tick_label,
+)
 from .layout import panels
 
 
@@ -38,7 +60,8 @@ def overlap_stacked(df: pd.DataFrame, agents: list[str], chance: dict[str, float
     for k in range(1, n + 1):
         part = df[df["k"] == k].set_index("agent").reindex(agents)
         name = "unique (only this agent)" if k == 1 else f"shared by {k} agents"
-        fig.add_bar(x=list(ticks.values()), y=100 * part["fraction"], name=name, marker_color=OVERLAP_COLORS[(k - 1) % 6],
+        fig.add_bar(x=list(ticks.values()), y=100 * part["fraction"], name=name,
+                    marker_color=OVERLAP_COLORS[(k - 1) % 6],
                     text=[f"{100 * v:.0f}%" if v >= 0.06 else "" for v in part["fraction"]], textposition="inside",
                     customdata=list(zip(labels(agents), part["count"])),
                     hovertemplate=f"%{{customdata[0]}}: %{{y:.3g}}% {name} (%{{customdata[1]:,}} elements)"
@@ -118,7 +141,8 @@ def layer_module_heatmaps(df: pd.DataFrame, agents: list[str], value: str = "den
     if log:  # whole decades, labelled in the value's own units (0.1, 1, 10), not in log10
         lo, hi = decades(raw_finite)
         zmin, zmax = lo, hi
-        bar_ticks = dict(tickmode="array", tickvals=list(range(lo, hi + 1)), ticktext=[decade_text(k) for k in range(lo, hi + 1)])
+        bar_ticks = dict(tickmode="array", tickvals=list(range(lo, hi + 1)),
+                         ticktext=[decade_text(k) for k in range(lo, hi + 1)])
     elif value == "lambda":
         zmin, zmax = LAMBDA_FLOOR, max(finite + [LAMBDA_FLOOR + 0.01])
     else:
@@ -162,7 +186,8 @@ def unique_share_lines(df: pd.DataFrame, agents: list[str], log: bool = False) -
     if "chance_unique_share" in df:
         fig.add_scatter(x=[None], y=[None], mode="lines", name="dotted: chance", line=dict(color=NEUTRAL, dash="dot"),
                         hoverinfo="skip")
-    values = list(100 * df["unique_share"]) + (list(100 * df["chance_unique_share"]) if "chance_unique_share" in df else [])
+    chance = list(100 * df["chance_unique_share"]) if "chance_unique_share" in df else []
+    values = list(100 * df["unique_share"]) + chance
     log_or_linear(fig, log, values, "unique share of changed elements (%)")
     fig.update_xaxes(title="layer", type="category")
     return chart_layout(fig)

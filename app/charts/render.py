@@ -9,8 +9,7 @@ import streamlit as st
 
 from merging.common.escaping import csv_bytes
 
-from .base import (eps_label, EXPORT_SCALE, EXPORT_WIDTH, FIG_FORMAT_KEY, FIG_FORMATS, label, NEUTRAL,
-                   short_labels, wrap)
+from .base import EXPORT_SCALE, EXPORT_WIDTH, FIG_FORMAT_KEY, FIG_FORMATS, NEUTRAL, eps_label, label, short_labels, wrap
 from .layout import GAP_PX, PAIR_PX, fit
 
 

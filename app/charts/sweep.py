@@ -1,12 +1,10 @@
 """The Sweep page's figures and the short candidate names they use."""
 from __future__ import annotations
 
-
 import pandas as pd
 import plotly.graph_objects as go
 
-from .base import (agent_colors, AGENT_PALETTE, eps_label, error_bars, labels, chart_layout, NEUTRAL, tick_label)
-
+from .base import AGENT_PALETTE, NEUTRAL, agent_colors, chart_layout, eps_label, error_bars, labels, tick_label
 
 METHOD_SHORT = {"average": "avg", "task_arithmetic": "TA", "ties": "TIES", "dare_ta": "DARE-TA",
                 "dare_ties": "DARE-TIES", "ram": "RAM", "ram_plus": "RAM+", "ram_plus_soft": "RAM+s",
@@ -118,7 +116,8 @@ def sweep_time_scatter(df: pd.DataFrame) -> go.Figure:
         se = _se(part, "average")
         fig.add_scatter(x=part["merge_s"] + extra, y=part["average"], mode="markers",
                         name=METHOD_SHORT.get(m, short_text(m)),
-                        marker=dict(size=11, color=AGENT_PALETTE[i % len(AGENT_PALETTE)], line=dict(color="white", width=1),
+                        marker=dict(size=11, color=AGENT_PALETTE[i % len(AGENT_PALETTE)],
+                                    line=dict(color="white", width=1),
                                     symbol=["star" if s else "circle" for s in part["selected"]]),
                         error_y=error_bars(se, AGENT_PALETTE[i % len(AGENT_PALETTE)]),
                         customdata=list(zip(part["candidate"], extra, _pm_text(se) or [""] * len(part))),

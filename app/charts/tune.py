@@ -9,8 +9,23 @@ from plotly.subplots import make_subplots
 
 from merging.methods import regions
 
-from .base import (agent_axis, agent_colors, agent_names, agent_ticks, decades, error_bars, label, labels,
-                   LAMBDA_FLOOR, lambda_top, chart_layout, log_ticks, NEUTRAL, room_for_subplot_titles, tick_label)
+from .base import (
+    LAMBDA_FLOOR,
+    NEUTRAL,
+    agent_axis,
+    agent_colors,
+    agent_names,
+    agent_ticks,
+    chart_layout,
+    decades,
+    error_bars,
+    label,
+    labels,
+    lambda_top,
+    log_ticks,
+    room_for_subplot_titles,
+    tick_label,
+)
 
 
 def wants_log_rho(rhos, alpha: float) -> bool:
@@ -48,7 +63,8 @@ def lambda_curve(lam: pd.DataFrame, agents: list[str], r: float, alpha: float, r
         x = hi if inf else (xs[0] if (zero and log) else row["rho"])
         rho_text = "∞" if inf else f"{row['rho']:.3g}"
         fig.add_scatter(x=[x], y=[row["lambda"]], mode="markers", name=names.get(row["agent"], label(row["agent"])),
-                        marker=dict(color=colors.get(row["agent"], NEUTRAL), size=13, line=dict(color="white", width=1.5),
+                        marker=dict(color=colors.get(row["agent"], NEUTRAL), size=13,
+                                    line=dict(color="white", width=1.5),
                                     symbol="triangle-right" if inf else "circle"),
                         hovertemplate=f"{label(row['agent'])}: ρ={rho_text}, λ={row['lambda']:.4f}<extra></extra>",
                         cliponaxis=False)
@@ -77,7 +93,8 @@ def retention_bars(df: pd.DataFrame, agents: list[str], colors: dict[str, str] |
     fig.add_hline(y=100, line_dash="dot", line_color=NEUTRAL, annotation_text="fine-tuned agent",
                   annotation_position="top left")
     fig.update_layout(barmode="group")
-    fig.update_yaxes(title="unique update kept (% of the agent's)", range=[0, max(140, 100 * df["retention"].max() + 20)])
+    fig.update_yaxes(title="unique update kept (% of the agent's)",
+                     range=[0, max(140, 100 * df["retention"].max() + 20)])
     fig.update_xaxes(title="merge method")
     return chart_layout(fig, height=340)
 
@@ -88,7 +105,8 @@ def compare_bars(cmp: pd.DataFrame, agents: list[str]) -> go.Figure:
     d = cmp.set_index("agent").reindex(agents)
     xs, full = agent_ticks(agents), labels(agents)
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
-                        subplot_titles=["λ_t (unique-update scale),<br>bars from 1", "unique update kept,<br>λ_t·‖τ_unique‖"])
+                        subplot_titles=["λ_t (unique-update scale),<br>bars from 1",
+                                        "unique update kept,<br>λ_t·‖τ_unique‖"])
     for tag, pattern in (("A", ""), ("B", "/")):
         for col, value, fmt in ((1, f"lambda_{tag}", ".4f"), (2, f"kept_{tag}", ".4g")):
             lam = col == 1  # λ bars grow from 1 (neutral), so 1.01 next to 1.20 reads as it is

@@ -4,12 +4,13 @@ RL reward curves."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import streamlit as st
 
-from analysis.fig3 import own_task
 from analysis import tables
+from analysis.fig3 import own_task
 from analysis.toy import COLS, ROWS, TOY_EPS, toy_merges, toy_rho_lambda, toy_taus, unique_retention
 from app import charts, jobs, state
 from app.markup import md
@@ -17,6 +18,9 @@ from app.tables import show_table
 from assets.demo.tasks import TASKS
 from merging.common.errors import RamStudioError
 from merging.common.units import format_seconds
+
+if TYPE_CHECKING:
+    from analysis.regimes import TableReading
 
 FIG3_JOB = "fig3_task"
 
@@ -61,7 +65,8 @@ def fig3_duration(sel: state.Selection) -> str:
     except RamStudioError:
         return "no estimate until the models are readable here (Hub models must be downloaded first)"
     return (f"about {format_seconds(seconds)} here, estimated from the models' size ({state.fmt_count(params)} "
-            f"parameters, {2 * len(sel.agents)} merges and their scoring{'' if known else ', plus the base and agents'})")
+            f"parameters, {2 * len(sel.agents)} merges and their "
+            f"scoring{'' if known else ', plus the base and agents'})")
 
 
 def fig3_panel(job: jobs.Job) -> None:
@@ -83,7 +88,8 @@ def fig3_chart(tidy: pd.DataFrame, agents: list[str], source: str, name: str) ->
                 "Only the agent's unique region is added to the base (± one standard error). Whole (solid) it carries "
                 "part of the skill; divided by N (hatched), as averaging does, that part shrinks — the paper's signal "
                 "dilution. Grey: the base; faint: the full agent. " + md(source) + ".", name,
-                title="Fig. 3 on the demo: unique region only, whole and ÷ N", params={"agents": agents, "split": "test"})
+                title="Fig. 3 on the demo: unique region only, whole and ÷ N",
+                params={"agents": agents, "split": "test"})
 
 
 # ---------------------------------------------------------------- two trios, two regimes
@@ -91,7 +97,7 @@ def fig3_chart(tidy: pd.DataFrame, agents: list[str], source: str, name: str) ->
 REGIME_EPS = 1e-5
 
 
-def trio_evidence(prefix: str, share: float = 0.5) -> tuple[str, "regimes.TableReading"] | None:
+def trio_evidence(prefix: str, share: float = 0.5) -> tuple[str, TableReading] | None:
     """One demo trio's Table 1, its shared-region diagnostics next to chance, and the readings of both (drawn
     into the current column); None when the trio or its results are not here."""
     from analysis import agreement, regimes
@@ -141,7 +147,8 @@ def trio_evidence(prefix: str, share: float = 0.5) -> tuple[str, "regimes.TableR
                "barely moved).")
     st.markdown(md(diag.text))
     st.markdown(md(read.text))
-    from assets.demo.table1_step_rule import NAME, reading as step_rule_reading
+    from assets.demo.table1_step_rule import NAME
+    from assets.demo.table1_step_rule import reading as step_rule_reading
 
     step = step_rule_reading(state.demo_results(prefix))
     if step:
@@ -302,7 +309,8 @@ with st.container(border=True):
         elif task is not None and jobs.ending(task, "The Fig. 3 experiment") and task.result is not None:
             from assets.demo.fig3 import labels_of
 
-            fig3_chart(task.result, labels_of(sel.agents), f"Run in this session in {format_seconds(task.elapsed)}", "fig3_run")
+            fig3_chart(task.result, labels_of(sel.agents), f"Run in this session in {format_seconds(task.elapsed)}",
+                       "fig3_run")
 
 if log.exists():
     with state.guard("Reading training_log.csv"):

@@ -76,8 +76,8 @@ def precision_panel(eps: float) -> None:
     st.markdown(f"**ε and the stored number format.** At ε = {charts.eps_label(eps)}, ε is below one representable "
                 f"step of the stored dtype for **{100 * below:.1f} %** of the weights: there, every change of a stored "
                 "value passes ε, so \"changed\" means \"the stored value changed\". Part of the sparsity is "
-                "rounding: an accumulated update smaller than half a step at its weight rounds back to the base's value when "
-                "the weights are stored.")
+                "rounding: an accumulated update smaller than half a step at its weight rounds back to the base's "
+                "value when the weights are stored.")
     show_table(frames.precision_frame(pv, charts.short_labels(agents)))  # short names: a narrow table
     st.caption("Per agent: density at this ε; at ε = 0 = the share of weights whose stored value differs from "
                "the base's at all; one step = the share of its changed elements whose stored value is the base's "

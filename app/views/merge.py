@@ -8,22 +8,21 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import charts, frames, jobs, presets, state
+from app import charts, forms, frames, jobs, presets, state
 from app.fisher_panel import fisher_runner, fisher_widgets
-from app.forms import (DTYPE_KEY, DTYPES, METHOD_KEY, OUT_CUSTOM, POLICY_KEY, PRESET_KEY, RESCALE_KEY, SHARD_KEY,
-                       SHARD_SIZES, TA_LAMBDA_KEY, fill_merge_form, param_key)
+from app.forms import DTYPE_KEY, DTYPES, OUT_CUSTOM, POLICY_KEY, PRESET_KEY, RESCALE_KEY
 from app.hub_push import push_form
-from app.mergekit_panel import mergekit_panel
 from app.markup import md, md_code
-from app.viewport import content_width
+from app.mergekit_panel import mergekit_panel
 from app.tables import path_end, show_table
-from merging.reading.compat import POLICIES, POLICY_HELP
-from merging.reading.vocab import VOCAB_CHOICES, VOCAB_HELP
+from app.viewport import content_width
 from merging.common.errors import RamStudioError
+from merging.common.units import format_bytes, format_seconds
 from merging.methods import METHODS, get_method
 from merging.presets import provenance as preset_provenance
+from merging.reading.compat import POLICIES, POLICY_HELP
+from merging.reading.vocab import VOCAB_CHOICES, VOCAB_HELP
 from merging.recipe import MergeSpec
-from merging.common.units import format_bytes, format_seconds
 from merging.writing.written import read_bytes as read_written
 from merging.writing.written import zip_bytes as zip_written
 
@@ -44,8 +43,8 @@ def default_method(p: dict) -> str:
 def default_out(sel: state.Selection, method: str, params: dict, dtype: str | None, policy: str,
                 vocab: str = "base", untie: bool = False) -> str:
     """./merged-models/<base>-<method>-<hash of the settings>: one folder per distinct merge."""
-    from merging.writing.placement import suggest_output_name
     from merging.reading.refs import parse_ref
+    from merging.writing.placement import suggest_output_name
 
     try:
         label = sel.demo_trio.rstrip(":") if sel.is_demo else parse_ref(sel.base).label
@@ -69,7 +68,7 @@ def param_widgets(method: str, tuned: dict, disabled: bool) -> dict:
     values = {}
     cols = st.columns(max(1, min(4, len(m.params))))
     for i, p in enumerate(m.params):
-        key = param_key(method, p.name)
+        key = forms.param_key(method, p.name)
         value = tuned.get(p.name, p.default)
         col = cols[i % len(cols)]
         if p.choices:
@@ -265,7 +264,7 @@ def apply_preset_to_form() -> None:
     if picked is None:
         return
     preset, params = picked
-    fill_merge_form(preset.method, params)
+    forms.fill_merge_form(preset.method, params)
 
 
 def preset_row(tuned: dict, disabled: bool) -> None:
@@ -293,17 +292,18 @@ mine_running = job_running and job.owner == jobs.session_id()
 other = mgr.running()
 tuned = state.tuned()
 
-st.markdown(f"Merge {md_code(path_end(sel.base))} with {len(sel.agents)} agents. Parameters are pre-filled from **Tune**; the "
-            "merge streams the weights in chunks and writes the folder atomically (no half model is ever left).")
+st.markdown(f"Merge {md_code(path_end(sel.base))} with {len(sel.agents)} agents. Parameters are pre-filled from "
+            "**Tune**; the merge streams the weights in chunks and writes the folder atomically (no half model is "
+            "ever left).")
 names = list(METHODS)
 preset_row(tuned, mine_running)
-init(METHOD_KEY, default_method(tuned))
-method = st.selectbox("Method", names, key=METHOD_KEY, format_func=lambda n: f"{n} — {METHODS[n].summary}",
+init(forms.METHOD_KEY, default_method(tuned))
+method = st.selectbox("Method", names, key=forms.METHOD_KEY, format_func=lambda n: f"{n} — {METHODS[n].summary}",
                       disabled=mine_running)
 params = param_widgets(method, tuned, mine_running)
 fisher = fisher_widgets(sel, mine_running) if get_method(method).side_tensors == "fisher" else None
 if method == "task_arithmetic":  # Tune's "how much of each unique update survives" starts from this λ
-    st.session_state[TA_LAMBDA_KEY] = float(params["lambda"])
+    st.session_state[forms.TA_LAMBDA_KEY] = float(params["lambda"])
 if st.session_state.get(PRESET_KEY, presets.CUSTOM) != presets.CUSTOM:
     try:
         matches = preset_provenance(st.session_state[PRESET_KEY], method, params) is not None
@@ -312,7 +312,7 @@ if st.session_state.get(PRESET_KEY, presets.CUSTOM) != presets.CUSTOM:
     if not matches:
         st.caption(f"The form no longer matches preset {st.session_state[PRESET_KEY]}: the merge will be recorded "
                    "with its own parameters only.")
-init(SHARD_KEY, "5GB")
+init(forms.SHARD_KEY, "5GB")
 init(DTYPE_KEY, "as base")
 init(POLICY_KEY, "error")
 suggested = default_out(sel, method, params, DTYPES[st.session_state[DTYPE_KEY]], st.session_state[POLICY_KEY],
@@ -333,7 +333,7 @@ out = c[0].text_input("Output folder", key=OUT_KEY, on_change=_typed_out, disabl
                       help="Created if missing; must be empty unless you allow overwriting. The suggestion is "
                            f"./{DEFAULT_ROOT}/<base>-<method>-<hash of the settings>: one folder per distinct merge, "
                            "never inside another model's folder.")
-shard = c[1].selectbox("Shard size", SHARD_SIZES, key=SHARD_KEY, disabled=mine_running)
+shard = c[1].selectbox("Shard size", forms.SHARD_SIZES, key=forms.SHARD_KEY, disabled=mine_running)
 dtype = c[2].selectbox("Output dtype", list(DTYPES), key=DTYPE_KEY, disabled=mine_running)
 policy = c[3].selectbox("On mismatch", list(POLICIES), key=POLICY_KEY, disabled=mine_running, help=POLICY_HELP)
 v = st.columns([3.2, 1.8], vertical_alignment="bottom")

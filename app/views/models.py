@@ -8,10 +8,10 @@ import streamlit as st
 from app import frames, state
 from app.markup import md, md_code
 from app.tables import path_end, show_table
-from merging.reading.compat import ModelHeaders, check_compatibility, estimate_bytes
 from merging.common.errors import RamStudioError, printable
-from merging.reading.refs import DEMO_PREFIX, DEMO_SHARED_PREFIX, demo_names, parse_ref
 from merging.common.units import format_bytes, format_seconds
+from merging.reading.compat import ModelHeaders, check_compatibility, estimate_bytes
+from merging.reading.refs import DEMO_PREFIX, DEMO_SHARED_PREFIX, demo_names, parse_ref
 
 # Throughput assumptions for the estimate (shown to the user next to the numbers).
 DOWNLOAD_BPS = 50e6
@@ -294,7 +294,8 @@ if use:
         st.page_link("views/heterogeneity.py", label="Go to Heterogeneity", icon=":material/arrow_forward:")
 
 with st.expander("What the demo is"):
-    present = {p: ", ".join(md_code(f"{p}{n}") for n in demo_names(p)) or "none" for p in (DEMO_PREFIX, DEMO_SHARED_PREFIX)}
+    present = {p: ", ".join(md_code(f"{p}{n}") for n in demo_names(p)) or "none"
+               for p in (DEMO_PREFIX, DEMO_SHARED_PREFIX)}
     st.markdown(
         "A tiny Qwen2-architecture base model trained on three toy agentic tasks, then fine-tuned with RL "
         "(GRPO) into three agents: **code**, **tool** and **memory** — the paper's setting at laptop scale. "

@@ -14,8 +14,8 @@ from app.tables import show_table
 from evaluation.grid import Grid, grids_from_yaml, parse_try, stages
 from evaluation.sweep import SweepResult
 from merging.common.errors import RamStudioError, printable
-from merging.methods import METHODS, get_method
 from merging.common.units import format_seconds
+from merging.methods import METHODS, get_method
 
 JOB_KEY = "sweep_job"
 GRIDS_KEY = "sweep_grids"  # the grids, in the --try form
@@ -45,7 +45,8 @@ def value_widgets(method: str, disabled: bool) -> str:
     m = get_method(method)
     words = [method]
     cols = st.columns(max(1, min(4, len(m.params))))
-    others = [n for n in METHODS if n != method and any(p.name in {q.name for q in METHODS[n].params} for p in m.params)]
+    others = [n for n in METHODS
+              if n != method and any(p.name in {q.name for q in METHODS[n].params} for p in m.params)]
     for i, p in enumerate(m.params):
         key = f"sweep_{method}_{p.name}"
         col = cols[i % len(cols)]
@@ -211,7 +212,8 @@ def fisher_tasks_input(texts: list[str], disabled: bool) -> list[str] | None:
 
     if not any(reads_fisher(t.split()[0]) for t in texts if t.split()):
         return None
-    text = st.text_input("Fisher: each agent's own task among the evaluator's, in the agents' order", key="sweep_fisher",
+    text = st.text_input("Fisher: each agent's own task among the evaluator's, in the agents' order",
+                         key="sweep_fisher",
                          disabled=disabled, placeholder="empty: the task named like each agent (code → code, or "
                                                         "ram_demo_code)",
                          help="Each agent's Fisher is computed on its own task's train split, once per N and rule, "

@@ -8,13 +8,12 @@ import pandas as pd
 import streamlit as st
 
 from analysis import tables
-from merging.methods import regions
-from merging.common.errors import RamStudioError, printable
-from merging.methods import get_method
-from merging.common.escaping import csv_bytes
-from merging.common.units import format_seconds
 from app import charts, frames, jobs, presets, state
 from app.forms import TA_LAMBDA_KEY
+from merging.common.errors import RamStudioError, printable
+from merging.common.escaping import csv_bytes
+from merging.common.units import format_seconds
+from merging.methods import get_method, regions
 
 st.title("Tune")
 st.markdown("RAM+ scales each agent's **unique** update by λ_t = 1 + r·clip(ρ_t, 0, α) (Eq. 6), or "

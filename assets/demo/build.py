@@ -26,10 +26,10 @@ import pandas as pd
 import torch
 import transformers
 
-from .evaluate import evaluate_loaded, summary_table, format_table
+from .evaluate import evaluate_loaded, format_table, summary_table
 from .modeling import build_tokenizer, load_checkpoint, new_model, save_checkpoint, write_json
-from .task_vectors import by_module, ladder_summary, run_analysis, summary
 from .suites import SUITE_CONFIG_KEY, SUITES, TaskSuite, get_suite
+from .task_vectors import by_module, ladder_summary, run_analysis, summary
 from .tasks import TASKS
 from .train import WORD_HABITS, RLConfig, WarmupConfig, deterministic_torch, rl_train, warmup
 

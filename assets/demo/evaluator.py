@@ -10,8 +10,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from evaluation.base import EvalProgress, LoadedModel, Scores
 from analysis.noise import binomial_se
+from evaluation.base import EvalProgress, LoadedModel, Scores
 from evaluation.quiet import quiet_libraries
 from merging.common.errors import RamStudioError, first_line
 
@@ -58,7 +58,8 @@ class DemoEvaluator:
                 raise
             except Exception as exc:  # noqa: BLE001 — whatever transformers raises, one line for the user
                 raise RamStudioError(f"cannot load {folder} as a causal language model: {first_line(exc)}.",
-                                     "Give a Hugging Face model folder with safetensors weights and a tokenizer.") from None
+                                     "Give a Hugging Face model folder with safetensors weights and a "
+                                     "tokenizer.") from None
         problem = demo_incompatibility(module, tokenizer)
         if problem:
             raise RamStudioError(f"{folder} is not a demo-compatible model: {problem}.",
@@ -88,7 +89,8 @@ class DemoEvaluator:
         from evaluation.fisher_pass import FisherData, FisherExample
 
         if task not in self.suite.tasks:
-            raise RamStudioError(f"unknown demo task {task!r} for a Fisher.", f"Choose from {', '.join(self.suite.tasks)}.")
+            raise RamStudioError(f"unknown demo task {task!r} for a Fisher.",
+                                 f"Choose from {', '.join(self.suite.tasks)}.")
         budget = self.suite.max_new_tokens[task]
         examples = tuple(FisherExample(e.prompt, e.answer, budget) for e in self.suite.make_split(task, "train", n))
         return FisherData(task, "train", examples, f"demo|{self.suite.name}|{FISHER_DATA}")

@@ -135,8 +135,8 @@ def run_experiment(base: str, agents: Sequence[str], *, tasks: dict[str, list[st
     merge reports its own fraction) through `step`; `cancel` stops at the next merge chunk or between
     evaluations (Cancelled), and the temporary models are deleted either way. Returns COLUMNS rows."""
     from merging.merge import merge_to_folder
-    from merging.recipe import MergeSpec
     from merging.reading.refs import resolve
+    from merging.recipe import MergeSpec
 
     merges = plan(agents)
     labels = labels_of(agents)

@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
-                        trainers)
-from transformers import (GenerationConfig, PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config,
-                          Qwen2ForCausalLM)
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 if TYPE_CHECKING:
     from .suites import TaskSuite

@@ -7,8 +7,7 @@ import random
 from dataclasses import dataclass
 from typing import Mapping
 
-from .tasks import (MAX_NEW_TOKENS, SUBSET_TASKS, TASKS, Example, eval_set, make_split, reward, sample_train,
-                    verify)
+from .tasks import MAX_NEW_TOKENS, SUBSET_TASKS, TASKS, Example, eval_set, make_split, reward, sample_train, verify
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from typing import Sequence
 
 import pandas as pd
 
+from analysis.noise import plus_minus
 from evaluation.executors import EXECUTORS
 from evaluation.grid import read_grid_file
-from analysis.noise import plus_minus
 from evaluation.store import ScoreStore
 from evaluation.sweep import CANDIDATE, Entry, SweepProgressFn, SweepResult, SweepSpec, run_sweep
 

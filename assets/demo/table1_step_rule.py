@@ -29,8 +29,7 @@ from evaluation.verdicts import difference
 
 from .evaluate import suite_of_folder
 from .evaluator import DemoEvaluator
-from .table1 import (AGENTS, DEMO_DIR, comparison_row, comparisons, examples_of, row, save, tables,
-                     trio_name)
+from .table1 import AGENTS, DEMO_DIR, comparison_row, comparisons, examples_of, row, save, tables, trio_name
 
 GRIDS = DEMO_DIR / "table1_step_rule_grids.yaml"
 NAME = "table1_step_rule"

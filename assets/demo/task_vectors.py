@@ -16,7 +16,8 @@ import pandas as pd
 
 from analysis import tables
 from analysis.paper import PAPER_AGENTS
-from analysis.stats import AnalysisResult, analyze as _library_analyze
+from analysis.stats import AnalysisResult
+from analysis.stats import analyze as _library_analyze
 from merging.methods.regions import chance_unique_share
 
 LADDER: tuple[float, ...] = (0.0, 1e-6, 1e-5, 1e-4, 1e-3)

@@ -82,7 +82,7 @@ def csv_bytes(frame: "pd.DataFrame") -> bytes:
     """`frame` as CSV bytes (no index), every text cell and column name through `csv_cell`."""
     safe = frame.copy()
     for column in safe.columns:
-        if not (safe[column].dtype.kind in "biufcmM"):
+        if safe[column].dtype.kind not in "biufcmM":
             safe[column] = safe[column].map(csv_cell)
     safe.columns = [csv_cell(str(c)) for c in safe.columns]
     return safe.to_csv(index=False).encode()

@@ -10,16 +10,23 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from merging.kernels import one_thread_for, prepare
 from merging.methods import regions
 from merging.methods.ram import counts_tied_twice
 from merging.methods.steps import Steps, step_thresholds
+from merging.passes import (
+    GUARD_KERNELS,
+    ProgressFn,
+    check_finite,
+    float_chunks,
+    kernel_dtype,
+    locate_nonfinite,
+    uses_kernels,
+)
 from merging.reading.checkpoint import Checkpoint
-from merging.passes import (GUARD_KERNELS, ProgressFn, check_finite, float_chunks, kernel_dtype, locate_nonfinite,
-    uses_kernels)
-from merging.kernels import one_thread_for, prepare
-from merging.reading.fingerprint import Fingerprinter
-from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
 from merging.reading.chunk_inputs import max_over_parts
+from merging.reading.chunks import DEFAULT_CHUNK_ELEMS
+from merging.reading.fingerprint import Fingerprinter
 
 
 @dataclass

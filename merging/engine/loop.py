@@ -16,23 +16,37 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from merging.reading.checkpoint import Checkpoint
+from merging.common.device import Lanes, chunk_elems_for, fits_on_device, gpu_style
 from merging.common.dtypes import FLOAT_CODES, ITEMSIZE, ST_TO_TORCH
 from merging.common.errors import MergeCancelled
-from merging.reading.fingerprint import Fingerprinter
-from merging.methods.base import MergeMethod
-from merging.writing.output_check import OutputGuard
-from merging.common.device import Lanes, chunk_elems_for, fits_on_device, gpu_style
-from merging.reading.chunks import DEFAULT_CHUNK_ELEMS, BufferPool, ChunkData, Span, row_spans
-from merging.writing.background import BackgroundWriter
-from merging.reading.chunk_inputs import ChunkInputs
-from merging.engine.output import (Peaks, check_equal_non_float, emit_from_device, raise_nonfinite, submit_host,
-                                   take_buffer)
+from merging.engine.output import (
+    Peaks,
+    check_equal_non_float,
+    emit_from_device,
+    raise_nonfinite,
+    submit_host,
+    take_buffer,
+)
 from merging.engine.precision import PrecisionProbe
 from merging.engine.tensor_merge import TensorMerger
-from merging.passes import (GUARD_KERNELS, ProgressFn, ProgressTracker, build_inputs, check_finite, fused_now,
-                            open_reader, prepare_kernels, uses_kernels)
-from merging.reading.checkpoint import tensor_order
+from merging.methods.base import MergeMethod
+from merging.passes import (
+    GUARD_KERNELS,
+    ProgressFn,
+    ProgressTracker,
+    build_inputs,
+    check_finite,
+    fused_now,
+    open_reader,
+    prepare_kernels,
+    uses_kernels,
+)
+from merging.reading.checkpoint import Checkpoint, tensor_order
+from merging.reading.chunk_inputs import ChunkInputs
+from merging.reading.chunks import DEFAULT_CHUNK_ELEMS, BufferPool, ChunkData, Span, row_spans
+from merging.reading.fingerprint import Fingerprinter
+from merging.writing.background import BackgroundWriter
+from merging.writing.output_check import OutputGuard
 from merging.writing.shards import PlannedTensor, ShardSetWriter
 
 
@@ -165,7 +179,8 @@ class _MergeRun:
                  shared: dict[str, Any], sink: ShardSetWriter, out_dtype: str | None, device: torch.device,
                  chunk_elems: int, progress: ProgressFn | None, reader: Any, write_threads: int | None) -> None:
         self.base, self.agents, self.method, self.params, self.shared = base, agents, method, params, shared
-        self.sink, self.out_dtype, self.device, self.chunk_elems, self.reader = sink, out_dtype, device, chunk_elems, reader
+        self.sink, self.out_dtype, self.device = sink, out_dtype, device
+        self.chunk_elems, self.reader = chunk_elems, reader
         self.labels = [a.label for a in agents]
         self.rounds = len(method.passes(params)) + 1
         self.kernels = method.kernels

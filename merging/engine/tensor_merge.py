@@ -11,12 +11,11 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from merging.kernels import one_thread_for
-from merging.reading.chunk_inputs import ChunkInputs, max_over_parts
-from merging.methods import get_method
-from merging.methods.base import ChunkContext, MergeMethod, agent_seed_keys
 from merging.common.dtypes import ST_TO_TORCH
-from merging.methods import regions
+from merging.kernels import one_thread_for
+from merging.methods import get_method, regions
+from merging.methods.base import ChunkContext, MergeMethod, agent_seed_keys
+from merging.reading.chunk_inputs import ChunkInputs, max_over_parts
 
 _CODES = {v: k for k, v in ST_TO_TORCH.items()}
 

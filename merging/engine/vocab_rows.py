@@ -63,7 +63,8 @@ def write_vocab_rows(sink: ShardSetWriter, plan: list[PlannedTensor], vocab: Voc
         per = max(1, BLOCK_ELEMS // max(1, row))
         target = ST_TO_TORCH[t.dtype]
         for first, stop, sources in _runs(vocab.sources, vocab.base_rows):
-            holders = tuple(k for k in sources if name in agents[k].tensors and agents[k].tensors[name].shape[0] >= stop)
+            holders = tuple(k for k in sources
+                            if name in agents[k].tensors and agents[k].tensors[name].shape[0] >= stop)
             if not holders:
                 raise RamStudioError(f"no agent holds rows {first:,}–{stop - 1:,} of {name!r}.",
                                      "The agents' vocabulary tensors disagree; check the agents.")

@@ -55,7 +55,8 @@ def _readers() -> dict[str, tuple[str, MergekitRead]]:
 def _number(value: Any) -> Any:
     """A string that mergekit's pydantic models would read as a float (e.g. `1e-5`, which YAML 1.1 leaves a
     string) as that float; anything else unchanged."""
-    if isinstance(value, str) and len(value) <= 64 and (_FLOAT_TEXT.fullmatch(value) or _NONFINITE_TEXT.fullmatch(value)):
+    if (isinstance(value, str) and len(value) <= 64
+            and (_FLOAT_TEXT.fullmatch(value) or _NONFINITE_TEXT.fullmatch(value))):
         return float(value.strip().replace("_", ""))
     return value
 
@@ -82,7 +83,8 @@ def _shown(value: Any) -> str:
 
 def _model_ref(value: Any, where: str) -> str:
     if isinstance(value, dict):
-        raise refuse(f"{where} is a structured model reference", "Give the model as a path or an org/name[@revision] id.")
+        raise refuse(f"{where} is a structured model reference",
+                     "Give the model as a path or an org/name[@revision] id.")
     if not isinstance(value, str) or not value.strip():
         raise refuse(f"{where} must be a model path or Hub id")
     if "+" in value:
@@ -119,7 +121,8 @@ def _check_top_level(doc: dict[str, Any]) -> None:
         raise refuse(f"unknown field {printable(', '.join(unknown), 80)}")
     for key, why in (("slices", "layer slices"), ("modules", "per-module merges")):
         if doc.get(key):
-            raise refuse(f"'{key}' ({why}) is not supported", "RAM Studio merges whole models: list them under 'models'.")
+            raise refuse(f"'{key}' ({why}) is not supported",
+                         "RAM Studio merges whole models: list them under 'models'.")
     if doc.get("tokenizer") is not None:
         raise refuse("'tokenizer' (tokenizer merging) is not supported", "RAM Studio copies the base's tokenizer.")
     if doc.get("chat_template") is not None:
@@ -214,10 +217,10 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
                      out_dtype: str | None = None) -> tuple[str | None, str]:
     """The mergekit config computing the same merge as `spec`, or (None, why not + the nearest config).
 
-    `model_paths` maps references mergekit cannot read (demo:NAME, demo-shared:NAME) to their folders; `out_dtype` is the
-    dtype the merge writes (the spec's, else the base's): the config states it, because its `dtype:
-    float32` (compute like RAM Studio) would otherwise also be mergekit's output dtype. The method's own
-    declared mapping (`MergeMethod.mergekit`) says which mergekit method and parameters."""
+    `model_paths` maps references mergekit cannot read (demo:NAME, demo-shared:NAME) to their folders; `out_dtype` is
+    the dtype the merge writes (the spec's, else the base's): the config states it, because its `dtype: float32`
+    (compute like RAM Studio) would otherwise also be mergekit's output dtype. The method's own declared mapping
+    (`MergeMethod.mergekit`) says which mergekit method and parameters."""
     import yaml
 
     from merging.reading.refs import demo_folder
@@ -226,7 +229,8 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
     out_dtype = out_dtype or (None if spec.out_dtype else _stored_dtype(spec.base))
     written = spec.out_dtype or out_dtype
     if written and written not in CODE_TO_NAME:  # e.g. an F8_E4M3 base merged in its own dtype
-        return None, (f"mergekit cannot write {written} weights (its out_dtype takes {', '.join(CODE_TO_NAME.values())}),"
+        return None, (f"mergekit cannot write {written} weights (its out_dtype takes "
+                      f"{', '.join(CODE_TO_NAME.values())}),"
                       " so it has no config for this merge.")
     method = METHODS.get(spec.method)
     if method is None or method.mergekit is None:
@@ -244,7 +248,7 @@ def to_mergekit_yaml(spec: MergeSpec, model_paths: dict[str, str] | None = None,
     doc["dtype"] = "float32"  # RAM Studio computes in float32: ask mergekit to do the same
     if written:
         doc["out_dtype"] = CODE_TO_NAME[written]
-    unlike = ([f"RAM Studio's union vocabulary takes each added token's row from the agents that added it, while "
+    unlike = (["RAM Studio's union vocabulary takes each added token's row from the agents that added it, while "
                "mergekit's tokenizer_source: union computes the added rows its own way"] if spec.vocab == "union"
               else []) + (["mergekit does not write an untied head for a tied base"] if spec.untie else [])
     if spec.vocab == "union":

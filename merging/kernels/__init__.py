@@ -28,7 +28,8 @@ from merging.kernels.marker import marker_path
 HAVE_NUMBA = importlib.util.find_spec("numba") is not None
 
 DTYPES = ("bf16", "f32")  # what the kernels read: bf16 bit patterns, or float32
-ALL = ("count_and_peak", "peak_abs_tau", "overlap_histogram", "tensor_stats", "ram", "linear", "dare", "abs_bits_histogram",
+ALL = ("count_and_peak", "peak_abs_tau", "overlap_histogram", "tensor_stats", "ram", "linear", "dare",
+       "abs_bits_histogram",
        "ties_merge", "first_nonfinite", "values_differ")
 
 
@@ -99,7 +100,7 @@ class Warmup:
                     self.log.append(f"{name}[{dtype}] {'compiled' if fresh else 'loaded'} in "
                                     f"{time.perf_counter() - t:.2f} s ({time.perf_counter() - start:.1f} s)")
                     self._lock.notify_all()
-        except BaseException as exc:  # the torch path goes on; the kernels stay off for this process
+        except BaseException as exc:  # noqa: BLE001 — the torch path goes on; the kernels stay off for this process
             with self._lock:
                 self._failed = exc
                 self._thread = None

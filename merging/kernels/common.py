@@ -19,10 +19,11 @@ kernel is never loaded compiled from old helpers.
 from __future__ import annotations
 
 import llvmlite.ir as ir
-from merging.kernels.numba_import import numba as nb
 import numpy as np
 from numba.core import types
 from numba.extending import intrinsic, overload
+
+from merging.kernels.numba_import import numba as nb
 
 ZERO = np.float32(0.0)
 ONE = np.float32(1.0)

@@ -2,11 +2,12 @@
 """
 from __future__ import annotations
 
-from merging.kernels.numba_import import numba as nb
 import numpy as np
 
 from merging.kernels.common import BLOCK, LANES, ONE, ZERO, fold_peak, part_span, tau_block, widen
+from merging.kernels.numba_import import numba as nb
 from merging.kernels.ties import elect_mean_block
+
 
 @nb.njit(inline="always")
 def _mix(x):

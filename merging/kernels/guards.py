@@ -2,9 +2,9 @@
 """
 from __future__ import annotations
 
+from merging.kernels.common import BLOCK
 from merging.kernels.numba_import import numba as nb
 
-from merging.kernels.common import BLOCK
 
 @nb.njit(cache=True, nogil=True)
 def first_nonfinite(bits, exp_mask):

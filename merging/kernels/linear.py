@@ -2,10 +2,11 @@
 """
 from __future__ import annotations
 
-from merging.kernels.numba_import import numba as nb
 import numpy as np
 
 from merging.kernels.common import BLOCK, LANES, ZERO, fold_peak, part_span, tau_block, widen
+from merging.kernels.numba_import import numba as nb
+
 
 @nb.njit(parallel=True, cache=True, nogil=True)
 def linear(base, agents, scale, out, peak):

@@ -14,7 +14,7 @@ _SWITCH = "NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING"
 _before = os.environ.get(_SWITCH)
 os.environ[_SWITCH] = "1"
 try:
-    import numba  # noqa: E402
+    import numba
 finally:
     if _before is None:
         os.environ.pop(_SWITCH, None)

@@ -3,11 +3,21 @@ and tensor-local ρ), and the joint-state histogram of the analysis.
 """
 from __future__ import annotations
 
-from merging.kernels.numba_import import numba as nb
 import numpy as np
 
-from merging.kernels.common import (LANES, BLOCK, ZERO, block_thresholds, f32_bits, fold_peak, load, part_span,
-                                    tau_block, widen)
+from merging.kernels.common import (
+    BLOCK,
+    LANES,
+    ZERO,
+    block_thresholds,
+    f32_bits,
+    fold_peak,
+    load,
+    part_span,
+    tau_block,
+    widen,
+)
+from merging.kernels.numba_import import numba as nb
 
 HALF = np.float32(0.5)
 

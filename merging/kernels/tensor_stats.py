@@ -22,10 +22,10 @@ Outputs, one row per tensor (zeroed by the caller):
 """
 from __future__ import annotations
 
-from merging.kernels.numba_import import numba as nb
 import numpy as np
 
 from merging.kernels.common import BLOCK, MAXF, ZERO, f32_bits, load, part_span, widen
+from merging.kernels.numba_import import numba as nb
 from merging.kernels.statistics import bucket, bucket_row, step_kind
 
 

@@ -3,10 +3,11 @@ election DARE+TIES shares.
 """
 from __future__ import annotations
 
-from merging.kernels.numba_import import numba as nb
 import numpy as np
 
 from merging.kernels.common import BLOCK, LANES, ONE, ZERO, f32_bits, fold_peak, load, part_span, tau_block, widen
+from merging.kernels.numba_import import numba as nb
+
 
 @nb.njit(inline="always")
 def elect_mean_block(vals, n, m, out, s, bb, lam):

@@ -13,7 +13,7 @@ from merging.kernels.linear import linear
 from merging.kernels.ram import ram
 from merging.kernels.statistics import count_and_peak, overlap_histogram, peak_abs_tau
 from merging.kernels.tensor_stats import tensor_stats
-from merging.kernels.ties import ties_partitions, abs_bits_histogram
+from merging.kernels.ties import abs_bits_histogram, ties_partitions
 
 
 def _dummies(dtype: str):

@@ -17,11 +17,10 @@ import hashlib
 import numpy as np
 import torch
 
-from merging.methods.regions import f32
 from merging.methods.base import ChunkContext, MergeMethod
-from merging.methods.mergekit_map import (GTA_DEFAULTS, Mergekit, MergekitEquivalent, MergekitInput, MergekitRead,
-                                          refuse)
+from merging.methods.mergekit_map import GTA_DEFAULTS, Mergekit, MergekitEquivalent, MergekitInput, MergekitRead, refuse
 from merging.methods.params import LAMBDA, Param
+from merging.methods.regions import f32
 from merging.methods.registry import register
 from merging.methods.ties import elect_and_mean
 
@@ -101,11 +100,13 @@ def _from_mergekit(ties_mode: bool):
         w, g = c.weight(), c.parameters
         density = c.density()
         if not g["rescale"]:
-            raise refuse(f"{c.method} with rescale: false", "RAM Studio's DARE always rescales kept entries by 1/(1−p).")
+            raise refuse(f"{c.method} with rescale: false",
+                         "RAM Studio's DARE always rescales kept entries by 1/(1−p).")
         if not 0 < density <= 1:
             raise refuse(f"density {density} must be in (0, 1]")
         c.notes.append("DARE keeps each element with probability density and rescales by 1/density (mergekit rescales "
-                       "to the L1 norm); its masks come from a seeded hash, so the drops differ from mergekit's random ones")
+                       "to the L1 norm); its masks come from a seeded hash, so the drops differ from mergekit's "
+                       "random ones")
         if not ties_mode:
             return {"drop_rate": 1.0 - density, "lambda": g["lambda"] / c.n if g["normalize"] else g["lambda"] * w}
         if not g["normalize"]:

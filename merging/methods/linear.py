@@ -4,11 +4,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from merging.methods.regions import f32
 from merging.methods.base import ChunkContext, MergeMethod
-from merging.methods.mergekit_map import (GTA_DEFAULTS, Mergekit, MergekitEquivalent, MergekitInput, MergekitRead,
-                                          refuse)
+from merging.methods.mergekit_map import GTA_DEFAULTS, Mergekit, MergekitEquivalent, MergekitInput, MergekitRead, refuse
 from merging.methods.params import LAMBDA
+from merging.methods.regions import f32
 from merging.methods.registry import register
 
 
@@ -56,7 +55,8 @@ def _average_from_mergekit(c: MergekitInput) -> dict[str, float]:
 TA_MERGEKIT = Mergekit(lambda p, n: MergekitEquivalent("task_arithmetic", {"lambda": p["lambda"]}, {"weight": 1.0}),
                        (MergekitRead("task_arithmetic", dict(GTA_DEFAULTS), frozenset({"weight"}), _ta_from_mergekit),))
 AVERAGE_MERGEKIT = Mergekit(lambda p, n: MergekitEquivalent("task_arithmetic", {"lambda": 1.0 / n}, {"weight": 1.0}),
-                            (MergekitRead("linear", {"normalize": True}, frozenset({"weight"}), _average_from_mergekit),))
+                            (MergekitRead("linear", {"normalize": True}, frozenset({"weight"}),
+                                          _average_from_mergekit),))
 
 register(MergeMethod("task_arithmetic", "Task Arithmetic: θ0 + λ·Σ_t τ_t.", task_arithmetic, (LAMBDA,),
                      fused=_fused_ta, kernels=("linear",), mergekit=TA_MERGEKIT))

@@ -11,11 +11,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from merging.methods.regions import f32
 from merging.methods.base import ChunkContext, MergeMethod, TensorPass
-from merging.methods.mergekit_map import (GTA_DEFAULTS, Mergekit, MergekitEquivalent, MergekitInput, MergekitRead,
-                                          refuse)
+from merging.methods.mergekit_map import GTA_DEFAULTS, Mergekit, MergekitEquivalent, MergekitInput, MergekitRead, refuse
 from merging.methods.params import LAMBDA, Param
+from merging.methods.regions import f32
 from merging.methods.registry import register
 
 _HI = 1 << 15  # |τ| has its sign bit clear, so the high 16 bits of its float32 pattern are < 2^15

@@ -5,8 +5,8 @@ from typing import Any
 
 import torch
 
-from merging.methods import regions
 from merging.common.errors import RamStudioError
+from merging.methods import regions
 from merging.methods.base import ChunkContext, MergeMethod
 from merging.methods.params import EPS, Param
 from merging.methods.registry import register

@@ -21,9 +21,9 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from merging.reading.checkpoint import Checkpoint
 from merging.common.dtypes import ITEMSIZE, ST_TO_TORCH
 from merging.common.errors import RamStudioError
+from merging.reading.checkpoint import Checkpoint
 from merging.reading.fingerprint import Fingerprinter
 from merging.reading.mapped import MappedEntry
 from merging.reading.safetensors_header import TensorEntry
@@ -333,7 +333,8 @@ class ChunkReader:
             job()
         return assemble()
 
-    def stream(self, items: Iterable[tuple[Span | None, Any]], depth: int = 2) -> Iterator[tuple[Any, ChunkData | None]]:
+    def stream(self, items: Iterable[tuple[Span | None, Any]],
+               depth: int = 2) -> Iterator[tuple[Any, ChunkData | None]]:
         """For each (span or None, tag), yield (tag, ChunkData or None), reading up to `depth` spans ahead
         on the reader threads. The consumer releases each ChunkData when done with it."""
         if not self._workers:
@@ -376,7 +377,7 @@ class ChunkReader:
                     if not f.cancelled():
                         try:
                             f.result()
-                        except BaseException:
+                        except BaseException:  # noqa: BLE001 — only waiting: the first error is already raised
                             pass
 
     def close(self) -> None:

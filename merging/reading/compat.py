@@ -6,10 +6,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from merging.reading.checkpoint import Checkpoint
-from merging.reading.layout import LayoutMap, map_layout
 from merging.common.dtypes import FLOAT_CODES, ITEMSIZE
 from merging.common.errors import RamStudioError, printable
+from merging.reading.checkpoint import Checkpoint
+from merging.reading.layout import LayoutMap, map_layout
 
 if TYPE_CHECKING:  # imported where a frame is built, so that a merge starts reading sooner
     import pandas as pd

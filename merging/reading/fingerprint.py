@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import torch
 import xxhash
 
-from merging.reading.checkpoint import Checkpoint
 from merging.common.errors import RamStudioError
+from merging.reading.checkpoint import Checkpoint
 
 READ_ROWS_BYTES = 64 << 20  # rows read at a time when finishing a tensor the pass did not read
 

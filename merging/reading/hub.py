@@ -20,7 +20,7 @@ def download_snapshot(repo_id: str, revision: str | None, *, allow_download: boo
     try:
         folder = hf.snapshot_download(repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS,
                                       local_files_only=True)
-    except Exception as exc:  # the client raises many types; each becomes one readable message
+    except Exception as exc:  # noqa: BLE001 — the client raises many types; each becomes one readable message
         if not allow_download or offline_mode():
             raise hub_error(repo_id, revision, exc) from None
         folder = download(plan_download([(repo_id, revision)]))[repo_id]
@@ -42,7 +42,7 @@ def remote_headers(repo_id: str, revision: str | None = None) -> dict:
         meta = api.get_safetensors_metadata(repo_id, revision=revision)
         config = _remote_json(repo_id, revision, "config.json")
         info = api.model_info(repo_id, revision=revision, files_metadata=True)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 — the client raises many types; each becomes one readable message
         raise hub_error(repo_id, revision, exc) from None
     sizes = {s.rfilename: s.size for s in (info.siblings or []) if s.size is not None}
     tensors = {}

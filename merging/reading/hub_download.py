@@ -153,7 +153,8 @@ def plan_download(repos_wanted: list[tuple[str, str | None]]) -> DownloadPlan:
         folder = cache / f"models--{repo_id.replace('/', '--')}"
         if not _is_hex(commit, (40,)):
             raise RamStudioError(f"the Hub answered with an unexpected commit id for {repo_id} "
-                                 f"({printable(commit, 80)!r}).", "Check HF_ENDPOINT: it may not be a Hugging Face Hub.")
+                                 f"({printable(commit, 80)!r}).",
+                                 "Check HF_ENDPOINT: it may not be a Hugging Face Hub.")
         files = []
         for f in entries:
             etag = f.lfs.sha256 if f.lfs is not None else f.blob_id

@@ -14,12 +14,11 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from merging.reading.checkpoint import Checkpoint
 from merging.common.device import chunk_elems_for, fits_on_device
 from merging.common.dtypes import FLOAT_CODES, ITEMSIZE
-from merging.reading.checkpoint import tensor_order
-from merging.reading.fingerprint import Fingerprinter
+from merging.reading.checkpoint import Checkpoint, tensor_order
 from merging.reading.chunks import DEFAULT_CHUNK_ELEMS, ChunkData, ChunkReader, Span, row_spans
+from merging.reading.fingerprint import Fingerprinter
 
 HOST_SHARE = 0.5  # resident inputs may take at most this share of the memory available now
 
@@ -27,7 +26,7 @@ HOST_SHARE = 0.5  # resident inputs may take at most this share of the memory av
 def resident_bytes(base: Checkpoint, agents: list[Checkpoint], device: torch.device) -> int:
     """Bytes the inputs take once resident: stored values on the host, float32 for float tensors on a GPU."""
     total = 0
-    for name, e in base.tensors.items():
+    for e in base.tensors.values():
         size = ITEMSIZE[e.dtype]
         if device.type == "cuda" and e.dtype in FLOAT_CODES:
             size = 4
@@ -117,7 +116,8 @@ class ResidentReader:
             raise ValueError(f"span {span} is not one this reader holds: the engine must use chunk_elems="
                              f"{self.chunk_elems}") from None
 
-    def stream(self, items: Iterable[tuple[Span | None, Any]], depth: int = 2) -> Iterator[tuple[Any, ChunkData | None]]:
+    def stream(self, items: Iterable[tuple[Span | None, Any]],
+               depth: int = 2) -> Iterator[tuple[Any, ChunkData | None]]:
         """Like ChunkReader.stream: (tag, data) for each (span or None, tag); nothing is read."""
         for span, tag in items:
             yield tag, (None if span is None else self.read(span))

@@ -19,8 +19,15 @@ from dataclasses import dataclass, field
 from merging.common.errors import RamStudioError, printable
 from merging.reading.checkpoint import Checkpoint
 from merging.reading.heads import embedding_name, head_name
-from merging.reading.tokenizer_files import (TOKENIZER_FILE, Extension, TokenizerFile, compare, describe_tokens,
-                                             parse_tokenizer, read_raw)
+from merging.reading.tokenizer_files import (
+    TOKENIZER_FILE,
+    Extension,
+    TokenizerFile,
+    compare,
+    describe_tokens,
+    parse_tokenizer,
+    read_raw,
+)
 
 VOCAB_CHOICES = ("base", "union")
 VOCAB_HELP = ("base: the output keeps the base's vocabulary and tokenizer (an agent that adds tokens is refused "
@@ -175,8 +182,8 @@ def _union(base: Checkpoint, agents: list[Checkpoint], labels: list[str], extens
         for i, token in sorted((ext.added if ext else {}).items()):
             held = min(_rows(agents[k], t) for t in tensors)
             if i >= held:
-                raise RamStudioError(f"--vocab union: {labels[k]}'s tokenizer has {printable(token, 40)!r} at id {i:,}, "
-                                     f"but its vocabulary tensors have {held:,} rows.",
+                raise RamStudioError(f"--vocab union: {labels[k]}'s tokenizer has {printable(token, 40)!r} at id "
+                                     f"{i:,}, but its vocabulary tensors have {held:,} rows.",
                                      "Its tokenizer and weights do not belong together; re-export the agent.")
             if i in by_id and by_id[i][0] != token:
                 first = labels[by_id[i][1][0]]

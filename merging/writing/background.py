@@ -28,7 +28,7 @@ class BackgroundWriter:
             if self._error is None:
                 try:
                     job()
-                except BaseException as exc:
+                except BaseException as exc:  # noqa: BLE001 — kept, and raised on the caller's thread
                     self._error = exc
 
     def submit(self, job: Callable[[], None]) -> None:

@@ -53,7 +53,8 @@ class TargetLock:
                 holder = _read_holder(fd)
                 os.close(fd)
                 raise RamStudioError(f"another merge is writing {self.target} right now "
-                                     f"({holder}).", "Wait for it to finish, or choose another output folder.") from None
+                                     f"({holder}).",
+                                     "Wait for it to finish, or choose another output folder.") from None
             try:  # the holder before us may have removed the file after we opened it: lock the current one
                 same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
             except FileNotFoundError:

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from merging.common.errors import RamStudioError
+from merging.common.untrusted import loads_json
 from merging.reading.model_folder import hub_blob_store
 from merging.recipe import RECIPE_NAME
-from merging.common.untrusted import loads_json
 
 PARTIAL_MARK = ".partial-"  # temporary siblings are named .NAME.partial-XXXXXXXX-PID
 # Files a merge writes (besides copied side files, whose names the side-file allow-list gives).

@@ -15,11 +15,11 @@ import os
 import shutil
 from pathlib import Path
 
-from merging.reading.checkpoint import Checkpoint
 from merging.common.dtypes import CODE_TO_NAME, FLOAT_CODES
 from merging.common.errors import RamStudioError, printable
-from merging.reading.model_folder import FileIdentity, check_file, open_checked
 from merging.common.untrusted import loads_json
+from merging.reading.checkpoint import Checkpoint
+from merging.reading.model_folder import FileIdentity, check_file, open_checked
 
 SIDE_FILE_PATTERNS = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                       "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",

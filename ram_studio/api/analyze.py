@@ -15,8 +15,10 @@ from ram_studio.api.progress import ProgressArg, engine, sink
 from ram_studio.api.running import prefetch
 
 
-def analyze(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, eps_ladder: Sequence[float] | str | None = None,
-            eps: float = 1e-5, eps_steps: float | None = None, json: str | os.PathLike | None = None, csv: str | os.PathLike | None = None,
+def analyze(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *,
+            eps_ladder: Sequence[float] | str | None = None,
+            eps: float = 1e-5, eps_steps: float | None = None, json: str | os.PathLike | None = None,
+            csv: str | os.PathLike | None = None,
             pairs_csv: str | os.PathLike | None = None, overwrite: bool = False, device: str = "auto",
             no_cache: bool = False, on_mismatch: str = "error", progress: ProgressArg = True) -> "Analysis":
     """Analyse `agents` against `base` as `ram-studio analyze` does (keywords are its flags): every ε of
@@ -26,12 +28,13 @@ def analyze(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, eps
     Returns an Analysis (tables as pandas frames, the app's figures); bad input raises RamStudioError."""
     from analysis.stats import analyze as run_analysis
     from merging.reading.checkpoint import open_checkpoint
-    from ram_studio.commands.analyze import write_outputs, ladder_and_unit, summary_eps
+    from ram_studio.commands.analyze import ladder_and_unit, summary_eps, write_outputs
     from ram_studio.console import stop_on_signal
     from ram_studio.inputs import file_output
 
     args = parse("analyze", [*model_refs(base, "base"), *model_refs(agents, "agents")],
-                 dict(eps_ladder=eps_ladder, eps=eps, eps_steps=eps_steps, json=json, csv=csv, pairs_csv=pairs_csv, overwrite=overwrite,
+                 dict(eps_ladder=eps_ladder, eps=eps, eps_steps=eps_steps, json=json, csv=csv, pairs_csv=pairs_csv,
+                      overwrite=overwrite,
                       device=device, no_cache=no_cache, on_mismatch=on_mismatch))
     to = sink(progress)
     with stop_on_signal() as stop:

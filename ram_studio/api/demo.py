@@ -147,7 +147,8 @@ class Fig3(Shown):
         if view.empty:
             return [("table", self.frame)]
         names = {"base": "base", "unique": "unique region", "unique_div_N": "unique region ÷ N", "agent": "full agent"}
-        wide = view.assign(variant=view["variant"].map(names)).pivot(index="agent", columns="variant", values="accuracy")
+        wide = view.assign(variant=view["variant"].map(names)).pivot(index="agent", columns="variant",
+                                                                     values="accuracy")
         wide = wide.reindex(index=[a for a in self.agents if a in wide.index],
                             columns=[v for v in names.values() if v in wide.columns])
         return [("table", wide.rename_axis(columns=None).reset_index())]

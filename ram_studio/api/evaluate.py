@@ -22,10 +22,10 @@ def evaluate(model: str | os.PathLike, *, tasks: Sequence[str] | str | None = No
     or lm-evaluation-harness tasks (`lm_eval`, `include_path`, `backend`, `batch_size`), on `split`, the first
     `limit` examples per task; `json` writes the CLI's document. Returns an Evaluation (scores per task, their
     average, the per-subset frame); bad input raises RamStudioError before anything is loaded."""
+    from evaluation.quiet import quiet_libraries
     from merging.common.errors import RamStudioError
     from merging.reading.checkpoint import open_checkpoint
     from ram_studio.commands import evaluate as cli
-    from evaluation.quiet import quiet_libraries
     from ram_studio.commands.evaluator_options import build_evaluator
     from ram_studio.console import stop_on_signal
 

@@ -30,7 +30,7 @@ def merge(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, out: 
     base's tokenizer, `untie=True` writes an untied head for a tied base (the CLI's --vocab and --untie). Returns a
     Merged (the folder, its files, ρ_t and λ_t, the recipe); bad input raises RamStudioError and writes nothing; a
     lineage warning (an agent that may not descend from the base) is a Python warning."""
-    from ram_studio.commands.merge import cached_statistics, spec_from_args, side_for
+    from ram_studio.commands.merge import cached_statistics, side_for, spec_from_args
     from ram_studio.console import stop_on_signal
 
     options = dict(out=out, method=method, preset=preset, rescale_factor=rescale_factor, device=device,

@@ -44,7 +44,6 @@ class _Bars:
     def _tqdm():
         try:
             import ipywidgets  # noqa: F401 — tqdm.auto needs it in a notebook, else it warns and falls back
-
             from tqdm.auto import tqdm
         except ImportError:
             from tqdm import tqdm

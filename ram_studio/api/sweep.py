@@ -27,7 +27,8 @@ def _try_text(grid: Any) -> Any:
 
 
 def sweep(base: str | os.PathLike, agents: Sequence[str | os.PathLike], *, try_: Sequence[Grid] | Grid | None = None,
-          grids: Sequence[str | os.PathLike] | str | os.PathLike | None = None, tasks: Sequence[str] | str | None = None,
+          grids: Sequence[str | os.PathLike] | str | os.PathLike | None = None,
+          tasks: Sequence[str] | str | None = None,
           suite: str | None = None, lm_eval: Sequence[str] | str | None = None,
           include_path: str | os.PathLike | None = None, backend: str = "auto", device: str = "auto",
           batch_size: int | str | None = None, select_on: str = "validation", report_on: str = "test",
@@ -55,9 +56,9 @@ def _run(args, to) -> "Sweep":
     """cmd_sweep's checks and run, with progress to `to` and nothing printed."""
     from evaluation.executors import EXECUTORS
     from evaluation.keep import check_root, keep_models
+    from evaluation.quiet import quiet_libraries
     from evaluation.store import ScoreStore
     from evaluation.sweep import SweepSpec, check_agents, check_splits, run_sweep
-    from evaluation.quiet import quiet_libraries
     from ram_studio.commands.evaluator_options import build_evaluator
     from ram_studio.commands.sweep import checked_grids, output_files
     from ram_studio.console import stop_on_signal
@@ -82,7 +83,8 @@ def _run(args, to) -> "Sweep":
         with stop_on_signal() as stop, quiet_libraries():
             prefetch([args.base, *args.agents], to, stop)
             res = run_sweep(spec, executor, store=ScoreStore(read=not args.no_resume), progress=show, cancel=stop)
-            kept = keep_models(res, args.keep, root, overwrite=args.overwrite, cancel=stop) if args.keep != "none" else []
+            kept = keep_models(res, args.keep, root, overwrite=args.overwrite,
+                               cancel=stop) if args.keep != "none" else []
     finally:
         close(to)
     swept = Sweep(res, executor.name, [Path(k.out) for k in kept])

@@ -25,8 +25,9 @@ def add_parser(sub) -> None:
                          "companion or its own validation split")
     sp.add_argument("--limit", type=int, default=None, metavar="N",
                     help="score only the first N examples of each task (a quick look; not comparable to full scores)")
-    sp.add_argument("--json", metavar="FILE", help="also write the scores as JSON (the placement rules of analyze "
-                                                  "--json: never inside an input, never over a file without --overwrite)")
+    sp.add_argument("--json", metavar="FILE", help="also write the scores as JSON (the placement rules of "
+                                                  "analyze --json: never inside an input, never over a file without "
+                                                  "--overwrite)")
     sp.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
     sp.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     sp.set_defaults(func=cmd_evaluate)
@@ -67,7 +68,8 @@ def json_output(args: argparse.Namespace, ckpt) -> Path | None:
     from merging.writing.checked_output import check_output_file
     from merging.writing.placement import protected_paths
 
-    inputs = [(ckpt.ref.raw, ckpt.folder)] + ([("--include-path", Path(args.include_path))] if args.include_path else [])
+    inputs = [(ckpt.ref.raw, ckpt.folder)]
+    inputs += [("--include-path", Path(args.include_path))] if args.include_path else []
     return check_output_file(args.json, protected_paths(inputs), overwrite=args.overwrite)
 
 
@@ -93,8 +95,9 @@ def _print_scores(args: argparse.Namespace, evaluator, frame, scores) -> None:
     from ram_studio.commands.evaluator_options import display_frame
 
     suite = getattr(evaluator, "suite", None)
-    say(f"{printable(args.model)} · {evaluator.name}" + (f" (suite {suite.name})" if suite else "") + f" · {args.split} split"
-          + (f" · first {args.limit} examples per task" if args.limit else "") + f" · {scores.seconds:.1f} s")
+    say(f"{printable(args.model)} · {evaluator.name}" + (f" (suite {suite.name})" if suite else "")
+          + f" · {args.split} split" + (f" · first {args.limit} examples per task" if args.limit else "")
+          + f" · {scores.seconds:.1f} s")
     say(table(display_frame(frame, scores)))
     se = scores.average_stderr
     say(f"average over {len(scores.scores)} task(s): {scores.average:.2f} %"
@@ -153,7 +156,8 @@ def refuse_unless_demo_compatible(ckpt) -> None:
     try:
         ident = check_file(ckpt.folder, "tokenizer.json", max_bytes=MAX_SMALL_FILE)
     except FileNotFoundError:
-        raise RamStudioError(f"{name} has no tokenizer.json, so it cannot be scored on the demo's tasks.", hint) from None
+        raise RamStudioError(f"{name} has no tokenizer.json, so it cannot be scored on the demo's tasks.",
+                             hint) from None
     embed = next((e for n, e in ckpt.tensors.items() if n.endswith("embed_tokens.weight") and len(e.shape) == 2), None)
     if embed is None or not (ckpt.config or {}).get("architectures"):
         raise RamStudioError(f"{name} is not a causal language model with token embeddings "

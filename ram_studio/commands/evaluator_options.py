@@ -77,7 +77,8 @@ def build_evaluator(args: argparse.Namespace, suite_folder: Path | None = None):
         try:
             suite = get_suite(args.suite)
         except ValueError:
-            raise RamStudioError(f"unknown task suite {printable(args.suite, 40)!r}.", "Choose --suite demo or shared.") from None
+            raise RamStudioError(f"unknown task suite {printable(args.suite, 40)!r}.",
+                                 "Choose --suite demo or shared.") from None
     elif suite_folder is not None:
         try:
             suite = suite_of_folder(suite_folder)

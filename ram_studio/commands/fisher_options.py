@@ -19,8 +19,8 @@ def add_fisher_options(sp: argparse.ArgumentParser) -> None:
                        help="each agent's own demo task, in the agents' order (default: the task named like the agent, "
                             "e.g. demo:code → code); its train split feeds the Fisher pass")
     group.add_argument("--fisher-lm-eval", default=None, metavar="TASK[,TASK]",
-                       help="each agent's own lm-evaluation-harness task instead (one per agent, in order; its training "
-                            "split, else a validation split apart from its test split)")
+                       help="each agent's own lm-evaluation-harness task instead (one per agent, in order; its "
+                            "training split, else a validation split apart from its test split)")
     group.add_argument("--include-path", default=None, metavar="DIR",
                        help="a folder of lm-eval task YAML files for --fisher-lm-eval")
     group.add_argument("--suite", default=None, metavar="demo|shared",
@@ -65,8 +65,10 @@ def recorded_origin(record: Any) -> tuple[dict[str, Any], list[str], list[str]]:
         raise bad
     origin = record["origin"]
     if origin.get("backend") == "demo" and (origin.get("suite") is None or _short_text(origin.get("suite"))):
-        return {"backend": "demo", "suite": origin.get("suite")}, [a["task"] for a in agents], [a["key"] for a in agents]
-    if origin.get("backend") == "lm-eval" and (origin.get("include_path") is None or _short_text(origin["include_path"], 4096)):
+        return ({"backend": "demo", "suite": origin.get("suite")}, [a["task"] for a in agents],
+                [a["key"] for a in agents])
+    if origin.get("backend") == "lm-eval" and (origin.get("include_path") is None
+                                              or _short_text(origin["include_path"], 4096)):
         return ({"backend": "lm-eval", "include_path": origin.get("include_path")}, [a["task"] for a in agents],
                 [a["key"] for a in agents])
     raise bad

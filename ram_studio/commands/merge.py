@@ -30,7 +30,8 @@ def add_parser(sub, method_flags_for_merge: bool = True) -> None:
         method_flags(sp)
     sp.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     sp.add_argument("--shard-size", default="5GB", metavar="SIZE",
-                    help="largest weight file of the output: shards of at most SIZE (e.g. 500MB, 2GB) with a model.safetensors.index.json; default 5GB, as transformers' save_pretrained")
+                    help="largest weight file of the output: shards of at most SIZE (e.g. 500MB, 2GB) with a "
+                         "model.safetensors.index.json; default 5GB, as transformers' save_pretrained")
     sp.add_argument("--out-dtype", help="output dtype (default: the base's): bfloat16, float16, float32, float64")
     sp.add_argument("--chunk-elems", type=int, default=1 << 23, help=argparse.SUPPRESS)
     sp.add_argument("--vocab", choices=["base", "union"], default="base",
@@ -158,8 +159,8 @@ def side_for(spec, args: argparse.Namespace, stop, fisher_record=None, quiet: bo
 
 
 def run_spec(spec, args: argparse.Namespace, expected_inputs=None, provenance=None, fisher_record=None) -> int:
-    from merging.merge import merge_to_folder
     from merging.common.units import format_bytes
+    from merging.merge import merge_to_folder
 
     with stop_on_signal() as stop:
         prefetch([spec.base, *spec.agents], args.quiet, stop)

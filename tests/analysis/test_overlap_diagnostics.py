@@ -109,7 +109,8 @@ def models(tmp_path_factory):
         key = (n, dtype, shared_skill)
         if key not in _MODELS:
             root = tmp_path_factory.mktemp(f"diag{n}")
-            _MODELS[key] = make_models(root, n, dtype, seed=10 * n + (dtype == torch.bfloat16), shared_skill=shared_skill)
+            _MODELS[key] = make_models(root, n, dtype, seed=10 * n + (dtype == torch.bfloat16),
+                                       shared_skill=shared_skill)
         return _MODELS[key]
     return get
 

@@ -32,7 +32,8 @@ def brute(base_dir, agent_dirs, eps):
             out[(t, name)] = {
                 "changed": int(m[t].sum()), "unique": int(uniq.sum()), "shared": int(shared.sum()),
                 "hist": [int((m[t] & (c == k)).sum()) for k in range(1, len(ags) + 1)],
-                "norm_unique": float(taus[t][uniq].double().norm()), "norm_shared": float(taus[t][shared].double().norm()),
+                "norm_unique": float(taus[t][uniq].double().norm()),
+                "norm_shared": float(taus[t][shared].double().norm()),
                 "conflicts": int((shared & opposite).sum()),
             }
     return out
@@ -73,7 +74,7 @@ def test_views_are_consistent(family):
     assert ov.groupby("agent")["fraction"].sum().round(9).eq(1).all()
     assert (ov[ov["k"] == 1].set_index("agent")["count"] == d.set_index("agent")["unique"]).all()
     eps_curve = tables.eps_sensitivity(res)
-    for agent, g in eps_curve.groupby("agent"):
+    for _agent, g in eps_curve.groupby("agent"):
         assert g.sort_values("eps")["density"].is_monotonic_decreasing
     lam = tables.lambda_table(res, 1e-5, r=0.1, alpha=2.0)
     for _, row in lam.iterrows():

@@ -31,7 +31,8 @@ def _kernels_ready():
 def model_set(kind: str, tmp_path_factory) -> list[Path]:
     if kind not in _SETS:
         root = tmp_path_factory.mktemp(kind)
-        _SETS[kind] = make_moe(root, 3, 6, 16, 8) if kind == "moe" else make_models(root, 2000 if kind == "many" else 300, 7)
+        _SETS[kind] = (make_moe(root, 3, 6, 16, 8) if kind == "moe"
+                       else make_models(root, 2000 if kind == "many" else 300, 7))
     return _SETS[kind]
 
 
@@ -92,7 +93,8 @@ def views(result: stats.AnalysisResult) -> dict[str, pd.DataFrame]:
            "norms": tables.norms_and_conflicts(result, eps), "eps": tables.eps_sensitivity(result),
            "layer module": tables.density_by_layer_module(result, eps),
            "by layer": tables.unique_shared_by_layer(result, eps),
-           "pairs": agreement.pair_agreement(result, eps), "pairs by module": agreement.agreement_by(result, eps, "module"),
+           "pairs": agreement.pair_agreement(result, eps),
+           "pairs by module": agreement.agreement_by(result, eps, "module"),
            "agents": agreement.agent_agreement(result, eps),
            "lambda tensor": tables.lambda_table(result, eps, 0.1, 0.2, "clip", "tensor"),
            "lambda global": tables.lambda_table(result, eps, 0.1, 0.2, "clip", "global"),

@@ -105,7 +105,7 @@ def test_every_unique_share_has_its_chance_level(res):
         expect = math.prod(1 - d[o] for o in res.agents if o != agent)
         assert g.loc[agent, "chance_unique_share"] == pytest.approx(expect)
     lay = tables.unique_shared_by_layer(res, 1e-5)
-    for layer, part in lay.groupby("layer"):
+    for _layer, part in lay.groupby("layer"):
         dens = dict(zip(part["agent"], part["changed"] / part["numel"]))
         for _, row in part.iterrows():
             assert row["chance_unique_share"] == pytest.approx(

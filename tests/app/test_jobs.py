@@ -172,7 +172,7 @@ def test_a_dropped_record_says_what_it_was_and_frees_a_gone_sessions_folder():
         finish(mgr.submit("merge", "c", "a merge", lambda job: 1, merges=True, out=Path("/tmp/ram-freed")))
 
 
-# ---------------------------------------------------------------- pages: a job's link, read-only while its owner is open
+# ------------------------------------------------------------- pages: a job's link, read-only while its owner is open
 
 @pytest.fixture
 def sessions(monkeypatch):
@@ -233,7 +233,7 @@ def cancel_button(at, key: str):
 
 
 @pytest.mark.parametrize("kind", list(PAGES))
-def test_a_link_to_a_live_sessions_job_follows_it_read_only(env, tmp_path, sessions, kind):  # noqa: F811
+def test_a_link_to_a_live_sessions_job_follows_it_read_only(env, tmp_path, sessions, kind):
     """A second tab or person opening the first session's URL (`?job=`) sees the job running, read-only: no
     Cancel, the owner unchanged (a merge's folder too), the first session's Cancel still works. Once the first
     session has gone, the follower adopts the job and may cancel it."""
@@ -270,7 +270,7 @@ def test_a_link_to_a_live_sessions_job_follows_it_read_only(env, tmp_path, sessi
     assert job.status == "cancelled"
 
 
-def test_a_link_to_a_finished_merge_shows_it_but_the_folder_stays_its_sessions(env, tmp_path, sessions):  # noqa: F811
+def test_a_link_to_a_finished_merge_shows_it_but_the_folder_stays_its_sessions(env, tmp_path, sessions):
     """A finished merge opened through its link by another session while the first is open: the results are shown,
     the folder stays the first session's (not overwritten from the link), and the first may still overwrite it."""
     out = tmp_path / "merged"
@@ -301,7 +301,7 @@ def test_a_link_to_a_finished_merge_shows_it_but_the_folder_stays_its_sessions(e
     no_problems(first)
 
 
-def test_a_followed_job_dropped_from_memory_is_said_once(env, tmp_path, sessions, monkeypatch):  # noqa: F811
+def test_a_followed_job_dropped_from_memory_is_said_once(env, tmp_path, sessions, monkeypatch):
     """A page that followed a finished job whose record left memory says so once, then shows the page without it."""
     import streamlit as st
 

@@ -697,7 +697,8 @@ def test_rho_views_per_layer_module_and_tensor(env):
     assert {(t.name or "").replace("<br>", " ") for t in figure(at, "chart_unique_vs_chance").data} == {
         "measured", "chance (independent masks)", "chance, tensor by tensor", "chance, tensor × binade"}
     nc = figure(at, "chart_norms_and_sign_conflicts")
-    assert {(t.name or "").replace("<br>", " ") for t in nc.data} >= {"unique part ‖τ_unique‖", "shared part ‖τ_shared‖"}
+    assert {(t.name or "").replace("<br>", " ") for t in nc.data} >= {"unique part ‖τ_unique‖",
+                                                                      "shared part ‖τ_shared‖"}
     at.toggle(key="het_log").set_value(True).run()
     assert figure(at, "chart_unique_vs_chance").layout.yaxis.type == "log"
     assert figure(at, "chart_unique_shared_by_layer").layout.yaxis.type == "log"
@@ -787,7 +788,8 @@ def test_mergekit_yaml_fills_the_form_and_shows_the_settings(env):
     at = new_app()
     at.switch_page("views/merge.py").run()
     no_problems(at)
-    assert any("cannot express" in plain(i.value) and "global scope" in plain(i.value) for i in at.info)  # ram_plus, global ρ
+    # ram_plus, global ρ
+    assert any("cannot express" in plain(i.value) and "global scope" in plain(i.value) for i in at.info)
     assert any("merge_method: ramplus_tl" in plain(c.value) for c in at.code)  # the nearest config is shown
     before = at.session_state["ram_selection"]
     at.text_area(key="mk_text").set_value(
@@ -1095,10 +1097,12 @@ def _table1(folder: Path, ram: float, ta: float) -> None:
     folder.mkdir(parents=True)
     pd.DataFrame({"model": ["base", "code", "tool", "memory", "average", "task_arithmetic", "ram", "ram_plus"],
                   "params": ["", "", "", "", "", "lambda=1.0", "eps=1e-05", "r=0.1"],
-                  "code": [10.0, 30.0, 10.0, 10.0, 15.0, ta, ram, ram - 1], "tool": [10.0, 10.0, 40.0, 10.0, 15.0, ta, ram, ram - 1],
+                  "code": [10.0, 30.0, 10.0, 10.0, 15.0, ta, ram, ram - 1],
+                  "tool": [10.0, 10.0, 40.0, 10.0, 15.0, ta, ram, ram - 1],
                   "memory": [10.0, 10.0, 10.0, 50.0, 15.0, ta, ram, ram - 1],
                   "avg": [10.0, 16.67, 20.0, 23.33, 15.0, ta, ram, ram - 1], "avg_se": [1.0] * 8,
-                  "val_avg": [10.0, 16.0, 20.0, 23.0, 15.0, ta, ram, ram - 1]}).to_csv(folder / "table1.csv", index=False)
+                  "val_avg": [10.0, 16.0, 20.0, 23.0, 15.0, ta, ram, ram - 1]}).to_csv(folder / "table1.csv",
+                                                                                       index=False)
 
 
 def test_dilution_two_regimes_side_by_side(tmp_path, monkeypatch):
@@ -1121,7 +1125,8 @@ def test_dilution_two_regimes_side_by_side(tmp_path, monkeypatch):
         no_problems(at)
         frames = [d.value for d in at.dataframe][-6:]  # per trio (left, then right): Table 1, pairs, agents
         for table, ram in ((frames[0], 30.0), (frames[3], 45.0)):  # scores ± standard error
-            assert table.loc["ram", "avg"] == f"{ram:.2f} ± 1.00" and table.loc["task_arithmetic", "avg"] == "40.00 ± 1.00"
+            assert table.loc["ram", "avg"] == f"{ram:.2f} ± 1.00" and table.loc["task_arithmetic",
+                                                                                "avg"] == "40.00 ± 1.00"
         assert all(sorted(f["agent"]) == ["code", "memory", "tool"] for f in (frames[2], frames[5]))
         pairs = frames[1]
         assert list(pairs["pair"]) == ["code–memory", "code–tool", "memory–tool"]

@@ -1,6 +1,6 @@
-"""What survives a reload, the mergekit panel, the forms' labels, the app's small points. The selection lives in the URL's query parameters (validated, shown
-escaped), a new session re-attaches to the server's running or finished job (AppTest; the browser test with a
-real reload is in tests/browser/test_app_end_to_end.py)."""
+"""What survives a reload, the mergekit panel, the forms' labels, the app's small points. The selection lives in the
+URL's query parameters (validated, shown escaped), a new session re-attaches to the server's running or finished job
+(AppTest; the browser test with a real reload is in tests/browser/test_app_end_to_end.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -364,7 +364,8 @@ def test_an_offline_preset_error_is_shown_once(env):
     assert len(boxes) == 1 and "were not selected" in boxes[0] and "could not be read" in boxes[0], boxes
     fresh = new_app()  # without the check first: one box says both
     fresh.switch_page("views/models.py").run()
-    fresh.radio(key="model_source").set_value(next(o for o in fresh.radio(key="model_source").options if "Qwen" in o)).run()
+    qwen = next(o for o in fresh.radio(key="model_source").options if "Qwen" in o)
+    fresh.radio(key="model_source").set_value(qwen).run()
     fresh.button(key="use_models").click().run()
     boxes = [plain(e.value) for e in fresh.error]
     assert len(boxes) == 1 and "were not selected" in boxes[0] and "could not be read" in boxes[0], boxes

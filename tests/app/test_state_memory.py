@@ -161,7 +161,7 @@ def demo_url(at, agents: list[str]):
     return at
 
 
-def test_an_analysis_dropped_from_memory_is_recomputed_with_a_note(env, monkeypatch):  # noqa: F811
+def test_an_analysis_dropped_from_memory_is_recomputed_with_a_note(env, monkeypatch):
     """With a limit below one analysis, each new selection drops the previous one; opening that one again says
     why it is computed again, then shows the page as before (from the analysis cache on disk)."""
     from app import state

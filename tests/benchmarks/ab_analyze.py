@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trees = {"before": export(args.before, tmp / "before"),
                  "after": export(args.after, tmp / "after") if args.after else ROOT}
-        for name, tree in trees.items():  # compile (or load) each version's kernels before timing
+        for tree in trees.values():  # compile (or load) each version's kernels before timing
             subprocess.run([sys.executable, "-m", "merging.kernels"], cwd=tree, check=True,
                            env={**os.environ, "PYTHONPATH": str(tree)}, stdout=subprocess.DEVNULL)
         runs: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}

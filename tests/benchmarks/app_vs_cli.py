@@ -67,7 +67,8 @@ def timed(cmd: list[str], env: dict) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    return {"job_s": round(wall, 2), "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
+    return {"job_s": round(wall, 2),
+            "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
             "load": la, "stdout_tail": proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []}
 
 
@@ -308,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         if "analyze" in jobs:
             cfg = {"kind": "analyze", "base": base, "agents": agents}
             report["jobs"]["analyze"] = compare("analyze", cfg, {"cli": (cli + ["analyze", base, *agents, "--quiet",
-                                                                               "--no-cache"], env)}, env, scratch, args.runs)
+                                                                               "--no-cache"], env)}, env, scratch,
+                                                                               args.runs)
         dbase, dagents = models(DEMO, ["base", "code", "tool", "memory"])
         if "evaluate" in jobs:
             folder = scratch / "demo-merged"

@@ -3,8 +3,10 @@
 Usage: python -m tests.benchmarks.bit_identity OUT.json [--set05b DIR] [--only demo|0.5b]
 Run it on two checkouts (e.g. before and after a refactor) and compare the JSON files: a refactor that
 changes no behaviour leaves every hash equal. Each merge runs on the fused-kernel path and, for the demo,
-also on the torch path (RAM_STUDIO_KERNELS=torch); every file of the output folder is hashed (the card and recipe name the output folder by its name, the same
-in every run; the demo's folder in text documents is replaced by <DEMO>); the analysis JSON is hashed without its wall time and its cache key (which hashes folder paths and mtimes).
+also on the torch path (RAM_STUDIO_KERNELS=torch); every file of the output folder is hashed (the card and
+recipe name the output folder by its name, the same in every run; the demo's folder in text documents is
+replaced by <DEMO>); the analysis JSON is hashed without its wall time and its cache key (which hashes folder
+paths and mtimes).
 """
 from __future__ import annotations
 

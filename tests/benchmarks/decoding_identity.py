@@ -67,7 +67,8 @@ def check(folders: dict[str, Path], threads: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.decoding_identity", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.decoding_identity",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--threads", default="1,2", help="torch thread counts to check, comma-separated")
     parser.add_argument("--json", type=Path, help="also write the result as JSON")
     args = parser.parse_args(argv)

@@ -78,7 +78,8 @@ def summary(xs: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.evaluator_speed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.evaluator_speed",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="ccb1959", help="the revision with the old decoding (default ccb1959)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement")
     parser.add_argument("--json", type=Path, help="also write the numbers as JSON")

@@ -37,7 +37,8 @@ DEMO = ROOT / "assets" / "demo" / "models"
 
 # (name, model folder or "0.5b", agent, task, rule, snapshots)
 CASES = {
-    "demo": [("demo", "demo", a, a, rule, [256]) for rule in ("sampled", "reference") for a in ("code", "tool", "memory")],
+    "demo": [("demo", "demo", a, a, rule, [256]) for rule in ("sampled", "reference")
+             for a in ("code", "tool", "memory")],
     "0.5b": [("0.5b", "0.5b", "agent", task, rule, [n])
              for task, n in (("code", 4), ("tool", 2)) for rule in ("reference", "sampled")],
 }
@@ -77,7 +78,7 @@ def build_05b(folder: Path) -> Path:
 
 def one(model: str, agent: str, task: str, rule: str, ns: list[int]) -> dict:
     """One agent's Fisher pass in this process, into a fresh cache; what it cost."""
-    import torch  # noqa: F401 — imported before the first reading, like any command
+    import torch
 
     from assets.demo.evaluate import suite_of_folder
     from assets.demo.evaluator import DemoEvaluator

@@ -19,7 +19,8 @@ TASKS_DIR = ROOT / "assets" / "demo" / "lm_eval_tasks"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.lm_eval_agreement", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.lm_eval_agreement",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--models", default="base,code,tool,memory")
     parser.add_argument("--json", type=Path)
@@ -45,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
                 same = abs(lm - ours) < 1e-9
                 differ += not same
                 rows.append({"model": name, "split": split, "task": t, "lm_eval": lm, "builtin": ours, "same": same})
-                print(f"{name:7s} {split:10s} {t:6s} lm-eval {lm:6.2f}  built-in {ours:6.2f}  {'same' if same else 'DIFFERENT'}",
+                print(f"{name:7s} {split:10s} {t:6s} lm-eval {lm:6.2f}  built-in {ours:6.2f}  "
+                      f"{'same' if same else 'DIFFERENT'}",
                       flush=True)
     print(f"{len(rows)} task scores, {differ} different")
     if args.json:

@@ -205,7 +205,7 @@ def generate(shape: ModelShape, out: str, seed: int, shard_bytes: int, verify: b
         pending.put(None)
         writer.join()
     config = hf_config(shape)
-    for role, w in writers.items():
+    for w in writers.values():
         w.finish(config)
     for role, path in tmp.items():
         final = os.path.join(out, role)

@@ -55,7 +55,8 @@ def compare(theirs: Path, ours: Path, base: Path, agents: list[Path]) -> dict:
     worst = 0.0
     for name in b0:
         x, y = a[name].float().reshape(-1), b[name].float().reshape(-1)
-        scale = torch.stack([b0[name].float().reshape(-1).abs()] + [g[name].float().reshape(-1).abs() for g in ags]).amax(0)
+        scale = torch.stack([b0[name].float().reshape(-1).abs()]
+                            + [g[name].float().reshape(-1).abs() for g in ags]).amax(0)
         d = (x - y).abs()
         bad += int((d > 4 * torch.finfo(torch.float32).eps * scale + 1e-12).sum())
         same += int((x.view(torch.int32) == y.view(torch.int32)).sum())
@@ -98,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| config | elements | bit-identical | max abs diff | beyond 4 ulps | match | mergekit s | ram-studio s |")
     print("|---|---:|---:|---:|---:|---|---:|---:|")
     for r in rows:
-        print(f"| {r['config']} | {r['elements']:,} | {100 * r['identical_elements']:.2f} % | {r['max_abs_diff']:.3g} | "
-              f"{r['beyond_4_ulps']:.3g} | "
+        print(f"| {r['config']} | {r['elements']:,} | {100 * r['identical_elements']:.2f} % | "
+              f"{r['max_abs_diff']:.3g} | {r['beyond_4_ulps']:.3g} | "
               f"{'yes' if r['match'] else 'NO'} | {r['mergekit_s']} | {r['ram_studio_s']} |")
     print("(max abs diff over all elements; 'beyond 4 ulps' counts elements farther apart than 4 float32 ulps of "
           "the largest input magnitude there; identical_elements is the share that is bit-identical)")

@@ -256,9 +256,11 @@ def print_table(rows: list[Row], baseline: Optional[list[Row]] = None) -> None:
     floor = min(floors) if floors else None
     mk = {r.method: r.wall_s for r in ref if r.group == "mergekit" and r.status == "ok"}
     our_to_mk = {m: v[1] for m, v in OUR_METHODS.items()}
-    print(f"\n{'command':36} {'status':8} {'wall s':>8} {'xF':>6} {'xMK':>6} {'VmRSS MB':>9} {'Anon MB':>8} {'out GB':>7}")
+    print(f"\n{'command':36} {'status':8} {'wall s':>8} {'xF':>6} {'xMK':>6} {'VmRSS MB':>9} {'Anon MB':>8} "
+          f"{'out GB':>7}")
     for r in rows:
-        mk_t = mk.get(our_to_mk.get(r.method, "")) if r.group == "ours" else mk.get(r.method) if r.group == "mergekit" else None
+        mk_t = mk.get(our_to_mk.get(r.method,
+                                    "")) if r.group == "ours" else mk.get(r.method) if r.group == "mergekit" else None
         wall = f"{r.wall_s:.1f}" if r.wall_s is not None else "-"
         rss = f"{r.peak_vmrss_mb:.0f}" if r.peak_vmrss_mb is not None else "-"
         anon = f"{r.peak_rssanon_mb:.0f}" if r.peak_rssanon_mb is not None else "-"
@@ -309,7 +311,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         print_table(rows, load_baseline(args.baseline) if args.baseline else None)
         return
     only = set(args.only.split(",")) if args.only else None
-    want = (lambda m: only is None or m in only)
+
+    def want(m: str) -> bool:
+        return only is None or m in only
+
     if not os.path.exists(os.path.join(MERGEKIT_VENV, "bin", "mergekit-yaml")) and not args.skip_mergekit:
         sys.exit("mergekit venv missing: run tests/benchmarks/setup_mergekit.sh (or pass --skip-mergekit)")
     r = Runner(args)
@@ -334,7 +339,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         os.makedirs(os.path.join(BENCH, "results"), exist_ok=True)
         path = args.results or os.path.join(BENCH, "results", os.path.basename(r.work) + ".json")
         with open(path, "w") as f:
-            json.dump({"shape": args.shape, "data": r.data, "host_cpus": os.cpu_count(), "device": device_name(args.device),
+            json.dump({"shape": args.shape, "data": r.data, "host_cpus": os.cpu_count(),
+                       "device": device_name(args.device),
                        "load_before": load_before, "load_after": os.getloadavg(),
                        "note": "shared machine; timings noisy; page cache warm unless stated",
                        "rows": [vars(x) for x in r.rows], "checks": r.checks}, f, indent=2)

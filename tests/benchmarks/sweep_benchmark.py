@@ -55,7 +55,8 @@ def _measure(argv: list[str], log: Path, env: dict[str, str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.sweep_benchmark", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.sweep_benchmark",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=None, help="where to write the results (default .bench/…)")
     parser.add_argument("--skip-old", action="store_true", help="do not run the old subprocess path (~5 min)")
     parser.add_argument("--repeat-evaluate", type=int, default=3)

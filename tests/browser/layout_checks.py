@@ -23,7 +23,9 @@ CHARTS = """() => [...document.querySelectorAll('.js-plotly-plot')].map((div, in
   const axes = g => [...div.querySelectorAll(g)].map(layer => ({
     tilted: [...layer.querySelectorAll('text')].some(t => /rotate\\((-?[1-9])/.test(t.getAttribute('transform') || '')),
     labels: [...layer.querySelectorAll('text')].filter(shown).map(e => ({b: box(e), t: e.textContent.trim()}))}));
-  return {index, id: chart ? (chart.closest('[class*="st-key-chart_"]') || chart).className.match(/st-key-chart_(\\S+)/)?.[1] || String(index) : div.id,
+  return {index,
+    id: chart ? (chart.closest('[class*="st-key-chart_"]') || chart).className.match(/st-key-chart_(\\S+)/)?.[1]
+      || String(index) : div.id,
     svg: box(div.querySelector('.main-svg')), title: texts('.g-gtitle text'),
     legend: [...div.querySelectorAll('.legend')].filter(e => e.getBoundingClientRect().width > 0).map(box),
     legendtexts: texts('.legend .legendtext'), scroll,
@@ -36,7 +38,8 @@ CHARTS = """() => [...document.querySelectorAll('.js-plotly-plot')].map((div, in
 
 TABLES = """() => {
   const visibleBar = s => { const c = getComputedStyle(s).scrollbarColor || '';
-    const thumb = c.split(/\\)\\s+/)[0]; return !/rgba\\([^)]*,\\s*0\\)?$/.test(thumb) && c !== 'transparent transparent'; };
+    const thumb = c.split(/\\)\\s+/)[0];
+    return !/rgba\\([^)]*,\\s*0\\)?$/.test(thumb) && c !== 'transparent transparent'; };
   const out = [];
   document.querySelectorAll('[data-testid="stDataFrame"], [data-testid="stTable"]').forEach((t, i) => {
     const grid = t.getAttribute('data-testid') === 'stDataFrame';
@@ -53,7 +56,8 @@ TABLES = """() => {
   return out;
 }"""
 
-ELLIPSES = """() => [...document.querySelectorAll('[data-testid="stMain"] *, [data-testid="stSidebar"] *')].filter(e => {
+ELLIPSES = """() => [...document.querySelectorAll('[data-testid="stMain"] *, [data-testid="stSidebar"] *')]
+  .filter(e => {
   if (!e.textContent.trim() || e.children.length > 2) return false;
   const s = getComputedStyle(e);
   return s.textOverflow === 'ellipsis' && s.overflow !== 'visible' && e.scrollWidth > e.clientWidth + 1
@@ -103,7 +107,8 @@ def chart_problems(m: dict) -> list[str]:
     bad += _pairs("x tick label", xticks, "y tick label", yticks, slack=1)
     for ax in m["xaxes"]:
         g = ax["labels"]
-        if ax["tilted"]:  # parallel tilted lines (each ends at its tick): boxes overlap, texts do not while a line apart
+        # parallel tilted lines (each ends at its tick): boxes overlap, texts do not while a line apart
+        if ax["tilted"]:
             bad += [f"tilted tick labels too close: '{g[i]['t']}' '{g[i + 1]['t']}'" for i in range(len(g) - 1)
                     if abs(g[i + 1]["b"][2] - g[i]["b"][2]) < 17]
         else:

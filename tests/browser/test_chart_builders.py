@@ -30,7 +30,8 @@ MEASURE = r"""() => [...document.querySelectorAll('.js-plotly-plot')].map(div =>
   return {id: div.id, svg: box(div.querySelector('.main-svg')),
           title: all('.g-gtitle').map(box), legend: all('.legend').map(box),
           axistitles: all('.infolayer g[class^="g-x"], .infolayer g[class^="g-y"]').map(box),
-          annotations: all('.annotation').map(box), plots: all('.nsewdrag').map(box), colorbars: all('.colorbar').map(box),
+          annotations: all('.annotation').map(box), plots: all('.nsewdrag').map(box),
+          colorbars: all('.colorbar').map(box),
           ticks: all('.xaxislayer-above').map(g => [...g.querySelectorAll('.xtick text')].map(box)),
           tilted: all('.xaxislayer-above').map(g => [...g.querySelectorAll('.xtick text')].some(
             t => /rotate\((-?[1-9])/.test(t.getAttribute('transform') || ''))),
@@ -56,7 +57,8 @@ def check(m: dict) -> list[str]:
             bad += [f"legend over {what}" for b in m[what] if overlap(lg, b)]
         bad += ["legend over a tick label" for g in m["ticks"] + m["yticks"] for b in g if overlap(lg, b)]
     for t in m["title"]:
-        bad += [f"title over {what}" for what in ("annotations", "plots", "axistitles") for b in m[what] if overlap(t, b)]
+        bad += [f"title over {what}" for what in ("annotations", "plots", "axistitles") for b in m[what] if overlap(t,
+                                                                                                                    b)]
     for a in m["axistitles"]:  # an axis title stays clear of the other axis's tick labels
         bad += ["axis title over a tick label" for g in m["ticks"] + m["yticks"] for b in g if overlap(a, b, slack=2)]
         bad += ["title over a tick label" for g in m["ticks"] + m["yticks"] for b in g if overlap(t, b)]

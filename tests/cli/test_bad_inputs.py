@@ -148,7 +148,8 @@ def test_different_architecture(capsys, family, tmp_path):
     (other / "config.json").write_text(json.dumps(cfg))
     err = assert_refused(capsys, family, [agents[0], other], tmp_path / "out", "architecture", "LlamaForCausalLM")
     # No policy repairs a different architecture.
-    assert_refused(capsys, family, [agents[0], other], tmp_path / "out", "architecture", extra=("--on-mismatch", "base"))
+    assert_refused(capsys, family, [agents[0], other], tmp_path / "out", "architecture",
+                   extra=("--on-mismatch", "base"))
     assert "cannot be merged" in err
 
 

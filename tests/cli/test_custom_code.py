@@ -36,7 +36,8 @@ def custom_code_folder(root: Path, *, tokenizer_only: bool = False, model: str =
         (folder / name).write_text(TRAP)
     if tokenizer_only:
         tok = json.loads((folder / "tokenizer_config.json").read_text())
-        tok.update(tokenizer_class="TrapTokenizer", auto_map={"AutoTokenizer": ["tokenization_trap.TrapTokenizer", None]})
+        tok.update(tokenizer_class="TrapTokenizer",
+                   auto_map={"AutoTokenizer": ["tokenization_trap.TrapTokenizer", None]})
         (folder / "tokenizer_config.json").write_text(json.dumps(tok))
         return folder
     cfg = json.loads((folder / "config.json").read_text())

@@ -182,7 +182,8 @@ def test_corrupt_cache_entry_is_rebuilt(family):
     assert not third.from_cache and third.frame.equals(first.frame)
     meta = {"version": cache.CACHE_VERSION, "key": first.fingerprint, "base": "b", "agents": ["a"], "ladder": [0.0],
             "total_params": 1, "seconds": 0.0}
-    entry.write_bytes(b"".join(encode(meta, {"frame": pd.DataFrame(), "pairs": pd.DataFrame()}, {})))  # well formed, empty
+    entry.write_bytes(b"".join(encode(meta, {"frame": pd.DataFrame(), "pairs": pd.DataFrame()},
+                                      {})))  # well formed, empty
     fourth = analyze(base, agents, ladder=(0, 1e-5))
     assert not fourth.from_cache and fourth.frame.equals(first.frame)
 

@@ -214,7 +214,8 @@ def test_fuzz_recipes(family, recipe, data):
     elif op == "drop_spec_field":
         doc["spec"].pop(data.draw(st.sampled_from(sorted(doc["spec"]))))
     elif op == "param":
-        doc["spec"]["params"][data.draw(st.sampled_from(sorted(doc["spec"]["params"]) + ["y"]))] = data.draw(json_values)
+        value = data.draw(json_values)  # drawn first, as the assignment evaluated it
+        doc["spec"]["params"][data.draw(st.sampled_from(sorted(doc["spec"]["params"]) + ["y"]))] = value
     elif op == "top_field":
         doc[data.draw(st.sampled_from(["format", "inputs", "spec"]))] = data.draw(json_values)
     else:

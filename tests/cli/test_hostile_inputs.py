@@ -26,7 +26,8 @@ ROOT = REPO_ROOT
 
 # --- 6. no traceback, ever ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("content,fragment", [("[1, 2]", "JSON list"), ('"qwen2"', "JSON str"), ("{", "not valid JSON")])
+@pytest.mark.parametrize("content,fragment",
+                         [("[1, 2]", "JSON list"), ('"qwen2"', "JSON str"), ("{", "not valid JSON")])
 def test_config_that_is_not_an_object(capsys, models, content, fragment):
     base, agents = models
     (agents[0] / "config.json").write_text(content)

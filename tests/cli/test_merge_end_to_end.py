@@ -81,7 +81,8 @@ def test_merged_values_match_in_memory_ram_plus(family, tmp_path):
     b = state(base)
     ags = [state(a) for a in agents]
     names = sorted(b)
-    flat = torch.cat([torch.stack([a[n].float().reshape(-1) - b[n].float().reshape(-1) for a in ags]) for n in names], 1)
+    flat = torch.cat([torch.stack([a[n].float().reshape(-1) - b[n].float().reshape(-1) for a in ags]) for n in names],
+                     1)
     counts = regions.count_lists(regions.counts(flat, 1e-5))
     got = state(out)
     for n in names:

@@ -95,7 +95,8 @@ def test_yaml_grids_and_their_limits(tmp_path):
                           ("a: &x [1]\ngrids: *x", "anchors, aliases or tags"), ("grids: [", "not valid YAML"),
                           ("grids:\n  - {method: ties, lambda: 5e40}", "overflows float32"),
                           ("other: 1\ngrids: ['average']", "unknown field"),
-                          ("grids:\n  - {method: ties, lambda: !!python/object:os.system x}", "anchors, aliases or tags"),
+                          ("grids:\n  - {method: ties, lambda: !!python/object:os.system x}",
+                           "anchors, aliases or tags"),
                           ("grids:\n  - {lambda: [1]}", "not a mapping with a method")]:
         with pytest.raises(RamStudioError, match=message):
             grids_from_yaml(text)
@@ -159,7 +160,8 @@ def test_selection_reads_validation_only(tmp_path):
         top = max(e.average for e in mine)
         assert res.selected[method] == next(e.candidate for e in mine if e.average == top)
     # dare_ta searched its drop rate at the λ chosen for task_arithmetic
-    assert {e.params["lambda"] for e in valid if e.method == "dare_ta"} == {res.selected["task_arithmetic"].param_dict["lambda"]}
+    ta_lambda = res.selected["task_arithmetic"].param_dict["lambda"]
+    assert {e.params["lambda"] for e in valid if e.method == "dare_ta"} == {ta_lambda}
     chosen = [res.selected[m] for m in res.selected]
     assert res.best == max(chosen, key=lambda c: next(e.average for e in valid if e.candidate == c))
     # every validation scoring came before the first test scoring, and only the chosen (and the 4 inputs) saw test
@@ -266,7 +268,8 @@ def test_outputs_follow_the_interface(tmp_path):
 
 def test_keep_best_writes_only_the_best_through_the_merge_path(tmp_path):
     res_dir = tmp_path / "kept"
-    code, err = run_cli(*DEMO, "--try", "task_arithmetic lambda=0.5,1.0", "--limit", str(LIMIT), *FAST, "--keep", "best",
+    code, err = run_cli(*DEMO, "--try", "task_arithmetic lambda=0.5,1.0", "--limit", str(LIMIT), *FAST, "--keep",
+                        "best",
                         "--out", str(res_dir), "--json", str(tmp_path / "s.json"), "--quiet")
     assert code == 0, err
     doc = json.loads((tmp_path / "s.json").read_text())
@@ -307,7 +310,8 @@ def test_resume_after_an_interrupt_in_process(tmp_path):
 
 def test_ctrl_c_keeps_the_scores_and_the_next_run_resumes(tmp_path):
     store = tmp_path / "store"
-    argv = [sys.executable, "-m", "ram_studio", "sweep", *DEMO, "--try", "task_arithmetic lambda=0.1,0.3,0.5,0.7,0.9,1.0",
+    argv = [sys.executable, "-m", "ram_studio", "sweep", *DEMO, "--try",
+            "task_arithmetic lambda=0.1,0.3,0.5,0.7,0.9,1.0",
             "--limit", str(LIMIT), *FAST, "--json", str(tmp_path / "s.json")]
     env = {**os.environ, "RAM_STUDIO_SWEEP_CACHE": str(store)}
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

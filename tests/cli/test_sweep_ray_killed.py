@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("psutil")
 
-from tests.cli.ray_helpers import (  # noqa: E402
+from tests.cli.ray_helpers import (
     cmdline,
     session_folder,
     start_ray_sweep,

@@ -102,7 +102,7 @@ def test_training_log_has_reward_curves() -> None:
     log = pd.read_csv(DEMO / "results" / "training_log.csv")
     rl = log[log.stage == "rl"]
     assert set(rl.agent) == set(AGENTS)
-    for agent, grp in rl.groupby("agent"):
+    for _agent, grp in rl.groupby("agent"):
         assert grp.step.is_monotonic_increasing and grp.mean_reward.between(0, 1).all()
 
 

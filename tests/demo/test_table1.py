@@ -51,7 +51,8 @@ def read(text: str) -> pd.DataFrame:
 
 def test_the_chosen_merges_reproduce_the_committed_table(tmp_path: Path):
     committed = read((RESULTS / "table1.csv").read_text())
-    spec = SweepSpec(str(MODELS / "base"), [str(MODELS / a) for a in table1.AGENTS], grids_from_yaml(chosen_grids(committed)),
+    spec = SweepSpec(str(MODELS / "base"), [str(MODELS / a) for a in table1.AGENTS],
+                     grids_from_yaml(chosen_grids(committed)),
                      DemoEvaluator(suite=suite_of_folder(MODELS / "base")), references=False)
     res = run_sweep(spec, EXECUTORS["local"](), store=ScoreStore(tmp_path / "store"))
     assert len(res.candidates("validation")) == len(CHECKED) == len(res.candidates("test"))

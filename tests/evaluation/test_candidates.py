@@ -96,7 +96,7 @@ def test_demo_candidates_equal_cli_merges(cli_demo, mode, monkeypatch, tmp_path_
     ins = CandidateInputs(DEMO_REFS[0], DEMO_REFS[1:], mode=mode)
     assert ins.resident == (mode == "resident")
     module = load(DEMO / "base")
-    for i, (method, params) in enumerate(CASES):
+    for method, params in CASES:
         side = fisher_side(ins, module, params) if method == "fisher" else None
         made = ins.merge_into(module, method, params, side=side)
         assert made.changed
@@ -142,7 +142,8 @@ def test_gpu_style_torch_path_matches(cli_demo, monkeypatch):
     ins = CandidateInputs(DEMO_REFS[0], DEMO_REFS[1:], mode="resident")
     ins.reader = ResidentReader(ins.base, ins.agents, device=ins.device, widen=True)
     module = load(DEMO / "base")
-    for method, params in [("ties", {"lambda": 1.0, "density": 0.2}), ("dare_ta", {"lambda": 1.0, "drop_rate": 0.3, "seed": 3}),
+    for method, params in [("ties", {"lambda": 1.0, "density": 0.2}),
+                           ("dare_ta", {"lambda": 1.0, "drop_rate": 0.3, "seed": 3}),
                            ("ram_plus", {"r": 0.1, "alpha": 2.0})]:  # the same merges as above
         ins.merge_into(module, method, params)
         assert_same(module, cli_demo(method, params))

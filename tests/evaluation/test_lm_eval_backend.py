@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("lm_eval")
 
-from assets.demo.evaluator import DemoEvaluator  # noqa: E402
-from evaluation.lm_eval_backend import LmEvalEvaluator  # noqa: E402
+from assets.demo.evaluator import DemoEvaluator
+from evaluation.lm_eval_backend import LmEvalEvaluator
 from merging.common.errors import Cancelled, RamStudioError
 from tests.paths import REPO_ROOT
 
@@ -80,7 +80,8 @@ def test_splits_and_unknown_tasks() -> None:
     with pytest.raises(RamStudioError, match="knows no task 'ram_demo_cod'.*Did you mean ram_demo_code"):
         LmEvalEvaluator(["ram_demo_cod"], TASKS_DIR)
     a, b = LmEvalEvaluator(["ram_demo_code"], TASKS_DIR), LmEvalEvaluator(["ram_demo_tool"], TASKS_DIR)
-    assert a.fingerprint() != b.fingerprint() and a.fingerprint() == LmEvalEvaluator(["ram_demo_code"], TASKS_DIR).fingerprint()
+    assert a.fingerprint() != b.fingerprint() and a.fingerprint() == LmEvalEvaluator(["ram_demo_code"],
+                                                                                     TASKS_DIR).fingerprint()
 
 
 def test_task_data_is_current_and_the_budget_cut() -> None:

@@ -9,9 +9,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from . import __doc__ as PACKAGE_DOC
 from ..suites import SUITES
 from ..tasks import TASKS
+from . import __doc__ as PACKAGE_DOC
 from .configs import BASES, EXPLORE_SUITES, PROBE_ARCHS, RECIPES, REPO_ROOT, RESULTS, TRIOS
 from .probes import probe, reachable
 from .runs import ensure_base, run_agent, run_trio

@@ -1,6 +1,6 @@
-"""The chart rules on the figures themselves (the rendered geometry is in tests/browser/test_chart_builders.py): λ in its own units
-on axes from 1, the log switch for ρ only and log axes labelled at decades, one module order in every chart,
-short agent names with the full names on hover for 2–8 agents."""
+"""The chart rules on the figures themselves (the rendered geometry is in tests/browser/test_chart_builders.py): λ in
+its own units on axes from 1, the log switch for ρ only and log axes labelled at decades, one module order in every
+chart, short agent names with the full names on hover for 2–8 agents."""
 from __future__ import annotations
 
 import html
@@ -32,7 +32,8 @@ def res8(tmp_path_factory):
 def test_module_order_is_the_models_everywhere(res3):
     assert [m for m in MODULE_ORDER if m in MODEL_ORDER] == MODEL_ORDER  # extended, not reordered:
     o, gate = MODULE_ORDER.index("o"), MODULE_ORDER.index("gate")  # the MoE block after the attention block
-    assert o < MODULE_ORDER.index("router") < MODULE_ORDER.index("expert gate") < MODULE_ORDER.index("shared gate") < gate
+    assert (o < MODULE_ORDER.index("router") < MODULE_ORDER.index("expert gate")
+            < MODULE_ORDER.index("shared gate") < gate)
     assert in_module_order(["v", "lm_head", "q", "norm", "embeddings", "down", "zz", "o"]) == \
         ["embeddings", "q", "v", "o", "down", "norm", "lm_head", "zz"]
     for by in ("module", "layer × module"):
@@ -125,7 +126,8 @@ def test_every_chart_uses_short_names_and_keeps_the_full_ones_on_hover(tmp_path,
         if name not in ("table1", "reward_curves") and any(s in text for s in short.values()):
             assert all(f in text for f in full), (name, "full names on hover")
         if n > charts.WRAP_UP_TO and fig.layout.xaxis.type == "category" and \
-                any(isinstance(v, str) and v.replace("<br>", "") in short.values() for t in fig.data for v in (t.x or [])):
+                any(isinstance(v, str) and v.replace("<br>",
+                                                     "") in short.values() for t in fig.data for v in (t.x or [])):
             assert fig.layout.xaxis.tickangle == -45, name  # many agents: one line each, tilted 45°, never 90°
 
 

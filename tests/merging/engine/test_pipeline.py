@@ -62,7 +62,8 @@ def test_gpu_path_on_the_cpu_gives_the_kernels_bits(family, tmp_path, monkeypatc
     ref = merged(family, tmp_path / "kernels", method, extra, 500)
     assembled = []
     real = ChunkInputs.on_device.__func__
-    monkeypatch.setattr(ChunkInputs, "on_device", classmethod(lambda cls, *a, **k: assembled.append(1) or real(cls, *a, **k)))
+    monkeypatch.setattr(ChunkInputs, "on_device",
+                        classmethod(lambda cls, *a, **k: assembled.append(1) or real(cls, *a, **k)))
     monkeypatch.setenv("RAM_STUDIO_KERNELS", "torch")
     monkeypatch.setenv("RAM_STUDIO_GPU_STYLE", "1")
     monkeypatch.setenv("RAM_STUDIO_ASSEMBLE_BYTES", assemble)
@@ -86,7 +87,8 @@ def test_gpu_style_analysis_and_counts_equal_the_kernels(family, monkeypatch):
     counts = count_overlaps(models[0], models[1:], 1e-5, device=torch.device("cpu"), chunk_elems=999)
     cols = ["agent", "tensor", "eps", "changed", "shared", "unique", "sign_conflicts", "k1", "k2", "k3"]
     assert ref.frame[cols].equals(got.frame[cols])
-    assert ((ref.frame["norm_unique"] - got.frame["norm_unique"]).abs() <= 1e-12 * ref.frame["norm_unique"] + 1e-15).all()
+    diff = (ref.frame["norm_unique"] - got.frame["norm_unique"]).abs()
+    assert (diff <= 1e-12 * ref.frame["norm_unique"] + 1e-15).all()
     assert (counts.shared, counts.unique, counts.max_abs_tau) == \
         (ref_counts.shared, ref_counts.unique, ref_counts.max_abs_tau)
 

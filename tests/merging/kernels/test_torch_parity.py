@@ -140,7 +140,8 @@ def test_output_checks_agree_with_and_without_kernels(dtype):
     from merging.writing.output_check import OutputGuard
 
     base = torch.tensor([0.0, -0.0, 1.5, -2.0], dtype=dtype)
-    for out, changed in ((base.clone(), False), (-base, True), (torch.tensor([-0.0, 0.0, 1.5, -2.0], dtype=dtype), False)):
+    for out, changed in ((base.clone(), False), (-base, True),
+                         (torch.tensor([-0.0, 0.0, 1.5, -2.0], dtype=dtype), False)):
         for fused in (True, False):
             g = OutputGuard("x", _fused=fused)
             g.check("t", 0, out, base)
@@ -188,13 +189,13 @@ def test_first_pass_never_waits_for_a_compile(family, tmp_path, monkeypatch):
     # counts exact; the shares and cosines from float64 sums up to the order of the additions (small tensors are
     # summed in batches by a kernel of their own, large ones through the joint-state histogram)
     assert len(cold_stats["agents"]) == len(warm_stats["agents"])
-    for cold, warm in zip(cold_stats["agents"], warm_stats["agents"]):
-        assert cold.keys() == warm.keys()
+    for cold, hot in zip(cold_stats["agents"], warm_stats["agents"]):
+        assert cold.keys() == hot.keys()
         for k, v in cold.items():
             if isinstance(v, float):
-                assert v == pytest.approx(warm[k], rel=1e-12, abs=1e-15), k
+                assert v == pytest.approx(hot[k], rel=1e-12, abs=1e-15), k
             else:
-                assert v == warm[k], k
+                assert v == hot[k], k
 
 
 def analyze_json(args, out):

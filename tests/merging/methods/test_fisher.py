@@ -44,7 +44,8 @@ def fisher_files(root: Path, base: Path, n_agents: int, seed: int = 0) -> list[P
 def side_of(files: list[Path], agents: list[Path]) -> SideTensors:
     from evaluation.fisher import agent_prints
 
-    return SideTensors("fisher", tuple(files), {"test": True}, (), tuple(agent_prints([open_checkpoint(a) for a in agents])))
+    return SideTensors("fisher", tuple(files), {"test": True}, (),
+                       tuple(agent_prints([open_checkpoint(a) for a in agents])))
 
 
 def numpy_fisher(base: np.ndarray, agents: list[np.ndarray], fishers: list[np.ndarray], lam: float,

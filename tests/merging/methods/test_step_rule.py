@@ -42,7 +42,8 @@ def test_thresholds_are_k_steps_at_the_base_weight_exactly(dtype, k):
     for tau in (at, np.nextafter(at, np.float32(np.inf)), np.nextafter(at, np.float32(0)), at * np.float32(1.0001),
                 torch.randn(4000, generator=g).abs().numpy().astype(np.float32) * exact.astype(np.float32) * 2):
         assert np.array_equal(tau > thr, tau.astype(np.float64) > exact)
-    assert np.array_equal(thr, step_thresholds([k], CODES[dtype])[0][(w.float().view(torch.int32) >> 23 & 0xFF).numpy()])
+    assert np.array_equal(thr,
+                          step_thresholds([k], CODES[dtype])[0][(w.float().view(torch.int32) >> 23 & 0xFF).numpy()])
 
 
 def test_thresholds_beyond_float32_never_mark_a_finite_update():

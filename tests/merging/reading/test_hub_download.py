@@ -1,7 +1,7 @@
-"""Hub downloads (merging/reading/hub_download.py) against a local stand-in for the Hub (tests/hub_stand_in.py): a real HTTP
-server that huggingface_hub reaches through HF_ENDPOINT. The plan says what is needed before anything is
-fetched; the download reports per-file and overall progress, cancels within a chunk, and resumes an
-interrupted file with an HTTP Range request; the CLI shows the same progress. No network, no mocks."""
+"""Hub downloads (merging/reading/hub_download.py) against a local stand-in for the Hub (tests/hub_stand_in.py): a real
+HTTP server that huggingface_hub reaches through HF_ENDPOINT. The plan says what is needed before anything is fetched;
+the download reports per-file and overall progress, cancels within a chunk, and resumes an interrupted file with an HTTP
+Range request; the CLI shows the same progress. No network, no mocks."""
 from __future__ import annotations
 
 import hashlib

@@ -69,16 +69,18 @@ def test_experts_routers_and_shared_experts(families, family):
         experts = [p for _, p in rows if p.role == "expert"]
         assert {p.layer for p in experts} == moe_layers
         if per_expert:
-            assert Counter((p.layer, p.expert) for p in experts) == {(l, str(e)): 3 for l in moe_layers for e in range(4)}
+            assert Counter((p.layer, p.expert) for p in experts) == \
+                {(n, str(e)): 3 for n in moe_layers for e in range(4)}
             assert {p.module for p in experts} == {"gate", "up", "down"}
         else:
             assert {(p.layer, p.expert, p.module) for p in experts} == \
-                {(l, FUSED, m) for l in moe_layers for m in ("gate_up", "down")}
+                {(n, FUSED, m) for n in moe_layers for m in ("gate_up", "down")}
         routers = [p for _, p in rows if p.role == "router"]
         assert {p.layer for p in routers} == moe_layers and {p.module for p in routers} == {"router"}
         shared = [p for _, p in rows if p.role == "shared_expert"]
         if family in ("qwen2_moe", "deepseek_v3"):
-            assert {(p.layer, p.module) for p in shared} == {(l, m) for l in moe_layers for m in ("gate", "up", "down")}
+            assert {(p.layer, p.module) for p in shared} == \
+                {(n, m) for n in moe_layers for m in ("gate", "up", "down")}
         else:
             assert shared == []
         dense = [p for _, p in rows if p.role == "" and p.module in ("gate", "up", "down")]

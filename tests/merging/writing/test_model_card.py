@@ -1,5 +1,5 @@
-"""The model card: Hub metadata through huggingface_hub's ModelCard / ModelCardData, base_model
-lists only Hugging Face repo ids, and every file-derived text in the body is escaped (the Markdown rules of docs/security.md)."""
+"""The model card: Hub metadata through huggingface_hub's ModelCard / ModelCardData, base_model lists only Hugging Face
+repo ids, and every file-derived text in the body is escaped (the Markdown rules of docs/security.md)."""
 from __future__ import annotations
 
 import pytest

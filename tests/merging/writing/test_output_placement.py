@@ -230,7 +230,8 @@ def test_outputs_through_a_bind_mount_of_an_input_are_refused(models, tmp_path):
     above.mkdir()
     before = checksums([base.parent])
     script = (f"mount --bind {agents[0]} {view} && mount --bind {base.parent} {above} && "
-              f"{cli_line('merge', base, *agents, '--method', 'ram', '--out', view / 'merged', '--quiet')}; echo \"rc=$?\"; "
+              f"{cli_line('merge', base, *agents, '--method', 'ram', '--out', view / 'merged', '--quiet')}; echo "
+              "\"rc=$?\"; "
               f"{cli_line('merge', base, *agents, '--method', 'ram', '--out', above, '--quiet', '--overwrite')}; "
               f"echo \"rc=$?\"; "
               f"{cli_line('inspect', base, *agents, '--json', view / 'report.json')}; echo \"rc=$?\"; "
