@@ -444,7 +444,7 @@ def test_importing_the_packages_changes_no_environment_variable():
     code = ("import json, os\nimport numba, pandas, plotly.io, streamlit, torch, torch._dynamo, transformers\n"
             "before = dict(os.environ)\n"
             "import merging, merging.merge, merging.kernels, merging.methods, analysis.stats, analysis.toy, "
-            "evaluation.sweep, assets.demo.evaluate, assets.demo.tasks, app.charts, ram_studio, ram_studio.cli\n"
+            "evaluation.sweep, demo.evaluate, demo.tasks, app.charts, ram_studio, ram_studio.cli\n"
             "after = dict(os.environ)\n"
             "print(json.dumps(sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))))")
     environ = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
@@ -580,7 +580,7 @@ from __future__ import annotations
 
 import random
 
-from assets.demo.tasks.base import SEPARATOR, DemoTask, Example, Raw, declare
+from demo.tasks.base import SEPARATOR, DemoTask, Example, Raw, declare
 
 
 def generate(rng: random.Random, index: int = 0) -> Raw:
@@ -602,8 +602,8 @@ TASK_DRIVER = '''import faulthandler, json
 faulthandler.dump_traceback_later(250, exit=True)  # a hang fails the test with every thread's traceback
 from pathlib import Path
 from streamlit.testing.v1 import AppTest
-from assets.demo.suites import get_suite
-from assets.demo.tasks import TASKS, reward, sample_train
+from demo.suites import get_suite
+from demo.tasks import TASKS, reward, sample_train
 shared = get_suite("shared")
 example = shared.eval_set("reverse", "test", 1)[0]
 at = AppTest.from_file(str(Path.cwd() / "app" / "main.py"), default_timeout=200)
@@ -619,23 +619,23 @@ print(json.dumps({"tasks": list(TASKS), "demo": list(get_suite("demo").tasks), "
 
 @pytest.mark.timeout(1200)
 def test_adding_a_demo_task_is_one_declaration(tmp_path):
-    """One new file in assets/demo/tasks/ — and nothing else, but running the lm-eval files' generator — gives a
+    """One new file in demo/tasks/ — and nothing else, but running the lm-eval files' generator — gives a
     task that both suites hold (the shared one with its envelope and budget), that `make_data` writes as lm-eval
     task files and data, that the CLI lists, accepts and scores (the built-in evaluator and lm-eval agreeing), and
     that the Sweep page offers; the existing tasks' data stays byte for byte the same."""
     copy = repository_copy(tmp_path / "repo")
     tasks_dir = copy / "assets" / "demo" / "lm_eval_tasks"
     before = {p.name: p.read_bytes() for p in sorted(tasks_dir.rglob("*")) if p.is_file() and p.suffix != ".pyc"}
-    (copy / "assets" / "demo" / "tasks" / "reverse.py").write_text(REVERSE)
+    (copy / "demo" / "tasks" / "reverse.py").write_text(REVERSE)
     (tmp_path / "drive_tasks.py").write_text(TASK_DRIVER)
     env = dict(HF_DATASETS_OFFLINE="1", HF_DATASETS_CACHE=str(tmp_path / "datasets"),
                RAM_STUDIO_CACHE=str(tmp_path / "cache"), RAM_STUDIO_SWEEP_CACHE=str(tmp_path / "sweeps"))
 
-    stale = subprocess.run([sys.executable, "-m", "assets.demo.lm_eval_tasks.make_data", "--check"], cwd=copy,
+    stale = subprocess.run([sys.executable, "-m", "demo.lm_eval_tasks.make_data", "--check"], cwd=copy,
                            env={**os.environ, "PYTHONPATH": str(copy)}, capture_output=True, text=True, timeout=300)
     assert stale.returncode == 1 and "ram_demo_reverse.yaml" in stale.stderr and "reverse_test.jsonl" in stale.stderr
-    run_in(copy, ["-m", "assets.demo.lm_eval_tasks.make_data"])
-    run_in(copy, ["-m", "assets.demo.lm_eval_tasks.make_data", "--check"])
+    run_in(copy, ["-m", "demo.lm_eval_tasks.make_data"])
+    run_in(copy, ["-m", "demo.lm_eval_tasks.make_data", "--check"])
     after = {p.name: p.read_bytes() for p in sorted(tasks_dir.rglob("*")) if p.is_file() and p.suffix != ".pyc"}
     assert {n for n in after if after[n] != before.get(n)} == {
         "ram_demo.yaml", "ram_demo_validation.yaml", "ram_demo_reverse.yaml", "ram_demo_reverse_validation.yaml",

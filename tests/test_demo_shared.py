@@ -20,7 +20,7 @@ AGENTS = ("code", "tool", "memory")
 def shared_quick(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A quick build of the shared-skill trio (tiny sizes, a few RL steps)."""
     out = tmp_path_factory.mktemp("demo-shared-quick")
-    proc = subprocess.run([sys.executable, "-m", "assets.demo.build", "--suite", "shared", "--quick",
+    proc = subprocess.run([sys.executable, "-m", "demo.build", "--suite", "shared", "--quick",
                            "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out

@@ -164,7 +164,7 @@ def module_source(module: str) -> str:
 
 
 def page_modules(text: str) -> str:
-    """The sources of the project modules a page runs (`python -m assets.demo.build` …): a flag named in its prose
+    """The sources of the project modules a page runs (`python -m demo.build` …): a flag named in its prose
     (`--reuse-base`) may be one of theirs."""
     return "".join(module_source(m) for m in sorted(set(MODULE.findall(text))))
 
@@ -195,9 +195,9 @@ def test_the_flag_check_can_fail():
     parsers = ram_studio_flags()
     assert unknown_flags("ram-studio merge BASE A --method ram --out x --colour blue", parsers) == ["--colour"]
     assert unknown_flags("ram-studio analyse demo:base --json x", parsers) == ["ram-studio analyse"]
-    assert unknown_flags("python -m assets.demo.build --suite shared --fast", parsers) == ["--fast"]
+    assert unknown_flags("python -m demo.build --suite shared --fast", parsers) == ["--fast"]
     assert unknown_flags("pass --dilute or --no-dilute, never --sideways", parsers) == ["--sideways"]
-    build = module_source("assets.demo.build")
+    build = module_source("demo.build")
     assert unknown_flags("then --reuse-base DIR", parsers, build) == [] and unknown_flags("--reuse-base", parsers) \
         == ["--reuse-base"]
     assert "python -m x --set DIR" in segments("a `python -m x\n--set DIR` b")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from assets.demo.evaluator import DemoEvaluator
+from demo.evaluator import DemoEvaluator
 from merging.common.errors import Cancelled, RamStudioError
 
 DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo"

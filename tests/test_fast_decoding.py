@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from assets.demo import generation
-from assets.demo.generation import fast_decoding_supported, greedy_texts, reference_greedy_texts
-from assets.demo.modeling import load_checkpoint
-from assets.demo.tasks import MAX_NEW_TOKENS, TASKS, eval_set
+from demo import generation
+from demo.generation import fast_decoding_supported, greedy_texts, reference_greedy_texts
+from demo.modeling import load_checkpoint
+from demo.tasks import MAX_NEW_TOKENS, TASKS, eval_set
 
 MODELS = Path(__file__).resolve().parent.parent / "assets" / "demo" / "models"
 

@@ -55,7 +55,7 @@ def test_a_symlinked_model_folder_is_labelled_with_the_name_typed(family, tmp_pa
 
 
 def test_fig3_estimate_grows_with_the_model():
-    from assets.demo.fig3 import estimate_seconds
+    from demo.fig3 import estimate_seconds
 
     demo = estimate_seconds(3, 328_512, 660_944, [300, 300, 300])
     assert 3 < demo < 60  # the demo's job took 12 s here

@@ -63,11 +63,11 @@ def test_hub_upload_sends_only_what_the_merge_wrote(tmp_path, monkeypatch):
 
 
 def test_fig3_experiment_rows_in_the_cli_order(monkeypatch, tmp_path):
-    """run_experiment (shared by `python -m assets.demo.fig3` and the app): references on every split first,
+    """run_experiment (shared by `python -m demo.fig3` and the app): references on every split first,
     then per agent the whole and the ÷ N merge on every split; the merges are real unique_only merges."""
     if not (DEMO / "base").is_dir():
         pytest.skip("the demo models are not built")
-    from assets.demo import evaluate, fig3
+    from demo import evaluate, fig3
     from merging.recipe import read_recipe
 
     seen = []
