@@ -1,8 +1,8 @@
-"""The layers point down and no module imports itself back: app, ram_studio → assets → evaluation → analysis → merging.
-Also: merging's stages point down, sizes stay readable, a method is one file, a demo task is one declaration, the
-analysis never merges, no module imports another's private name or calls the interpreter's, importing the packages
-changes no environment variable, every path a comment names exists, a widget key is written once, and no issue
-number appears anywhere in the tree.
+"""The layers point down and no module imports itself back: app, ram_studio → demo → evaluation → analysis → merging.
+Also: merging's stages point down, sizes stay readable, a method is one file, a demo task is one declaration,
+assets/ holds data and no code, the analysis never merges, no module imports another's private name or calls the
+interpreter's, importing the packages changes no environment variable, every path a comment names exists, a widget
+key is written once, and no issue number appears anywhere in the tree.
 
 Every import is counted, including those inside functions. Two documented exceptions: `merging/__main__.py`,
 the `python -m merging` alias of the CLI, is an entry point that nothing imports; and `ram_studio` (the CLI and
@@ -28,7 +28,7 @@ from tests.source_text import comments_and_docstrings
 
 ROOT = Path(__file__).resolve().parent.parent
 # Higher rank = higher layer; a module may import its own package or lower ranks only.
-RANK = {"merging": 0, "analysis": 1, "evaluation": 2, "assets": 3, "ram_studio": 4, "app": 4}
+RANK = {"merging": 0, "analysis": 1, "evaluation": 2, "demo": 3, "ram_studio": 4, "app": 4}
 ENTRY_POINTS = {"merging.__main__"}
 SHARED_SIDEWAYS = {"ram_studio": "app.charts"}  # a top package → the one part of the other top package it may use
 
@@ -182,8 +182,11 @@ def test_the_checks_can_fail():
     assert upward_imports(edges) == ["app.state imports ram_studio.cli", "merging.merge imports analysis.stats",
                                      "ram_studio.cli imports app.jobs"]
     assert cycles(edges) == [["analysis.stats", "merging.engine.loop", "merging.merge", "analysis.stats"]]
+    assert upward_imports({"evaluation.sweep": {"demo.tasks"}, "demo.table1": {"evaluation.sweep"}}) == \
+        ["evaluation.sweep imports demo.tasks"]  # the demo is a layer above the library
     real = import_edges(modules())
     assert "merging.merge" in real and "merging.engine.counts" in real["merging.merge"]  # the parser sees imports
+    assert "evaluation.sweep" in real["demo.table1"]
 
 
 # ---------------------------------------------------------------- a method is one file
@@ -336,7 +339,7 @@ def state_of(folder: Path) -> dict[str, torch.Tensor]:
 
 # ---------------------------------------------------------------- names, references and numbers a reader relies on
 
-TEST_ROOTS = (*RANK, "tests")  # the packages and the tests: every Python file the project owns
+TEST_ROOTS = (*RANK, "assets", "tests")  # every Python file the project owns (assets/: the lm-eval glue)
 # Layers that must not use a part of a lower one: the analysis reads models and counts, it never merges (it writes
 # its own files through merging.writing's checked outputs).
 FORBIDDEN = {"analysis": ("merging.engine", "merging.merge")}
@@ -498,8 +501,8 @@ def test_no_issue_numbers_anywhere_in_the_tree():
 # Paths a comment names that are not files of the repository on purpose (it says why they are absent).
 NOT_FILES = {"app/pages"}  # app/main.py: the page scripts live in app/views/, not app/pages/
 PATH_WORD = re.compile(r"(?<![\w./-])((?:%s)/[\w./*-]*[\w*]|test_\w+\.py)\b" % "|".join(
-    re.escape(p) for p in ("merging", "analysis", "evaluation", "assets", "ram_studio", "app", "tests", "docs",
-                           ".ci", ".streamlit")))
+    re.escape(p) for p in ("merging", "analysis", "evaluation", "demo", "assets", "ram_studio", "app", "tests",
+                           "docs", ".ci", ".streamlit")))
 
 
 def stale_references(where: str, source: str, files: list[str]) -> list[str]:
@@ -571,6 +574,31 @@ def test_every_widget_key_is_written_in_one_module(tmp_path):
     (tmp_path / "other.py").write_text('x = st.session_state.get("own")\n')
     assert keys_written_twice(sorted(tmp_path.glob("*.py"))) == ["merge_method: forms.py, page.py",
                                                                   "own: other.py, page.py"]
+
+
+# ---------------------------------------------------------------- assets/ is data
+
+# The Python files allowed under assets/: the package marker that makes setuptools ship the data, and the lm-eval
+# glue the demo's task YAML files name (`!function utils.…`), which lm-eval loads from the YAML file's own folder.
+ASSET_MODULES = {"assets/__init__.py", "assets/demo/lm_eval_tasks/utils.py"}
+CODE_SUFFIXES = (".py", ".pyw", ".pyx", ".pyi", ".so", ".pyd")
+
+
+def code_in_assets(files: list[str]) -> list[str]:
+    """The code files under assets/ other than ASSET_MODULES."""
+    return sorted(f for f in files if f.startswith("assets/") and f.endswith(CODE_SUFFIXES) and f not in ASSET_MODULES)
+
+
+def test_assets_hold_data_and_no_code():
+    """The demo's code is the `demo` package; assets/ keeps its data (models, results, grids, the lm-eval task files)
+    and the images. The one module there is needed where it is: the task YAML files name it."""
+    files = tree_files()
+    assert code_in_assets(files) == []
+    assert ASSET_MODULES <= set(files)  # the exceptions are real files, not stale names
+    assert "!function utils.load" in (ROOT / "assets" / "demo" / "lm_eval_tasks" / "_ram_demo.yaml").read_text()
+    assert code_in_assets(["assets/demo/train.py", "assets/__init__.py", "assets/demo/tasks/x.pyi", "demo/train.py",
+                           "assets/demo/lm_eval_tasks/utils.py", "assets/demo/table1_grids.yaml"]) == \
+        ["assets/demo/tasks/x.pyi", "assets/demo/train.py"]
 
 
 # ---------------------------------------------------------------- a demo task is one declaration

@@ -126,7 +126,7 @@ EXTERNAL = {"lm_eval": {"--model", "--model_args", "--tasks", "--include_path", 
             "prose": {"--rescale_factor", "--include_path", "--help"}}
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9_.-]*[a-z0-9]")
 COMMAND = re.compile(r"(?:ram-studio|python -m ram_studio|python -m merging)\s+([a-z]+)")
-MODULE = re.compile(r"python -m ((?:assets|tests|merging)(?:\.[a-z_0-9]+)+)")
+MODULE = re.compile(r"python -m ((?:demo|tests|merging)(?:\.[a-z_0-9]+)+)")
 
 
 def segments(text: str) -> list[str]:
@@ -217,7 +217,7 @@ def test_every_command_and_flag_a_page_names_exists():
 TRACKED = None
 PATH = re.compile(r"^\.?[\w.-]+(?:/[\w.*{},<>-]+)*/?$")
 SUFFIXES = (".py", ".md", ".json", ".yaml", ".yml", ".csv", ".toml", ".txt", ".cff", ".ipynb", ".png", ".jsonl", ".sh")
-TOP = ("app/", "analysis/", "merging/", "evaluation/", "assets/", "tests/", "docs/", "ram_studio/", ".ci/",
+TOP = ("app/", "analysis/", "merging/", "evaluation/", "demo/", "assets/", "tests/", "docs/", "ram_studio/", ".ci/",
        ".streamlit/")
 # Files a page names that a command writes or reads at run time, not files of this repository.
 WRITTEN = {"README.md", "config.json", "ram_recipe.json", "mergekit.yaml", "model.safetensors",
@@ -284,7 +284,7 @@ def test_every_file_path_a_page_names_exists():
     assert missing == []
 
 
-PYNAME = re.compile(r"^(?:merging|analysis|evaluation|assets|ram_studio|app)(?:\.[A-Za-z_][\w]*)+$")
+PYNAME = re.compile(r"^(?:merging|analysis|evaluation|demo|ram_studio|app)(?:\.[A-Za-z_][\w]*)+$")
 
 
 def test_every_python_name_a_page_names_exists():
