@@ -48,9 +48,9 @@ def test_demo_shared_refs_name_the_shared_folder(monkeypatch: pytest.MonkeyPatch
 
 
 def test_library_never_imports_the_demo() -> None:
-    """refs only map names to folders: importing the library's refs and CLI loads nothing from assets."""
+    """refs only map names to folders: importing the library's refs and CLI loads nothing of the demo's code."""
     code = ("import sys, merging.reading.refs, merging.interop.mergekit, ram_studio.cli; "
-            "print(sorted(m for m in sys.modules if m.startswith('assets')))")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('demo', 'assets')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 
