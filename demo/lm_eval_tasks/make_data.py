@@ -1,6 +1,6 @@
 """Write the lm-eval task files of the demo's tasks — each task's YAML (test and validation versions), the two
-groups and their shared settings — and their data (`data/TASK_SPLIT.jsonl`), all from the task declarations in
-`demo/tasks/`; or check that the committed ones are current.
+groups and their shared settings — and their data (`data/TASK_SPLIT.jsonl`) into `assets/demo/lm_eval_tasks/`,
+all from the task declarations in `demo/tasks/`; or check that the committed ones are current.
 
     python -m demo.lm_eval_tasks.make_data [--check]
 
