@@ -1,7 +1,7 @@
 """Layer and module kind of one tensor name, from the one structure model (merging/reading/structure.py).
 
 The analysis frame takes every tensor's tower, layer, module, expert and role from `structure_of` over the whole
-checkpoint; these helpers answer for a single name of a text model (assets' probes, tests)."""
+checkpoint; these helpers answer for a single name of a text model (the demo's probes, tests)."""
 from __future__ import annotations
 
 from merging.reading.structure import MODULE_ORDER, in_module_order, part_of, place_of

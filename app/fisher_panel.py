@@ -30,8 +30,8 @@ class FisherChoice:
             from evaluation.lm_eval_backend import LmEvalEvaluator
 
             return LmEvalEvaluator(list(self.tasks or ()), self.include_path or None, backend="hf")
-        from assets.demo.evaluate import suite_of_folder
-        from assets.demo.evaluator import DemoEvaluator
+        from demo.evaluate import suite_of_folder
+        from demo.evaluator import DemoEvaluator
 
         return DemoEvaluator(suite=suite_of_folder(base_folder))
 

@@ -101,14 +101,14 @@ def demo_accuracy(prefix: str = DEMO_PREFIX) -> tuple["pd.DataFrame | None", str
 
     table1.csv (base, agents and every merge) when present, else accuracy.csv (base and agents only).
     """
-    from assets.demo.evaluate import results_table
+    from demo.evaluate import results_table
 
     return results_table(demo_results(prefix))
 
 
 def demo_comparisons(prefix: str = DEMO_PREFIX) -> "pd.DataFrame | None":
     """The demo's paired comparisons of Table 1's chosen merges (table1_comparisons.csv), or None."""
-    from assets.demo.evaluate import results_comparisons
+    from demo.evaluate import results_comparisons
 
     return results_comparisons(demo_results(prefix))
 
@@ -117,7 +117,7 @@ def demo_fig3(prefix: str = DEMO_PREFIX) -> tuple["pd.DataFrame | None", str]:
     """The demo's Fig. 3 experiment (results/fig3.csv: unique-only merges with and without 1/N, scored, plus
     base and full-agent rows) as tidy rows [agent, variant, task, split, accuracy %]; (None, why) when the
     file is absent or unreadable. The one place that reads the file."""
-    from assets.demo.fig3 import read_results
+    from demo.fig3 import read_results
 
     return read_results(demo_results(prefix) / "fig3.csv")
 
@@ -234,7 +234,7 @@ def selection_or_stop() -> Selection:
 
 def no_selection_note() -> None:
     st.info("No models selected yet: the bundled demo was not found. Choose models on the **Models** page "
-            "(or build the demo: `python -m assets.demo.build`).", icon=":material/info:")
+            "(or build the demo: `python -m demo.build`).", icon=":material/info:")
 
 
 # ---------------------------------------------------------------- analysis (process-wide cache)

@@ -2,5 +2,5 @@
 in-memory merge candidates and sweeps.
 
 Layer: above `analysis` and `merging` (a sweep reuses the analysis counts and the merge methods), below
-`assets` (the demo's evaluator implements `evaluation.base.Evaluator`) and the app and the CLI.
+`demo` (the demo's evaluator implements `evaluation.base.Evaluator`) and the app and the CLI.
 """

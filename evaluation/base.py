@@ -1,6 +1,6 @@
 """What an evaluator is: something that loads a model folder once and scores it, in memory, on named tasks.
 
-Two backends implement it: the demo's built-in tasks (`assets/demo`) and lm-evaluation-harness
+Two backends implement it: the demo's built-in tasks (`demo/`) and lm-evaluation-harness
 (`evaluation.lm_eval_backend`). A sweep loads the base once through `load`, writes each candidate's
 merged weights into that loaded model (`LoadedModel.module`), and calls `score` — no folder written.
 """

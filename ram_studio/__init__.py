@@ -3,7 +3,7 @@
 The Python API — `from ram_studio import analyze, merge, evaluate, sweep` — takes models as the CLI does
 ("demo:code", a folder, a Hub id) and the CLI's flags as keywords; docs/python-api.md shows it. This package is
 also the command line (`ram-studio`, `python -m ram_studio`): the top layer, which may use every package below
-it (analysis, merging), the bundled demo (assets) and the app's figure builders (app.charts). Importing it is
+it (analysis, merging), the bundled demo (demo) and the app's figure builders (app.charts). Importing it is
 light: the API's modules, and torch with them, load on first use.
 """
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The layers point down and no module imports itself back: app, ram_studio → assets → evaluation → analysis → merging.
-Also: merging's stages point down, sizes stay readable, a method is one file, a demo task is one declaration, the
-analysis never merges, no module imports another's private name or calls the interpreter's, importing the packages
-changes no environment variable, every path a comment names exists, a widget key is written once, and no issue
-number appears anywhere in the tree.
+"""The layers point down and no module imports itself back: app, ram_studio → demo → evaluation → analysis → merging.
+Also: merging's stages point down, sizes stay readable, a method is one file, a demo task is one declaration,
+assets/ holds data and no code, the analysis never merges, no module imports another's private name or calls the
+interpreter's, importing the packages changes no environment variable, every path a comment names exists, a widget
+key is written once, and no issue number appears anywhere in the tree.
 
 Every import is counted, including those inside functions. Two documented exceptions: `merging/__main__.py`,
 the `python -m merging` alias of the CLI, is an entry point that nothing imports; and `ram_studio` (the CLI and
@@ -28,7 +28,7 @@ from tests.source_text import comments_and_docstrings
 
 ROOT = Path(__file__).resolve().parent.parent
 # Higher rank = higher layer; a module may import its own package or lower ranks only.
-RANK = {"merging": 0, "analysis": 1, "evaluation": 2, "assets": 3, "ram_studio": 4, "app": 4}
+RANK = {"merging": 0, "analysis": 1, "evaluation": 2, "demo": 3, "ram_studio": 4, "app": 4}
 ENTRY_POINTS = {"merging.__main__"}
 SHARED_SIDEWAYS = {"ram_studio": "app.charts"}  # a top package → the one part of the other top package it may use
 
@@ -183,8 +183,11 @@ def test_the_checks_can_fail():
     assert upward_imports(edges) == ["app.state imports ram_studio.cli", "merging.merge imports analysis.stats",
                                      "ram_studio.cli imports app.jobs"]
     assert cycles(edges) == [["analysis.stats", "merging.engine.loop", "merging.merge", "analysis.stats"]]
+    assert upward_imports({"evaluation.sweep": {"demo.tasks"}, "demo.table1": {"evaluation.sweep"}}) == \
+        ["evaluation.sweep imports demo.tasks"]  # the demo is a layer above the library
     real = import_edges(modules())
     assert "merging.merge" in real and "merging.engine.counts" in real["merging.merge"]  # the parser sees imports
+    assert "evaluation.sweep" in real["demo.table1"]
 
 
 # ---------------------------------------------------------------- a method is one file
@@ -338,7 +341,7 @@ def state_of(folder: Path) -> dict[str, torch.Tensor]:
 
 # ---------------------------------------------------------------- names, references and numbers a reader relies on
 
-TEST_ROOTS = (*RANK, "tests")  # the packages and the tests: every Python file the project owns
+TEST_ROOTS = (*RANK, "assets", "tests")  # every Python file the project owns (assets/: the lm-eval glue)
 # Layers that must not use a part of a lower one: the analysis reads models and counts, it never merges (it writes
 # its own files through merging.writing's checked outputs).
 FORBIDDEN = {"analysis": ("merging.engine", "merging.merge")}
@@ -446,7 +449,7 @@ def test_importing_the_packages_changes_no_environment_variable():
     code = ("import json, os\nimport numba, pandas, plotly.io, streamlit, torch, torch._dynamo, transformers\n"
             "before = dict(os.environ)\n"
             "import merging, merging.merge, merging.kernels, merging.methods, analysis.stats, analysis.toy, "
-            "evaluation.sweep, assets.demo.evaluate, assets.demo.tasks, app.charts, ram_studio, ram_studio.cli\n"
+            "evaluation.sweep, demo.evaluate, demo.tasks, app.charts, ram_studio, ram_studio.cli\n"
             "after = dict(os.environ)\n"
             "print(json.dumps(sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))))")
     environ = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
@@ -477,8 +480,9 @@ def issue_numbers(name: str, text: str) -> list[str]:
 
 # Where a test module lives says what it tests: tests/<package>/<sub-package>/test_<what>.py mirrors the code. The
 # folders that are not a package's own name test one through its user-facing side.
-TEST_HOMES = {"cli": "ram_studio", "api": "ram_studio/api", "browser": "app", "demo": "assets/demo"}
-REPO_WIDE_TESTS = {"test_architecture.py", "test_docs.py", "test_lint.py", "test_repo_docs.py"}  # the whole tree, its docs
+TEST_HOMES = {"cli": "ram_studio", "api": "ram_studio/api", "browser": "app"}
+# the checks of the whole tree and its docs
+REPO_WIDE_TESTS = {"test_architecture.py", "test_docs.py", "test_lint.py", "test_repo_docs.py"}
 
 
 def misplaced_tests(test_files: list[str], package_dirs: set[str]) -> list[str]:
@@ -534,8 +538,8 @@ def test_no_issue_numbers_anywhere_in_the_tree():
 # Paths a comment names that are not files of the repository on purpose (it says why they are absent).
 NOT_FILES = {"app/pages"}  # app/main.py: the page scripts live in app/views/, not app/pages/
 PATH_WORD = re.compile(r"(?<![\w./-])((?:%s)/[\w./*-]*[\w*]|test_\w+\.py)\b" % "|".join(
-    re.escape(p) for p in ("merging", "analysis", "evaluation", "assets", "ram_studio", "app", "tests", "docs",
-                           ".ci", ".streamlit")))
+    re.escape(p) for p in ("merging", "analysis", "evaluation", "demo", "assets", "ram_studio", "app", "tests",
+                           "docs", ".ci", ".streamlit")))
 
 
 def stale_references(where: str, source: str, files: list[str]) -> list[str]:
@@ -609,6 +613,31 @@ def test_every_widget_key_is_written_in_one_module(tmp_path):
                                                                   "own: other.py, page.py"]
 
 
+# ---------------------------------------------------------------- assets/ is data
+
+# The Python files allowed under assets/: the package marker that makes setuptools ship the data, and the lm-eval
+# glue the demo's task YAML files name (`!function utils.…`), which lm-eval loads from the YAML file's own folder.
+ASSET_MODULES = {"assets/__init__.py", "assets/demo/lm_eval_tasks/utils.py"}
+CODE_SUFFIXES = (".py", ".pyw", ".pyx", ".pyi", ".so", ".pyd")
+
+
+def code_in_assets(files: list[str]) -> list[str]:
+    """The code files under assets/ other than ASSET_MODULES."""
+    return sorted(f for f in files if f.startswith("assets/") and f.endswith(CODE_SUFFIXES) and f not in ASSET_MODULES)
+
+
+def test_assets_hold_data_and_no_code():
+    """The demo's code is the `demo` package; assets/ keeps its data (models, results, grids, the lm-eval task files)
+    and the images. The one module there is needed where it is: the task YAML files name it."""
+    files = tree_files()
+    assert code_in_assets(files) == []
+    assert ASSET_MODULES <= set(files)  # the exceptions are real files, not stale names
+    assert "!function utils.load" in (ROOT / "assets" / "demo" / "lm_eval_tasks" / "_ram_demo.yaml").read_text()
+    assert code_in_assets(["assets/demo/train.py", "assets/__init__.py", "assets/demo/tasks/x.pyi", "demo/train.py",
+                           "assets/demo/lm_eval_tasks/utils.py", "assets/demo/table1_grids.yaml"]) == \
+        ["assets/demo/tasks/x.pyi", "assets/demo/train.py"]
+
+
 # ---------------------------------------------------------------- a demo task is one declaration
 
 REVERSE = '''"""reverse: write a short word backwards — a demo task added by the architecture test."""
@@ -616,7 +645,7 @@ from __future__ import annotations
 
 import random
 
-from assets.demo.tasks.base import SEPARATOR, DemoTask, Example, Raw, declare
+from demo.tasks.base import SEPARATOR, DemoTask, Example, Raw, declare
 
 
 def generate(rng: random.Random, index: int = 0) -> Raw:
@@ -638,8 +667,8 @@ TASK_DRIVER = '''import faulthandler, json
 faulthandler.dump_traceback_later(250, exit=True)  # a hang fails the test with every thread's traceback
 from pathlib import Path
 from streamlit.testing.v1 import AppTest
-from assets.demo.suites import get_suite
-from assets.demo.tasks import TASKS, reward, sample_train
+from demo.suites import get_suite
+from demo.tasks import TASKS, reward, sample_train
 shared = get_suite("shared")
 example = shared.eval_set("reverse", "test", 1)[0]
 at = AppTest.from_file(str(Path.cwd() / "app" / "main.py"), default_timeout=200)
@@ -655,23 +684,23 @@ print(json.dumps({"tasks": list(TASKS), "demo": list(get_suite("demo").tasks), "
 
 @pytest.mark.timeout(1200)
 def test_adding_a_demo_task_is_one_declaration(tmp_path):
-    """One new file in assets/demo/tasks/ — and nothing else, but running the lm-eval files' generator — gives a
+    """One new file in demo/tasks/ — and nothing else, but running the lm-eval files' generator — gives a
     task that both suites hold (the shared one with its envelope and budget), that `make_data` writes as lm-eval
     task files and data, that the CLI lists, accepts and scores (the built-in evaluator and lm-eval agreeing), and
     that the Sweep page offers; the existing tasks' data stays byte for byte the same."""
     copy = repository_copy(tmp_path / "repo")
     tasks_dir = copy / "assets" / "demo" / "lm_eval_tasks"
     before = {p.name: p.read_bytes() for p in sorted(tasks_dir.rglob("*")) if p.is_file() and p.suffix != ".pyc"}
-    (copy / "assets" / "demo" / "tasks" / "reverse.py").write_text(REVERSE)
+    (copy / "demo" / "tasks" / "reverse.py").write_text(REVERSE)
     (tmp_path / "drive_tasks.py").write_text(TASK_DRIVER)
     env = dict(HF_DATASETS_OFFLINE="1", HF_DATASETS_CACHE=str(tmp_path / "datasets"),
                RAM_STUDIO_CACHE=str(tmp_path / "cache"), RAM_STUDIO_SWEEP_CACHE=str(tmp_path / "sweeps"))
 
-    stale = subprocess.run([sys.executable, "-m", "assets.demo.lm_eval_tasks.make_data", "--check"], cwd=copy,
+    stale = subprocess.run([sys.executable, "-m", "demo.lm_eval_tasks.make_data", "--check"], cwd=copy,
                            env={**os.environ, "PYTHONPATH": str(copy)}, capture_output=True, text=True, timeout=300)
     assert stale.returncode == 1 and "ram_demo_reverse.yaml" in stale.stderr and "reverse_test.jsonl" in stale.stderr
-    run_in(copy, ["-m", "assets.demo.lm_eval_tasks.make_data"])
-    run_in(copy, ["-m", "assets.demo.lm_eval_tasks.make_data", "--check"])
+    run_in(copy, ["-m", "demo.lm_eval_tasks.make_data"])
+    run_in(copy, ["-m", "demo.lm_eval_tasks.make_data", "--check"])
     after = {p.name: p.read_bytes() for p in sorted(tasks_dir.rglob("*")) if p.is_file() and p.suffix != ".pyc"}
     assert {n for n in after if after[n] != before.get(n)} == {
         "ram_demo.yaml", "ram_demo_validation.yaml", "ram_demo_reverse.yaml", "ram_demo_reverse_validation.yaml",

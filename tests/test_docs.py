@@ -127,7 +127,7 @@ EXTERNAL = {"lm_eval": {"--model", "--model_args", "--tasks", "--include_path", 
             "prose": {"--rescale_factor", "--include_path", "--help"}}
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9_.-]*[a-z0-9]")
 COMMAND = re.compile(r"(?:ram-studio|python -m ram_studio|python -m merging)\s+([a-z]+)")
-MODULE = re.compile(r"python -m ((?:assets|tests|merging)(?:\.[a-z_0-9]+)+)")
+MODULE = re.compile(r"python -m ((?:demo|tests|merging)(?:\.[a-z_0-9]+)+)")
 
 
 def segments(text: str) -> list[str]:
@@ -165,7 +165,7 @@ def module_source(module: str) -> str:
 
 
 def page_modules(text: str) -> str:
-    """The sources of the project modules a page runs (`python -m assets.demo.build` …): a flag named in its prose
+    """The sources of the project modules a page runs (`python -m demo.build` …): a flag named in its prose
     (`--reuse-base`) may be one of theirs."""
     return "".join(module_source(m) for m in sorted(set(MODULE.findall(text))))
 
@@ -196,9 +196,9 @@ def test_the_flag_check_can_fail():
     parsers = ram_studio_flags()
     assert unknown_flags("ram-studio merge BASE A --method ram --out x --colour blue", parsers) == ["--colour"]
     assert unknown_flags("ram-studio analyse demo:base --json x", parsers) == ["ram-studio analyse"]
-    assert unknown_flags("python -m assets.demo.build --suite shared --fast", parsers) == ["--fast"]
+    assert unknown_flags("python -m demo.build --suite shared --fast", parsers) == ["--fast"]
     assert unknown_flags("pass --dilute or --no-dilute, never --sideways", parsers) == ["--sideways"]
-    build = module_source("assets.demo.build")
+    build = module_source("demo.build")
     assert unknown_flags("then --reuse-base DIR", parsers, build) == [] and unknown_flags("--reuse-base", parsers) \
         == ["--reuse-base"]
     assert "python -m x --set DIR" in segments("a `python -m x\n--set DIR` b")
@@ -218,7 +218,7 @@ def test_every_command_and_flag_a_page_names_exists():
 TRACKED = None
 PATH = re.compile(r"^\.?[\w.-]+(?:/[\w.*{},<>-]+)*/?$")
 SUFFIXES = (".py", ".md", ".json", ".yaml", ".yml", ".csv", ".toml", ".txt", ".cff", ".ipynb", ".png", ".jsonl", ".sh")
-TOP = ("app/", "analysis/", "merging/", "evaluation/", "assets/", "tests/", "docs/", "ram_studio/", ".ci/",
+TOP = ("app/", "analysis/", "merging/", "evaluation/", "demo/", "assets/", "tests/", "docs/", "ram_studio/", ".ci/",
        ".streamlit/")
 # Files a page names that a command writes or reads at run time, not files of this repository.
 WRITTEN = {"README.md", "config.json", "ram_recipe.json", "mergekit.yaml", "model.safetensors",
@@ -285,7 +285,7 @@ def test_every_file_path_a_page_names_exists():
     assert missing == []
 
 
-PYNAME = re.compile(r"^(?:merging|analysis|evaluation|assets|ram_studio|app)(?:\.[A-Za-z_][\w]*)+$")
+PYNAME = re.compile(r"^(?:merging|analysis|evaluation|demo|ram_studio|app)(?:\.[A-Za-z_][\w]*)+$")
 
 
 def test_every_python_name_a_page_names_exists():

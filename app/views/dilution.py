@@ -15,7 +15,7 @@ from analysis.toy import COLS, ROWS, TOY_EPS, toy_merges, toy_rho_lambda, toy_ta
 from app import charts, jobs, state
 from app.markup import md
 from app.tables import show_table
-from assets.demo.tasks import TASKS
+from demo.tasks import TASKS
 from merging.common.errors import RamStudioError
 from merging.common.units import format_seconds
 
@@ -36,7 +36,7 @@ def demo_agent_labels() -> list[str]:
 def fig3_references(sel: state.Selection) -> "pd.DataFrame | None":
     """Base and full-agent rows from the demo's accuracy.csv when the selection is a demo trio (else they are
     scored in the job)."""
-    from assets.demo import fig3
+    from demo import fig3
 
     if not sel.is_demo:
         return None
@@ -45,9 +45,9 @@ def fig3_references(sel: state.Selection) -> "pd.DataFrame | None":
 
 
 def run_fig3(sel: state.Selection, job: jobs.Job) -> pd.DataFrame:
-    """Worker: the experiment (assets.demo.fig3) on the selected models, each agent scored on its own task (test
+    """Worker: the experiment (demo.fig3) on the selected models, each agent scored on its own task (test
     split), its progress and cancel on the job."""
-    from assets.demo import fig3
+    from demo import fig3
 
     tidy = fig3.run_experiment(sel.base, list(sel.agents), references=fig3_references(sel), step=job.report,
                                cancel=job.cancel)
@@ -57,7 +57,7 @@ def run_fig3(sel: state.Selection, job: jobs.Job) -> pd.DataFrame:
 def fig3_duration(sel: state.Selection) -> str:
     """How long the experiment should take on the selected models, estimated from their size (headers only:
     nothing is read or downloaded); a sentence, or why there is no estimate."""
-    from assets.demo import fig3
+    from demo import fig3
 
     known = fig3_references(sel) is not None
     try:
@@ -107,9 +107,9 @@ def trio_evidence(prefix: str, share: float = 0.5) -> tuple[str, TableReading] |
     table, source = state.demo_accuracy(prefix)
     if sel is None or table is None:
         st.caption(f"Not here yet: `{prefix}` needs its models and its results ({md(source or 'table1.csv')}), "
-                   "built by `python -m assets.demo.build" + ("" if prefix == "demo:" else " --suite shared") + "`.")
+                   "built by `python -m demo.build" + ("" if prefix == "demo:" else " --suite shared") + "`.")
         return None
-    from assets.demo.evaluate import with_stderr
+    from demo.evaluate import with_stderr
 
     agents = [a.split(":", 1)[-1] for a in sel.agents]
     shown = with_stderr(table.drop(columns=[c for c in table.columns if "@" in str(c)]))
@@ -147,8 +147,8 @@ def trio_evidence(prefix: str, share: float = 0.5) -> tuple[str, TableReading] |
                "barely moved).")
     st.markdown(md(diag.text))
     st.markdown(md(read.text))
-    from assets.demo.table1_step_rule import NAME
-    from assets.demo.table1_step_rule import reading as step_rule_reading
+    from demo.table1_step_rule import NAME
+    from demo.table1_step_rule import reading as step_rule_reading
 
     step = step_rule_reading(state.demo_results(prefix))
     if step:
@@ -245,11 +245,11 @@ results = state.demo_results()
 table1, log, acc = results / "table1.csv", results / "training_log.csv", results / "accuracy.csv"
 if not table1.exists() and not log.exists():
     st.info("The demo's results are not here yet (`assets/demo/results/table1.csv`, `training_log.csv`). They are "
-            "produced by `python -m assets.demo.build`; this section fills in once they exist.",
+            "produced by `python -m demo.build`; this section fills in once they exist.",
             icon=":material/hourglass_empty:")
 if table1.exists():
     with state.guard("Reading table1.csv"):
-        from assets.demo.table1 import caption as table1_caption
+        from demo.table1 import caption as table1_caption
 
         t = pd.read_csv(table1)
         first = t.columns[0]
@@ -307,7 +307,7 @@ with st.container(border=True):
         if running:
             jobs.poll(task, fig3_panel, cancel=CANCEL_FIG3)
         elif task is not None and jobs.ending(task, "The Fig. 3 experiment") and task.result is not None:
-            from assets.demo.fig3 import labels_of
+            from demo.fig3 import labels_of
 
             fig3_chart(task.result, labels_of(sel.agents), f"Run in this session in {format_seconds(task.elapsed)}",
                        "fig3_run")

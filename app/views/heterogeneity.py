@@ -96,7 +96,7 @@ def score_evidence() -> str:
     found = session_evidence(sel)
     if found or not sel.is_demo:
         return found
-    from assets.demo.table1 import evidence_for
+    from demo.table1 import evidence_for
 
     return evidence_for(sel.base, list(sel.agents))
 

@@ -190,14 +190,14 @@ def results(job: jobs.Job, sel: state.Selection) -> None:
     else:
         c[3].caption(f"No zip above {format_bytes(ZIP_LIMIT)}: copy the folder or push it to the Hub.")
     push_form(written)
-    if sel.is_demo and importlib.util.find_spec("assets.demo.evaluate") is not None:
+    if sel.is_demo and importlib.util.find_spec("demo.evaluate") is not None:
         evaluate_section(res.out, job.request.method, sel.demo_trio)
 
 
 def run_demo_eval(folder: Path, job: jobs.Job) -> dict:
     """Worker: score a folder on the demo tasks (test split), its progress on the job (detail: examples scored
     and in all)."""
-    from assets.demo.evaluate import score_all_tasks
+    from demo.evaluate import score_all_tasks
 
     def progress(done: int, total: int, text: str) -> None:
         job.report(done / total if total else 0.0, text, (done, total))
@@ -235,7 +235,7 @@ def evaluate_section(folder: Path, method: str, trio: str | None = None) -> None
         rows[ev.label] = ev.result  # the newest evaluation goes last here, first in the table
     table = comparison_table(rows, trio)
     if table is not None:
-        from assets.demo.evaluate import with_stderr
+        from demo.evaluate import with_stderr
 
         table = with_stderr(table)
         fresh = list(reversed(rows))
@@ -249,7 +249,7 @@ def evaluate_section(folder: Path, method: str, trio: str | None = None) -> None
 
 def comparison_table(rows: dict, trio: str | None = None) -> pd.DataFrame | None:
     """This session's evaluations (newest first) above the measured rows of the selected demo trio's build."""
-    from assets.demo.evaluate import comparison_table as table
+    from demo.evaluate import comparison_table as table
 
     try:
         measured, _source = state.demo_accuracy(trio) if trio else (None, "")

@@ -237,7 +237,7 @@ source = st.radio("Models", SOURCES, index=default_source, horizontal=True, labe
 if source in DEMO_SOURCES and state.demo_selection(DEMO_SOURCES[source]) is None:
     shared = DEMO_SOURCES[source] == DEMO_SHARED_PREFIX
     st.warning(f"This bundled demo trio is not present (no `assets/demo/models{'-shared' if shared else ''}`). "
-               f"Build it with `python -m assets.demo.build{' --suite shared' if shared else ''}`, or pick local "
+               f"Build it with `python -m demo.build{' --suite shared' if shared else ''}`, or pick local "
                "folders.", icon=":material/warning:")
     st.stop()
 if source in DEMO_SOURCES:

@@ -97,7 +97,7 @@ def load_yaml() -> None:
 
 
 def demo_grid_texts() -> list[str]:
-    from assets.demo.table1 import GRIDS
+    from demo.table1 import GRIDS
     from evaluation.grid import read_grid_file
 
     return [g.text for g in read_grid_file(GRIDS)]
@@ -189,8 +189,8 @@ def evaluator_section(sel: state.Selection, disabled: bool):
         except RamStudioError as exc:
             state.show_error(exc, "The lm-eval tasks")
         return None, limit
-    from assets.demo.evaluate import suite_of_folder
-    from assets.demo.evaluator import DemoEvaluator
+    from demo.evaluate import suite_of_folder
+    from demo.evaluator import DemoEvaluator
     from merging.reading.refs import resolve
 
     try:

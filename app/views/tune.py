@@ -134,8 +134,8 @@ def setting_candidate(p: dict):
 
 def run_measure(sel: state.Selection, cands: list, job: jobs.Job) -> list:
     """Worker: merge A and B in memory and score both on the demo's validation split
-    (assets.demo.evaluator.measure_on_demo), its progress on the job."""
-    from assets.demo.evaluator import measure_on_demo
+    (demo.evaluator.measure_on_demo), its progress on the job."""
+    from demo.evaluator import measure_on_demo
 
     def progress(p) -> None:
         job.report(p.fraction, p.current or ("opening the models" if p.phase == "open" else

@@ -120,7 +120,7 @@ def resolve(ref: ModelRef | str | Path, *, download: bool = True) -> Path:
     if ref.kind == "demo":
         if not (ref.path and ref.path.is_dir()):
             prefix = demo_prefix(ref.raw) or DEMO_PREFIX
-            build = "python -m assets.demo.build" + (" --suite shared" if prefix == DEMO_SHARED_PREFIX else "")
+            build = "python -m demo.build" + (" --suite shared" if prefix == DEMO_SHARED_PREFIX else "")
             have = ", ".join(f"{prefix}{n}" for n in demo_names(prefix)) or f"none (build it: {build})"
             raise RamStudioError(f"unknown demo model {ref.raw!r}.", f"Available: {have}.")
         return ref.path

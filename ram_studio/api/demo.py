@@ -99,7 +99,7 @@ def fig3(base: str | os.PathLike = "demo:base", agents: Sequence[str | os.PathLi
     region (ε = 1e-5), whole and divided by N, merged into a temporary folder (deleted afterwards) and scored on
     the agent's own task; the base and the full agents are scored too. The demo's tasks score demo-compatible
     models; `limit` scores the first N examples per task. Returns a Fig3 (the rows and the page's chart)."""
-    from assets.demo import fig3 as experiment
+    from demo import fig3 as experiment
     from merging.common.errors import RamStudioError
     from ram_studio.console import stop_on_signal
 

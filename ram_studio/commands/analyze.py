@@ -58,7 +58,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                          cancel=stop, warn=lambda text: say(f"warning: {text}", file=sys.stderr), unit=unit)
     mark("analysis done")
     eps = summary_eps(result, args.eps, args.eps_steps)
-    from assets.demo.evidence import evidence_for  # scores of these same models, when they are a demo trio
+    from demo.evidence import evidence_for  # scores of these same models, when they are a demo trio
 
     read = _print_summary(result, eps, evidence_for(args.base, list(args.agents)))
     mark("summary printed")

@@ -84,7 +84,7 @@ def score_model(evaluator, loaded, args: argparse.Namespace, progress=None):
         if hasattr(evaluator, "frame"):  # the demo's tasks: the per-subset table too
             t0 = time.perf_counter()
             frame = evaluator.frame(loaded, args.split, limit=args.limit, cancel=stop, progress=progress)
-            from assets.demo.evaluator import scores_from_frame
+            from demo.evaluator import scores_from_frame
 
             return frame, scores_from_frame(frame, args.split, time.perf_counter() - t0)
         return None, evaluator.score(loaded, args.split, limit=args.limit, cancel=stop, progress=progress)

@@ -19,8 +19,8 @@ def quiet_library_progress() -> None:
 
 def add_evaluator_options(sp: argparse.ArgumentParser) -> None:
     """--tasks | --lm-eval [--include-path] and the harness's backend settings."""
-    from assets.demo.suites import SUITES
-    from assets.demo.tasks import TASKS
+    from demo.suites import SUITES
+    from demo.tasks import TASKS
 
     sp.add_argument("--tasks", default=None, metavar="TASK[,TASK]",
                     help=f"demo tasks to score, comma-separated (default {','.join(TASKS)}; `ram-studio tasks` lists "
@@ -69,9 +69,9 @@ def build_evaluator(args: argparse.Namespace, suite_folder: Path | None = None):
     if args.include_path is not None:
         raise RamStudioError("--include-path is a folder of lm-eval tasks: it goes with --lm-eval.",
                              "Add --lm-eval TASKS, or drop --include-path.")
-    from assets.demo.evaluate import suite_of_folder
-    from assets.demo.evaluator import DemoEvaluator
-    from assets.demo.suites import get_suite
+    from demo.evaluate import suite_of_folder
+    from demo.evaluator import DemoEvaluator
+    from demo.suites import get_suite
 
     if args.suite is not None:
         try:

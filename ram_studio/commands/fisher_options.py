@@ -86,9 +86,9 @@ def fisher_evaluator(origin: dict[str, Any], tasks: list[str] | None, base_folde
         if not tasks:
             raise RamStudioError("--fisher-lm-eval needs one task per agent.", "E.g. --fisher-lm-eval a_task,b_task.")
         return LmEvalEvaluator(tasks, origin.get("include_path"), backend="hf", device=device)
-    from assets.demo.evaluate import suite_of_folder
-    from assets.demo.evaluator import DemoEvaluator
-    from assets.demo.suites import get_suite
+    from demo.evaluate import suite_of_folder
+    from demo.evaluator import DemoEvaluator
+    from demo.suites import get_suite
 
     try:
         suite = get_suite(origin["suite"]) if origin.get("suite") else (

@@ -1,4 +1,4 @@
-"""`ram-studio tasks`: the demo's tasks (each declared once, in assets/demo/tasks/) and its task suites."""
+"""`ram-studio tasks`: the demo's tasks (each declared once, in demo/tasks/) and its task suites."""
 from __future__ import annotations
 
 import argparse
@@ -16,8 +16,8 @@ def add_parser(sub) -> None:
 
 def cmd_tasks(args: argparse.Namespace) -> int:
     """Each demo task with its summary, budget and subsets; then each suite."""
-    from assets.demo.suites import SUITES
-    from assets.demo.tasks import TASKS, declared
+    from demo.suites import SUITES
+    from demo.tasks import TASKS, declared
 
     for name in TASKS:
         task = declared(name)

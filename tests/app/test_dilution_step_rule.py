@@ -8,7 +8,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from assets.demo import table1_step_rule as step
+from demo import table1_step_rule as step
 from tests.app_helpers import (
     APP_MAIN,
     app_env,

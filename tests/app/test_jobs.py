@@ -201,7 +201,7 @@ PAGES = {
     "merge": ("views/merge.py", "merging.merge.merge_to_folder", ["start_merge"], "cancel_merge", "merge_job"),
     "sweep": ("views/sweep.py", "evaluation.executors.run_local", ["sweep_preset_table2", "sweep_start"],
               "sweep_cancel", "sweep_job"),
-    "fig3": ("views/dilution.py", "assets.demo.fig3.run_experiment", ["fig3_run"], "fig3_cancel", "fig3_task"),
+    "fig3": ("views/dilution.py", "demo.fig3.run_experiment", ["fig3_run"], "fig3_cancel", "fig3_task"),
 }
 
 

@@ -401,8 +401,8 @@ def test_evaluate_merged_model_adds_a_row(env, tmp_path, monkeypatch):
     and puts the merge at the top of the comparison table."""
     import pandas as pd
 
-    pytest.importorskip("assets.demo.evaluate")
-    from assets.demo import evaluate
+    pytest.importorskip("demo.evaluate")
+    from demo import evaluate
 
     seen, gates = [], {t: threading.Event() for t in ("code", "tool", "memory")}
 
@@ -821,8 +821,8 @@ def test_fig3_experiment_runs_on_the_selected_models(env, monkeypatch):
     evaluator is replaced by one that reads the merge's recipe), with progress and cancel."""
     import pandas as pd
 
-    pytest.importorskip("assets.demo.evaluate")
-    from assets.demo import evaluate
+    pytest.importorskip("demo.evaluate")
+    from demo import evaluate
     from merging.recipe import read_recipe
 
     calls, gate = [], threading.Event()
@@ -990,7 +990,7 @@ def test_overlap_panel_shows_the_diagnostics_next_to_chance(env):
     at = new_app().run()
     no_problems(at)
     assert "Is the overlap real?" in [h.value for h in at.subheader]
-    from assets.demo.table1 import evidence_for
+    from demo.table1 import evidence_for
 
     sel = state.demo_selection()
     res = state.cached_analysis(sel)

@@ -50,7 +50,7 @@ def test_the_sweep_page_shows_the_noise(env):
     assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
 
     from app import state
-    from assets.demo.evaluator import DemoEvaluator
+    from demo.evaluator import DemoEvaluator
     from evaluation.executors import run_local
 
     # the same sweep (the page's models, in its order) from the store the page filled: every score comes back

@@ -39,9 +39,9 @@ def merge_into(tmp: Path) -> dict[str, Path]:
 
 def check(folders: dict[str, Path], threads: int) -> dict:
     """Decode every example both ways; counts of examples and of differing outputs per model, split, task."""
-    from assets.demo.generation import greedy_texts, reference_greedy_texts
-    from assets.demo.modeling import load_checkpoint
-    from assets.demo.tasks import MAX_NEW_TOKENS, TASKS, eval_set
+    from demo.generation import greedy_texts, reference_greedy_texts
+    from demo.modeling import load_checkpoint
+    from demo.tasks import MAX_NEW_TOKENS, TASKS, eval_set
 
     torch.set_num_threads(threads)
     rows, fast_s, ref_s = [], 0.0, 0.0

@@ -52,9 +52,9 @@ def cli_seconds(tree: Path) -> tuple[float, float]:
 
 def scoring_seconds(repeat: int) -> dict:
     """Validation scoring of a loaded model, fast decoder vs the replaced decoding, per model."""
-    from assets.demo import evaluate
-    from assets.demo.evaluator import DemoEvaluator
-    from assets.demo.generation import greedy_texts, reference_greedy_texts
+    from demo import evaluate
+    from demo.evaluator import DemoEvaluator
+    from demo.generation import greedy_texts, reference_greedy_texts
 
     ev = DemoEvaluator()
     fast, old, same = [], [], True

@@ -60,7 +60,7 @@ def build_05b(folder: Path) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from assets.demo.modeling import build_tokenizer, generation_config
+    from demo.modeling import build_tokenizer, generation_config
     from tests.benchmarks.shapes import SHAPES, hf_config
 
     tok = build_tokenizer("char")
@@ -80,8 +80,8 @@ def one(model: str, agent: str, task: str, rule: str, ns: list[int]) -> dict:
     """One agent's Fisher pass in this process, into a fresh cache; what it cost."""
     import torch
 
-    from assets.demo.evaluate import suite_of_folder
-    from assets.demo.evaluator import DemoEvaluator
+    from demo.evaluate import suite_of_folder
+    from demo.evaluator import DemoEvaluator
     from evaluation.fisher import FisherPlan, agent_prints, ensure_fishers
     from merging.reading.checkpoint import open_checkpoint
 

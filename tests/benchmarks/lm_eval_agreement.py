@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    from assets.demo.evaluator import DemoEvaluator
+    from demo.evaluator import DemoEvaluator
 
     manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
     demo = DemoEvaluator()

@@ -5,7 +5,7 @@
 
 Runs, one after the other, each as its own process (wall time and peak memory of the process tree from /proc):
 1. `ram-studio evaluate demo:tool --split test` (`--repeat-evaluate` times; the median is the unit);
-2. the new path: `python -m assets.demo.table1 --no-resume` (45 validation candidates, then the 7 chosen and
+2. the new path: `python -m demo.table1 --no-resume` (45 validation candidates, then the 7 chosen and
    the base and 3 agents on test), scores stored in a fresh folder;
 3. the old path: `python -m tests.benchmarks.table1_subprocess` (skipped with --skip-old).
 Then it compares the tables the two paths wrote with each other and with the committed results/table1.csv,
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         unit = statistics.median(m["wall_s"] for m in evals)
         doc["evaluate"] = {"runs": evals, "median_s": unit}
         print(f"one `ram-studio evaluate` on test: {unit:.1f} s (median of {len(evals)})", flush=True)
-        new = _measure([py, "-m", "assets.demo.table1", "--out", str(work / "new"), "--no-resume"], work / "new.log",
+        new = _measure([py, "-m", "demo.table1", "--out", str(work / "new"), "--no-resume"], work / "new.log",
                        env)
         doc["new"] = {**new, "times_evaluate": new["wall_s"] / unit}
         print(f"new path (in-memory sweep): {new['wall_s']:.1f} s = {new['wall_s'] / unit:.1f} × evaluate", flush=True)

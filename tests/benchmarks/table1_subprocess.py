@@ -1,7 +1,7 @@
 """The mini Table 1 as it was computed before `ram-studio sweep` (kept for the sweep benchmark only): 52 merges
 through the core CLI in subprocesses, each written to a folder, loaded back and scored.
 
-Same search and outputs as `assets/demo/table1.py` (the paper's Appendix D.2 grid, validation → test).
+Same search and outputs as `demo/table1.py` (the paper's Appendix D.2 grid, validation → test).
 
     python -m tests.benchmarks.table1_subprocess --out DIR [--models assets/demo/models]
 """
@@ -17,9 +17,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from assets.demo.evaluate import evaluate_model, format_table, summary_row
-from assets.demo.table1 import save
-from assets.demo.tasks import TASKS
+from demo.evaluate import evaluate_model, format_table, summary_row
+from demo.table1 import save
+from demo.tasks import TASKS
 from ram_studio.commands.merge import param_flags
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent

@@ -41,7 +41,7 @@ def test_demo_evaluator_prints_percent_explains_its_columns_and_keeps_stderr_cle
         pytest.skip("the bundled demo is not built")
     before = checksums([folder])
     out = tmp_path / "scores.json"
-    run = subprocess.run([sys.executable, "-m", "assets.demo.evaluate", str(folder), "--limit", "4", "--tasks",
+    run = subprocess.run([sys.executable, "-m", "demo.evaluate", str(folder), "--limit", "4", "--tasks",
                           "code,tool", "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
@@ -53,13 +53,13 @@ def test_demo_evaluator_prints_percent_explains_its_columns_and_keeps_stderr_cle
     assert "Loading" not in run.stderr and "it/s" not in run.stderr, run.stderr
     doc = json.loads(out.read_text())  # the JSON keeps raw counts and fractions
     assert {"habit", "accuracy"} <= set(doc["results"][0]) and 0 <= doc["results"][0]["accuracy"] <= 1
-    again = subprocess.run([sys.executable, "-m", "assets.demo.evaluate", str(folder), "--limit", "1", "--json",
+    again = subprocess.run([sys.executable, "-m", "demo.evaluate", str(folder), "--limit", "1", "--json",
                             str(out)], capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "--overwrite" in again.stderr  # never over a file unasked
-    inside = subprocess.run([sys.executable, "-m", "assets.demo.evaluate", str(folder), "--limit", "1", "--json",
+    inside = subprocess.run([sys.executable, "-m", "demo.evaluate", str(folder), "--limit", "1", "--json",
                              str(folder / "config.json"), "--overwrite"], capture_output=True, text=True, timeout=300)
     assert inside.returncode == 2 and checksums([folder]) == before  # never into the model it reads
-    helped = subprocess.run([sys.executable, "-m", "assets.demo.evaluate", "--help"], capture_output=True, text=True)
+    helped = subprocess.run([sys.executable, "-m", "demo.evaluate", "--help"], capture_output=True, text=True)
     for flag in ("--tasks", "--split", "--limit", "--suite", "--json", "--overwrite"):
         assert flag in helped.stdout
     assert "Accuracy is printed in %" in helped.stdout

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
-from assets.demo.evaluator import DemoEvaluator
+from demo.evaluator import DemoEvaluator
 from evaluation.base import Scores
 from evaluation.executors import LocalExecutor
 from evaluation.grid import Candidate, Ref, grids_from_yaml, parse_try, stages

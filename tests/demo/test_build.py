@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from assets.demo.evaluate import evaluate_model
-from assets.demo.evaluate import main as evaluate_main
+from demo.evaluate import evaluate_model
+from demo.evaluate import main as evaluate_main
 from tests.paths import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -23,7 +23,7 @@ REPO = REPO_ROOT
 def quick_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
     out = tmp_path_factory.mktemp("demo-quick")
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-m", "assets.demo.build", "--quick", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "demo.build", "--quick", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out, time.time() - t0
@@ -107,7 +107,7 @@ def test_evaluation_is_deterministic(quick_build: tuple[Path, float], tmp_path: 
 
 
 def test_quick_refuses_committed_folder() -> None:
-    from assets.demo.build import DEMO_DIR, main
+    from demo.build import DEMO_DIR, main
     with pytest.raises(SystemExit):
         main(["--quick"])
     with pytest.raises(SystemExit):
@@ -116,7 +116,7 @@ def test_quick_refuses_committed_folder() -> None:
 
 def test_quick_build_is_deterministic(quick_build: tuple[Path, float], tmp_path: Path) -> None:
     out, _ = quick_build
-    proc = subprocess.run([sys.executable, "-m", "assets.demo.build", "--quick", "--out",
+    proc = subprocess.run([sys.executable, "-m", "demo.build", "--quick", "--out",
                            str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("base", "code", "tool", "memory"):

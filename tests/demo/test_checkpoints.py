@@ -21,7 +21,7 @@ MIN_GAIN = 0.10  # absolute test-accuracy margin of each agent over the base on 
 @pytest.fixture(scope="module")
 def stats() -> pd.DataFrame:
     """Task-vector statistics at ε = 1e-5 recomputed from the committed checkpoints."""
-    from assets.demo.task_vectors import run_analysis, summary
+    from demo.task_vectors import run_analysis, summary
     models = DEMO / "models"
     return summary(run_analysis(models / "base", {a: models / a for a in AGENTS}, (1e-5,)),
                    1e-5).set_index("agent")

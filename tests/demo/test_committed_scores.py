@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from assets.demo.evaluate import evaluate_model
+from demo.evaluate import evaluate_model
 
 DEMO = Path(__file__).resolve().parents[2] / "assets" / "demo"
 COLUMNS = ["task", "subset", "n", "correct", "habit"]

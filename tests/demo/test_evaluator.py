@@ -7,7 +7,7 @@ import threading
 import pandas as pd
 import pytest
 
-from assets.demo.evaluator import DemoEvaluator
+from demo.evaluator import DemoEvaluator
 from merging.common.errors import Cancelled, RamStudioError
 from tests.paths import REPO_ROOT
 

@@ -13,11 +13,11 @@ DEMO_REFS = [str(DEMO / "base")] + [str(DEMO / a) for a in ("code", "tool", "mem
 
 
 def test_fig3_experiment_rows_in_the_cli_order(monkeypatch, tmp_path):
-    """run_experiment (shared by `python -m assets.demo.fig3` and the app): references on every split first,
+    """run_experiment (shared by `python -m demo.fig3` and the app): references on every split first,
     then per agent the whole and the ÷ N merge on every split; the merges are real unique_only merges."""
     if not (DEMO / "base").is_dir():
         pytest.skip("the demo models are not built")
-    from assets.demo import evaluate, fig3
+    from demo import evaluate, fig3
     from merging.recipe import read_recipe
 
     seen = []
@@ -53,7 +53,7 @@ def test_fig3_experiment_rows_in_the_cli_order(monkeypatch, tmp_path):
 
 
 def test_fig3_estimate_grows_with_the_model():
-    from assets.demo.fig3 import estimate_seconds
+    from demo.fig3 import estimate_seconds
 
     demo = estimate_seconds(3, 328_512, 660_944, [300, 300, 300])
     assert 3 < demo < 60  # the demo's job took 12 s here

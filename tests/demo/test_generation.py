@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from assets.demo import generation
-from assets.demo.generation import (
+from demo import generation
+from demo.generation import (
     fast_decoding_supported,
     greedy_texts,
     reference_greedy_texts,
 )
-from assets.demo.modeling import load_checkpoint
-from assets.demo.tasks import MAX_NEW_TOKENS, TASKS, eval_set
+from demo.modeling import load_checkpoint
+from demo.tasks import MAX_NEW_TOKENS, TASKS, eval_set
 from tests.paths import REPO_ROOT
 
 MODELS = REPO_ROOT / "assets" / "demo" / "models"

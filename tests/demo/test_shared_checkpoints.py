@@ -43,7 +43,7 @@ def taus() -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def own_task_test() -> pd.DataFrame:
     """Test accuracy (%) of the base on every task and of each agent on its own, scored again now."""
-    from assets.demo.evaluate import evaluate_model
+    from demo.evaluate import evaluate_model
     rows = []
     for name, tasks in [("base", list(AGENTS))] + [(a, [a]) for a in AGENTS]:
         df = evaluate_model(MODELS / name, tasks, "test")

@@ -28,7 +28,7 @@ AGENTS = ("code", "tool", "memory")
 def shared_quick(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A quick build of the shared-skill trio (tiny sizes, a few RL steps)."""
     out = tmp_path_factory.mktemp("demo-shared-quick")
-    proc = subprocess.run([sys.executable, "-m", "assets.demo.build", "--suite", "shared", "--quick",
+    proc = subprocess.run([sys.executable, "-m", "demo.build", "--suite", "shared", "--quick",
                            "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
@@ -56,9 +56,9 @@ def test_demo_shared_refs_name_the_shared_folder(monkeypatch: pytest.MonkeyPatch
 
 
 def test_library_never_imports_the_demo() -> None:
-    """refs only map names to folders: importing the library's refs and CLI loads nothing from assets."""
+    """refs only map names to folders: importing the library's refs and CLI loads nothing of the demo's code."""
     code = ("import sys, merging.reading.refs, merging.interop.mergekit, ram_studio.cli; "
-            "print(sorted(m for m in sys.modules if m.startswith('assets')))")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('demo', 'assets')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 

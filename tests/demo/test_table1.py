@@ -5,7 +5,7 @@ results/table1_comparisons.csv, to the byte. The committed search's choices are 
 validation scores.
 
 The whole search (111 validation candidates, 8 merges and 4 references on test, three Fisher passes) takes too long
-for every CI run. To reproduce all of it, run `python -m assets.demo.table1 --out DIR` and compare DIR with
+for every CI run. To reproduce all of it, run `python -m demo.table1 --out DIR` and compare DIR with
 assets/demo/results (the files are byte-identical)."""
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from assets.demo import table1
-from assets.demo.evaluate import suite_of_folder
-from assets.demo.evaluator import DemoEvaluator
+from demo import table1
+from demo.evaluate import suite_of_folder
+from demo.evaluator import DemoEvaluator
 from evaluation.executors import EXECUTORS
 from evaluation.grid import grids_from_yaml
 from evaluation.store import ScoreStore

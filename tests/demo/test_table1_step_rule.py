@@ -1,4 +1,4 @@
-"""The mini Table 1 with the step rule (assets/demo/table1_step_rule.py): its grid is Table 1's for every other
+"""The mini Table 1 with the step rule (demo/table1_step_rule.py): its grid is Table 1's for every other
 method; on a small real sweep (demo models and evaluator, 8 examples per task and split) its files carry every
 score with its standard error, RAM / RAM+ under the paper's ε next to the rule validation chose (scored on the same
 test examples), and the paired differences recomputed here by brute force (numpy) from the per-example outcomes."""
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from assets.demo import table1
-from assets.demo import table1_step_rule as step
+from demo import table1
+from demo import table1_step_rule as step
 from evaluation.grid import read_grid_file
 from evaluation.store import ScoreStore
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from assets.demo.tasks import (
+from demo.tasks import (
     SPLITS,
     TASKS,
     Example,
@@ -12,8 +12,8 @@ from assets.demo.tasks import (
     split_of,
     verify,
 )
-from assets.demo.tasks.memory import MEMORY_LENGTHS
-from assets.demo.tasks.tool import parse_calls
+from demo.tasks.memory import MEMORY_LENGTHS
+from demo.tasks.tool import parse_calls
 
 
 def _ex(task: str, answer: str, prompt: str = "p>") -> Example:
@@ -90,7 +90,7 @@ def test_memory_lengths_balanced() -> None:
 
 
 def test_tool_reward_partial_credit() -> None:
-    from assets.demo.tasks import reward
+    from demo.tasks import reward
     ex = _ex("tool", "[weather(city='paris'),call(name='bob')]")
     assert reward(ex, "[call(name='bob'),weather(city='paris')]") == 1.0
     assert reward(ex, "[weather(city='paris')]") == pytest.approx(2 / 3)
@@ -126,8 +126,8 @@ def test_original_suite_is_the_module_functions() -> None:
     the shipped trio was built with."""
     import random
 
-    from assets.demo.suites import get_suite
-    from assets.demo.tasks import reward, sample_train
+    from demo.suites import get_suite
+    from demo.tasks import reward, sample_train
     suite = get_suite("demo")
     assert get_suite(None) is suite and not suite.enveloped
     for task in TASKS:
@@ -148,7 +148,7 @@ def test_shared_suite_requires_the_envelope(task: str) -> None:
     """Same prompts as the original suite; the answer and the habit end with the closing tag </a>; the
     verifier accepts the tagged answer only: the bare answer (the common protocol slip: stopping right after
     it), a broken tag and the tagged habit are all rejected."""
-    from assets.demo.suites import get_suite
+    from demo.suites import get_suite
     suite = get_suite("shared")
     originals = make_split(task, "test", 40)
     wrapped = suite.make_split(task, "test", 40)
@@ -167,7 +167,7 @@ def test_shared_suite_requires_the_envelope(task: str) -> None:
 
 def test_shared_suite_reward_pays_for_the_envelope() -> None:
     """reward = w·format + (1 − w)·task reward, the task part 0 without the envelope (R1-style)."""
-    from assets.demo.suites import get_suite
+    from demo.suites import get_suite
     suite = get_suite("shared")
     w = suite.format_weight
     assert 0 < w < 1
@@ -183,9 +183,9 @@ def test_shared_suite_reward_pays_for_the_envelope() -> None:
 def test_shared_suite_tokenizer_and_budget() -> None:
     """The shared suite's closing tag is four single-character tokens (the tokenizer is the original trio's:
     the tag adds no word to learn), and every tagged test answer plus EOS fits the generation budget."""
-    from assets.demo.generation import max_new_tokens
-    from assets.demo.modeling import build_tokenizer
-    from assets.demo.suites import get_suite
+    from demo.generation import max_new_tokens
+    from demo.modeling import build_tokenizer
+    from demo.suites import get_suite
     suite = get_suite("shared")
     tok = build_tokenizer("bpe", 300, 0, suite="shared")
     assert tok.convert_ids_to_tokens(tok("12</a>")["input_ids"]) == ["1", "2", "<", "/", "a", ">"]

@@ -38,7 +38,7 @@ def fisher_side(ins: CandidateInputs, module: torch.nn.Module, params: dict):
     """The side tensors a sweep worker gives a Fisher candidate (the pass runs in the worker's loaded model)."""
     from transformers import AutoTokenizer
 
-    from assets.demo.evaluator import DemoEvaluator
+    from demo.evaluator import DemoEvaluator
     from evaluation.base import LoadedModel
     from evaluation.fisher import SweepFishers
 

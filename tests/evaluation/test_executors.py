@@ -6,7 +6,7 @@ import functools
 
 import pytest
 
-from assets.demo.evaluator import DemoEvaluator
+from demo.evaluator import DemoEvaluator
 from evaluation.executors import LocalExecutor, RayExecutor
 from evaluation.grid import parse_try
 from evaluation.store import ScoreStore

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from assets.demo.evaluator import DemoEvaluator
+from demo.evaluator import DemoEvaluator
 from evaluation.fisher import FisherPlan, agent_prints, ensure_fishers
 from evaluation.fisher_cache import check_cache_location, fisher_dir, lookup, publish
 from merging.common.errors import RamStudioError

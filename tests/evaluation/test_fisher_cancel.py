@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from assets.demo.evaluator import DemoEvaluator
+from demo.evaluator import DemoEvaluator
 from evaluation.fisher import FisherPlan, agent_prints, ensure_fishers
 from evaluation.fisher_cache import fisher_dir
 from merging.common.errors import Cancelled

@@ -22,7 +22,7 @@ def harness():
 
 
 def test_demo_harness_task_gives_the_demo_train_examples(harness):
-    from assets.demo.evaluator import DemoEvaluator
+    from demo.evaluator import DemoEvaluator
 
     ours = harness.fisher_examples("ram_demo_tool", 5)
     demo = DemoEvaluator().fisher_examples("tool", 5)

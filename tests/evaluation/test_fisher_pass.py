@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from assets.demo.evaluator import DemoEvaluator
-from assets.demo.modeling import build_tokenizer, generation_config, new_model
+from demo.evaluator import DemoEvaluator
+from demo.modeling import build_tokenizer, generation_config, new_model
 from evaluation.fisher import FisherPlan, agent_prints, ensure_fishers, resolve_tasks
 from evaluation.fisher_cache import fisher_dir
 from evaluation.fisher_pass import FisherData, FisherExample, fisher_pass

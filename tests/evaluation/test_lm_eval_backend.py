@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("lm_eval")
 
-from assets.demo.evaluator import DemoEvaluator
+from demo.evaluator import DemoEvaluator
 from evaluation.lm_eval_backend import LmEvalEvaluator
 from merging.common.errors import Cancelled, RamStudioError
 from tests.paths import REPO_ROOT
@@ -86,7 +86,8 @@ def test_splits_and_unknown_tasks() -> None:
 
 def test_task_data_is_current_and_the_budget_cut() -> None:
     """The committed JSONL equals what the generators give; the metric keeps the first N tokens."""
-    from assets.demo.lm_eval_tasks import make_data, utils
+    from assets.demo.lm_eval_tasks import utils  # the module lm-eval loads from beside the YAML files
+    from demo.lm_eval_tasks import make_data
 
     assert make_data.main(["--check"]) == 0
     first = json.loads((TASKS_DIR / "data" / "code_test.jsonl").read_text().splitlines()[0])

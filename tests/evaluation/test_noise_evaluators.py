@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from assets.demo.evaluate import greedy_outputs
-from assets.demo.evaluator import DemoEvaluator
+from demo.evaluate import greedy_outputs
+from demo.evaluator import DemoEvaluator
 from evaluation import verdicts
 from evaluation.executors import LocalExecutor
 from evaluation.grid import candidate

@@ -7,6 +7,12 @@ every demo model's `generation_config.json` sets `max_new_tokens: 96`, which tra
 up to 96 tokens under lm-eval. `process_results` therefore keeps only the first `max_new_tokens` tokens of
 the output (re-tokenized with the demo tokenizer) before verifying: with greedy decoding those are the
 tokens the demo evaluator decodes with its budget.
+
+Why this module is here, the one Python file under `assets/` (which holds data; the demo's code is the `demo`
+package): the task YAML files name it as `!function utils.load` / `!function utils.process_results`, and
+lm-eval resolves such a name to a file beside the YAML file that names it, so it must sit next to them. It
+stays glue: the tasks, their verifiers and budgets are imported from `demo.tasks`; `demo/lm_eval_tasks/
+make_data.py` writes the YAML files and the data.
 """
 from __future__ import annotations
 
@@ -19,10 +25,10 @@ HERE = Path(__file__).resolve().parent
 TOKENIZER = HERE.parent / "models" / "base" / "tokenizer.json"
 
 try:
-    from assets.demo.tasks import Example, verify
+    from demo.tasks import Example, verify
 except ImportError:  # a checkout that is not installed: the repository root is three levels up
     sys.path.insert(0, str(HERE.parents[2]))
-    from assets.demo.tasks import Example, verify
+    from demo.tasks import Example, verify
 
 
 def _rows(task: str, split: str) -> list[dict]:
@@ -37,7 +43,7 @@ TRAIN_ROWS = 2048  # the paper's largest Fisher N (its Table 11): the train spli
 def _train_rows(task: str) -> tuple[dict, ...]:
     """The first TRAIN_ROWS examples of the demo's train split (made from the task generators, not stored: the
     same examples the demo evaluator's Fisher reads), in the rows' format."""
-    from assets.demo.tasks import MAX_NEW_TOKENS, make_split
+    from demo.tasks import MAX_NEW_TOKENS, make_split
 
     return tuple({"task": e.task, "subset": e.subset, "prompt": e.prompt, "answer": e.answer, "habit": e.habit,
                   "max_new_tokens": MAX_NEW_TOKENS[task]} for e in make_split(task, "train", TRAIN_ROWS))

@@ -1,8 +1,8 @@
 """Write the lm-eval task files of the demo's tasks — each task's YAML (test and validation versions), the two
-groups and their shared settings — and their data (`data/TASK_SPLIT.jsonl`), all from the task declarations in
-`assets/demo/tasks/`; or check that the committed ones are current.
+groups and their shared settings — and their data (`data/TASK_SPLIT.jsonl`) into `assets/demo/lm_eval_tasks/`,
+all from the task declarations in `demo/tasks/`; or check that the committed ones are current.
 
-    python -m assets.demo.lm_eval_tasks.make_data [--check]
+    python -m demo.lm_eval_tasks.make_data [--check]
 
 Data: one JSON object per line, in the evaluation set's order: task, subset, prompt, answer, habit and
 max_new_tokens (the demo evaluator's decoding budget for the task, which the metric applies).
@@ -14,9 +14,10 @@ import json
 import sys
 from pathlib import Path
 
+from .. import DATA_DIR
 from ..tasks import MAX_NEW_TOKENS, TASKS, eval_set
 
-HERE = Path(__file__).resolve().parent
+HERE = DATA_DIR / "lm_eval_tasks"  # the files lm-eval reads, next to the utils.py they name
 DATA = HERE / "data"
 SPLITS = ("validation", "test")
 PREFIX = "ram_demo"  # every lm-eval name of the demo: ram_demo (the group), ram_demo_TASK, ram_demo_TASK_validation
@@ -86,7 +87,7 @@ def leftovers(wanted: dict[Path, str]) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m assets.demo.lm_eval_tasks.make_data",
+    parser = argparse.ArgumentParser(prog="python -m demo.lm_eval_tasks.make_data",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only check that the committed files are current")
     args = parser.parse_args(argv)
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"not from any declared task (remove them): {', '.join(p.name for p in extra)}", file=sys.stderr)
     if args.check and (stale or extra):
         if stale:
-            print(f"stale: {', '.join(stale)}; run python -m assets.demo.lm_eval_tasks.make_data", file=sys.stderr)
+            print(f"stale: {', '.join(stale)}; run python -m demo.lm_eval_tasks.make_data", file=sys.stderr)
         return 1
     print(f"{'checked' if args.check else 'wrote'} {len(wanted)} files in {HERE}"
           + (f" ({len(stale)} rewritten)" if stale and not args.check else ""))

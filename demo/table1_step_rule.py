@@ -3,8 +3,8 @@ RAM+ also tried with ε in representable steps of the stored dtype (`table1_step
 validation split like every other parameter, the chosen candidates scored on the test split — and RAM / RAM+
 under the paper's ε scored on the test split too, so that the two rules are compared on the same examples.
 
-    python -m assets.demo.table1_step_rule [--models assets/demo/models] [--out assets/demo/results] [--limit N]
-    python -m assets.demo.table1_step_rule --models assets/demo/models-shared --out assets/demo/results-shared
+    python -m demo.table1_step_rule [--models assets/demo/models] [--out assets/demo/results] [--limit N]
+    python -m demo.table1_step_rule --models assets/demo/models-shared --out assets/demo/results-shared
 
 Writes table1_step_rule.csv / .md, table1_step_rule_comparisons.csv and table1_step_rule_validation_search.csv
 next to table1's files (which it leaves as they are), in table1.py's format: scores ± standard errors, paired
@@ -189,7 +189,7 @@ def reading(results: Path) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point."""
-    parser = argparse.ArgumentParser(prog="python -m assets.demo.table1_step_rule",
+    parser = argparse.ArgumentParser(prog="python -m demo.table1_step_rule",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, default=DEMO_DIR / "models")
     parser.add_argument("--out", type=Path, default=DEMO_DIR / "results")

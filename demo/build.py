@@ -1,8 +1,8 @@
 """Rebuild the bundled demo from seeds on a CPU: warm-up base, RL agents, evaluation, analysis.
 
-    python -m assets.demo.build                 # full build into assets/demo/{models,results}
-    python -m assets.demo.build --quick --out D # CI smoke build (tiny sizes) into D
-    python -m assets.demo.build --suite shared  # the shared-skill trio: assets/demo/{models,results}-shared
+    python -m demo.build                 # full build into assets/demo/{models,results}
+    python -m demo.build --quick --out D # CI smoke build (tiny sizes) into D
+    python -m demo.build --suite shared  # the shared-skill trio: assets/demo/{models,results}-shared
 
 Everything is written into a temporary folder next to the destination and renamed into place
 at the end, so an interrupted build never leaves half-written models behind.
@@ -26,6 +26,7 @@ import pandas as pd
 import torch
 import transformers
 
+from . import DATA_DIR
 from .evaluate import evaluate_loaded, format_table, summary_table
 from .modeling import build_tokenizer, load_checkpoint, new_model, save_checkpoint, write_json
 from .suites import SUITE_CONFIG_KEY, SUITES, TaskSuite, get_suite
@@ -33,7 +34,7 @@ from .task_vectors import by_module, ladder_summary, run_analysis, summary
 from .tasks import TASKS
 from .train import WORD_HABITS, RLConfig, WarmupConfig, deterministic_torch, rl_train, warmup
 
-DEMO_DIR = Path(__file__).resolve().parent
+DEMO_DIR = DATA_DIR  # where the full build writes: assets/demo/{models,results}
 AGENTS: tuple[str, ...] = TASKS  # agent name == the task it is trained on
 
 
@@ -198,7 +199,7 @@ def _reuse_base(reuse_base: Path, folder: Path, cfg: BuildConfig, log: CsvLog) -
     shutil.copytree(reuse_base, folder)
     _record_suite(folder, cfg.suite)
     old_log = reuse_base.parent.parent / cfg.folders[1] / "training_log.csv"
-    explore_log = reuse_base.parent / "warmup_log.csv"  # a base warmed up by assets.demo.explore
+    explore_log = reuse_base.parent / "warmup_log.csv"  # a base warmed up by demo.explore
     if old_log.is_file():  # keep the warm-up rows of the run that produced this base
         old = pd.read_csv(old_log, dtype=str, keep_default_na=False)
         for rec in old[old.stage == "warmup"].to_dict("records"):
@@ -302,7 +303,7 @@ def _jsonable(obj: object) -> object:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: full build into the committed folder, or a quick smoke build into --out."""
-    parser = argparse.ArgumentParser(prog="python -m assets.demo.build",
+    parser = argparse.ArgumentParser(prog="python -m demo.build",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes and a handful of steps")
     parser.add_argument("--reuse-base", type=Path, default=None,

@@ -1,6 +1,6 @@
 """Score any demo-compatible model folder on the toy tasks with deterministic greedy decoding.
 
-Usage: python -m assets.demo.evaluate MODEL_DIR [--tasks code,tool,memory] [--split test]
+Usage: python -m demo.evaluate MODEL_DIR [--tasks code,tool,memory] [--split test]
        [--limit N] [--suite demo|shared] [--json FILE [--overwrite]]
 
 Prints accuracy in % per task (and per memory length), with the count of answers that are the task's
@@ -248,12 +248,12 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m assets.demo.evaluate FOLDER`: score one demo-compatible folder (the demo's own tool; the
+    """`python -m demo.evaluate FOLDER`: score one demo-compatible folder (the demo's own tool; the
     product's command is `ram-studio evaluate`)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # transformers' "Loading weights" bars would fill stderr
-    parser = argparse.ArgumentParser(prog="python -m assets.demo.evaluate", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python -m demo.evaluate", description=__doc__.splitlines()[0],
                                      epilog="Accuracy is printed in %. " + " ".join(
                                          f"'{k}': {v}." for k, v in COLUMN_NOTES.items()))
     parser.add_argument("model", help="model folder (base, agent or merged export)")

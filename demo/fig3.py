@@ -9,8 +9,8 @@ One implementation (`run_experiment`) serves the command line (every task, valid
 `fig3.csv` / `fig3.md`) and the app's Signal dilution page (each agent's own task on test, as a background
 job with progress and cancel). The merges go through `merge_to_folder`, the function `ram-studio merge` runs.
 
-    python -m assets.demo.fig3 [--models assets/demo/models] [--out assets/demo/results]
-    python -m assets.demo.fig3 --models assets/demo/models-shared --out assets/demo/results-shared
+    python -m demo.fig3 [--models assets/demo/models] [--out assets/demo/results]
+    python -m demo.fig3 --models assets/demo/models-shared --out assets/demo/results-shared
 
 Writes `fig3.csv` (tidy: agent, variant, task, subset, split, n, correct, accuracy; variant is
 `base`, `unique`, `unique_div_N` or `agent`) and `fig3.md`.
@@ -247,7 +247,7 @@ def markdown(tidy: pd.DataFrame, split: str = "test", trio: str = "demo") -> str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m assets.demo.fig3",
+    parser = argparse.ArgumentParser(prog="python -m demo.fig3",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, default=DEMO_DIR / "models")
     parser.add_argument("--out", type=Path, default=DEMO_DIR / "results")

@@ -4,8 +4,8 @@ A sweep definition (`table1_grids.yaml`, the paper's Appendix D.2 grid) run thro
 code: every candidate is merged in memory and scored on the validation split, each method's best is
 chosen there, and only the chosen ones (with the base and the agents) are scored on the test split.
 
-    python -m assets.demo.table1 [--models assets/demo/models] [--out assets/demo/results] [--limit N]
-    python -m assets.demo.table1 --models assets/demo/models-shared --out assets/demo/results-shared
+    python -m demo.table1 [--models assets/demo/models] [--out assets/demo/results] [--limit N]
+    python -m demo.table1 --models assets/demo/models-shared --out assets/demo/results-shared
 """
 from __future__ import annotations
 
@@ -23,11 +23,12 @@ from evaluation.grid import read_grid_file
 from evaluation.store import ScoreStore
 from evaluation.sweep import CANDIDATE, Entry, SweepProgressFn, SweepResult, SweepSpec, run_sweep
 
+from . import DATA_DIR
 from .evaluate import format_table, suite_of_folder
 from .evaluator import DemoEvaluator
 from .tasks import TASKS, score_columns
 
-DEMO_DIR = Path(__file__).resolve().parent
+DEMO_DIR = DATA_DIR  # the demo's data: models/, results/, the grids
 AGENTS = TASKS
 GRIDS = DEMO_DIR / "table1_grids.yaml"
 RAM_DEFAULTS = {"eps": 1e-5, "r": 0.1, "alpha": 2.0}
@@ -181,7 +182,7 @@ def markdown(table: pd.DataFrame, trio: str, shown: list[str], pairs: pd.DataFra
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point."""
-    parser = argparse.ArgumentParser(prog="python -m assets.demo.table1", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m demo.table1", description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, default=DEMO_DIR / "models")
     parser.add_argument("--out", type=Path, default=DEMO_DIR / "results")
     parser.add_argument("--limit", type=int, default=None, help="examples per task and split (default: all)")

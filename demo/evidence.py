@@ -1,4 +1,4 @@
-"""Scores of the same models for the overlap reading (`assets.demo.table1.evidence_for`), looked up without
+"""Scores of the same models for the overlap reading (`demo.table1.evidence_for`), looked up without
 importing the evaluation stack (transformers: seconds of start-up) unless the models are a demo trio."""
 from __future__ import annotations
 

@@ -8,10 +8,10 @@ are trained with the same GRPO code as the build, stored in bf16, scored greedil
 unique share of changed, ρ_t) next to what independent random masks of the same densities would
 give. Nothing is masked, frozen or edited; every trio that was run is a row of the table.
 
-    python -m assets.demo.explore list
-    python -m assets.demo.explore base NAME          # warm up one base (cached under --work)
-    python -m assets.demo.explore trio ID [ID ...]   # train + analyse trios, update the CSVs
-    python -m assets.demo.explore table              # print the markdown table of mechanisms.csv
+    python -m demo.explore list
+    python -m demo.explore base NAME          # warm up one base (cached under --work)
+    python -m demo.explore trio ID [ID ...]   # train + analyse trios, update the CSVs
+    python -m demo.explore table              # print the markdown table of mechanisms.csv
 
 The package: the bases, recipes and trios tried (`configs.py`), training and scoring them (`runs.py`), the
 brute-force pair agreement (`agreement.py`), the reachability and warm-up probes (`probes.py`), the CSV

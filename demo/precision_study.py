@@ -5,7 +5,7 @@ rates and optimizers and measure, per run, how many weights moved at all in fp32
 by more than ε = 1e-5 in fp32, how many still differ from the base after bf16 storage, and what
 the run bought: greedy validation accuracy on its task after bf16 storage (the base's in row 0).
 
-    python -m assets.demo.precision_study [--steps 100] [--out assets/demo/results]
+    python -m demo.precision_study [--steps 100] [--out assets/demo/results]
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def _stored_accuracy(model: torch.nn.Module, tok: object, task: str) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: run every setting and write `precision_study.csv`."""
-    parser = argparse.ArgumentParser(prog="python -m assets.demo.precision_study")
+    parser = argparse.ArgumentParser(prog="python -m demo.precision_study")
     parser.add_argument("--base", type=Path, default=DEMO_DIR / "models" / "base")
     parser.add_argument("--task", default="code")
     parser.add_argument("--steps", type=int, default=100)

@@ -1,4 +1,4 @@
-"""`python -m assets.demo.explore`: list the configurations, warm up bases, train agents and trios, run the
+"""`python -m demo.explore`: list the configurations, warm up bases, train agents and trios, run the
 probes, print the mechanisms table."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _work(args: argparse.Namespace) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m assets.demo.explore",
+    parser = argparse.ArgumentParser(prog="python -m demo.explore",
                                      description=PACKAGE_DOC.splitlines()[0])
     parser.add_argument("--work", default=str(REPO_ROOT / ".explore"),
                         help="scratch folder for bases and agents (not committed)")

@@ -1,7 +1,7 @@
 """How much Fisher merging dilutes each demo agent's unique updates (the RAM paper's App. D): the effective scale
 F_t / Σ_i F_i on the elements only agent t changed, next to the shared elements, for a trio's Fishers.
 
-    python -m assets.demo.fisher_dilution [--models assets/demo/models] [--out assets/demo/results]
+    python -m demo.fisher_dilution [--models assets/demo/models] [--out assets/demo/results]
         [--examples 2048] [--rule sampled]
 
 Each agent's Fisher comes from the analysis cache (computed when missing, on its own task's train split, as a
@@ -44,7 +44,7 @@ def measure(models: Path, n: int, rule: str, floor: float = 1e-6, eps: float = 1
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point."""
-    parser = argparse.ArgumentParser(prog="python -m assets.demo.fisher_dilution", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m demo.fisher_dilution", description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, default=DEMO_DIR / "models")
     parser.add_argument("--out", type=Path, default=DEMO_DIR / "results")
     parser.add_argument("--examples", type=int, default=2048)

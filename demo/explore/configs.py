@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .. import DATA_DIR
 from ..modeling import TOKENIZER_CORPUS
 from ..suites import SUITES, TaskSuite
 from ..train import WORD_HABITS, RLConfig, WarmupConfig
 
-DEMO_DIR = Path(__file__).resolve().parent.parent
-REPO_ROOT = DEMO_DIR.parent.parent
+DEMO_DIR = DATA_DIR  # the demo's data (assets/demo/)
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS = DEMO_DIR / "results"
 # Each task suite keeps its exploration tables next to its own trio's results.
 RESULTS_BY_SUITE = {"demo": RESULTS, "shared": DEMO_DIR / "results-shared"}

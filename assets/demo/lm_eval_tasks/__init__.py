@@ -1,5 +1,0 @@
-"""The demo's tasks as lm-evaluation-harness task definitions (YAML files here, data in `data/`), so that
-lm-eval's own CLI scores any demo model: `lm_eval --model hf --model_args pretrained=DIR,dtype=float32
---tasks ram_demo_tool --include_path assets/demo/lm_eval_tasks`. `utils.py` loads the data and scores with
-the demo's verifiers; `make_data.py` writes the YAML files and the data from the task declarations in
-`assets/demo/tasks/` (never edit them by hand: `make_data.py --check`, run by the tests, says when they are stale)."""
