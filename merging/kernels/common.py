@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 import numpy as np
-from numba.core import types
-from numba.extending import intrinsic, overload
 
+from merging.kernels.numba_import import intrinsic, overload, types
 from merging.kernels.numba_import import numba as nb
 
 ZERO = np.float32(0.0)
