@@ -86,10 +86,9 @@ def nav(pg, title: str) -> None:
 
 def select(pg, server: Server, folders: list[Path]) -> None:
     """The Models page: custom local folders, "Use these models"."""
-    pg.goto(server.url)
-    pg.wait_for_selector('[data-testid="stAppViewContainer"]')
-    nav(pg, "Models")
+    pg.goto(f"{server.url}/models")  # by its address: a click while the root still forwards could be overtaken
     pg.get_by_role("heading", name="Models", level=1).wait_for()
+    settle(pg)
     pg.get_by_text("Custom: local folders or Hub ids").click()
     pg.get_by_role("textbox", name="Base model").fill(str(folders[0]))
     pg.get_by_role("textbox", name="Agents (one per line)").fill("\n".join(map(str, folders[1:])))
