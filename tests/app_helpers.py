@@ -155,3 +155,18 @@ def wait_merge(at: AppTest, seconds: float = 120) -> None:
             return
         time.sleep(0.3)
     raise AssertionError("merge did not finish in time")
+
+
+def open_page_by_link(pg, title: str, timeout_ms: int = 60_000) -> None:
+    """Click the sidebar link to the page `title` and wait for its heading. A click within the first seconds of a
+    session can be overtaken by the run the browser's first width report starts (the page stays where it was: a
+    known race of the app); the link is then clicked once more, as a user would."""
+    link = pg.locator('[data-testid="stSidebarNav"] a').filter(has_text=title).first
+    heading = pg.get_by_role("heading", name=title, level=1)
+    link.click()
+    try:
+        heading.wait_for(timeout=20_000)
+    except Exception:  # noqa: BLE001 — overtaken: click again, then the full wait decides
+        link.click()
+        heading.wait_for(timeout=timeout_ms)
+

@@ -87,12 +87,13 @@ def run_sweep(pg) -> None:
 
 def select_long_names(pg, folders: dict[str, Path]) -> None:
     """The copies of the demo models under the paper's model names (paper_named_copies), chosen on the Models page."""
+    from tests.app_helpers import open_page_by_link
+
     # on the bare root, wait for its forward to a page and for the run the browser's first width report starts:
     # a click before both have happened can be overtaken by them (from any other page there is nothing to wait for)
     pg.wait_for_url(lambda u: urllib.parse.urlsplit(u).path.strip("/") != "")
     settle(pg)
-    pg.locator('[data-testid="stSidebarNav"] a').filter(has_text="Models").first.click()
-    pg.get_by_role("heading", name="Models", level=1).wait_for()
+    open_page_by_link(pg, "Models")
     pg.get_by_text("Custom: local folders or Hub ids").click()
     base = pg.get_by_role("textbox", name="Base model")
     base.fill(str(folders["base"]))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app_helpers import APP_MAIN, app_env
+from tests.app_helpers import APP_MAIN, app_env, open_page_by_link
 from tests.paths import REPO_ROOT
 
 CHROMIUM = "/usr/bin/chromium"
@@ -137,8 +137,7 @@ def goto(pg, server, title: str) -> None:
     except Exception:
         pg.screenshot(path=str(ARTIFACTS / f"nav-failure-{title}.png"))
         raise
-    link.click()
-    pg.get_by_role("heading", name=title, level=1).wait_for()
+    open_page_by_link(pg, title)
 
 
 def test_app_loads_with_charts(page, server):
