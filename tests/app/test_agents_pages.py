@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-import streamlit as st
 import torch
 from streamlit.testing.v1 import AppTest
 
-from tests.app_helpers import APP_MAIN, app_env, plain, reload_hub_client
+from tests.app_helpers import APP_MAIN, plain
 from tests.factory import (
     make_agent,
     make_base,
@@ -18,21 +16,6 @@ from tests.factory import (
     make_vocab_agent,
     state,
 )
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("agents-app")
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in app_env(tmp).items():
-            mp.setenv(k, v)
-        reload_hub_client()
-        st.cache_resource.clear()
-        st.cache_data.clear()
-        yield tmp
-    reload_hub_client()
-    st.cache_resource.clear()
-    st.cache_data.clear()
 
 
 def choose(at: AppTest, base, agents) -> None:

@@ -4,27 +4,11 @@ analysis.tables.precision_view; every chance level in the overlap table and defi
 from __future__ import annotations
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from tests.app_helpers import APP_MAIN, app_env, plain, reload_hub_client
+from tests.app_helpers import APP_MAIN, plain
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("apptest-precision")
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in app_env(tmp).items():
-            mp.setenv(k, v)
-        reload_hub_client()
-        st.cache_resource.clear()
-        st.cache_data.clear()
-        yield tmp
-    reload_hub_client()
-    st.cache_resource.clear()
-    st.cache_data.clear()
 
 
 def test_the_precision_view_sits_next_to_eps(env):

@@ -5,29 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from analysis import experts
 from analysis.stats import analyze
-from tests.app_helpers import APP_MAIN, app_env, plain, reload_hub_client
+from tests.app_helpers import APP_MAIN, plain
 
 pytestmark = pytest.mark.timeout(600)
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("apptest-structure")
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in app_env(tmp).items():
-            mp.setenv(k, v)
-        reload_hub_client()
-        st.cache_resource.clear()
-        st.cache_data.clear()
-        yield tmp
-    reload_hub_client()
-    st.cache_resource.clear()
-    st.cache_data.clear()
 
 
 def _app(base, agents) -> AppTest:
