@@ -123,8 +123,7 @@ class JobManager:
         (Busy, or a folder another session wrote) before anything starts; `hint` goes with an unexpected error."""
         out = Path(out).expanduser().absolute() if out is not None else None
         with self._lock:
-            joined = next((j for j in self._running.values() if key is not None and j.kind == kind and j.key == key),
-                          None)
+            joined = next((j for j in self._live() if key is not None and j.kind == kind and j.key == key), None)
             if joined is not None:
                 return joined
             self._refuse_if_busy(kind, owner, merges, exclusive)
@@ -143,17 +142,23 @@ class JobManager:
         return job
 
     def _refuse_if_busy(self, kind: str, owner: str, merges: bool, exclusive: bool) -> None:
-        slot = next((j for j in self._running.values() if j.merges), None) if merges else None
+        slot = next((j for j in self._live() if j.merges), None) if merges else None
         if slot is not None:
             mine = slot.owner == owner
             raise Busy(f"{slot.label} is already running " + ("in this session" if mine else "in another session")
                        + f" ({format_seconds(slot.elapsed)} so far).",
                        "One merge runs at a time per server: wait for it to finish"
                        + (" or cancel it." if mine else ", then start yours."))
-        same = next((j for j in self._running.values() if j.kind == kind), None) if exclusive else None
+        same = next((j for j in self._live() if j.kind == kind), None) if exclusive else None
         if same is not None:
             raise Busy(f"{same.label} is already running ({format_seconds(same.elapsed)} so far).",
                        "Wait for it to finish" + (" or cancel it." if same.owner == owner else "."))
+
+    def _live(self) -> list[Job]:
+        """The jobs still working (lock held). A job whose work has ended is being filed (its size measured) for a
+        moment before it leaves the running set: a page already shows it as ended, so it no longer holds a slot —
+        a restart right after a cancel is not refused as busy."""
+        return [j for j in self._running.values() if j.running]
 
     def _work(self, job: Job, work: Callable[[Job], Any], hint: str) -> None:
         run_recorded(job, work, hint)
@@ -189,12 +194,12 @@ class JobManager:
     def running(self) -> Job | None:
         """The job holding this server's merge slot, if any."""
         with self._lock:
-            return next((j for j in self._running.values() if j.merges), None)
+            return next((j for j in self._live() if j.merges), None)
 
     def all(self) -> list[Job]:
         """Every job the server holds (running, then finished least recently shown first)."""
         with self._lock:
-            return [*self._running.values(), *self._finished.values()]
+            return [*self._running.values(), *(j for j in self._finished.values() if j.id not in self._running)]
 
     def dropped(self, job_id: str) -> tuple[str, str] | None:
         """(kind, label) of a finished job whose record was dropped to stay within the memory limit."""
@@ -211,7 +216,7 @@ class JobManager:
         """The newest running job of `kind` whose session has gone (`alive(owner)` is False). A finished one is
         re-attached only through its link (`?job=`): a stranger opening the app never inherits someone's results."""
         with self._lock:
-            gone = [j for j in self._running.values() if j.kind == kind and not alive(j.owner)]
+            gone = [j for j in self._live() if j.kind == kind and not alive(j.owner)]
         return max(gone, key=lambda j: j.started, default=None)
 
     def adopt(self, job_id: str, owner: str, alive: Callable[[str], bool]) -> bool:

@@ -88,6 +88,33 @@ def test_one_merge_at_a_time_and_one_job_of_a_kind():
     assert mgr.running() is None
 
 
+class SlowToMeasure:
+    """A result whose size measurement waits for `gate`: holds a job in the moment between its work ending and its
+    record being filed."""
+
+    def __init__(self, gate: threading.Event, measuring: threading.Event) -> None:
+        self.gate, self.measuring = gate, measuring
+
+    def __sizeof__(self) -> int:
+        self.measuring.set()
+        self.gate.wait(20)
+        return 64
+
+
+def test_a_job_whose_work_has_ended_no_longer_holds_its_slot():
+    mgr, gate, measuring = JobManager(), threading.Event(), threading.Event()
+    first = mgr.submit("sweep", "me", "a sweep", lambda job: SlowToMeasure(gate, measuring), merges=True)
+    try:
+        assert measuring.wait(20) and first.status == "done"  # ended, its record not yet filed
+        again = mgr.submit("sweep", "me", "the sweep again", held(gate), merges=True)  # a restart is not "busy"
+        assert mgr.running() is again and mgr.orphan("sweep", lambda who: False) is again
+        assert [j.id for j in mgr.all()].count(first.id) == 1
+    finally:
+        gate.set()
+    assert finish(first).status == "done" and finish(again).status == "done"
+    assert mgr.get(first.id) is first and mgr.running() is None
+
+
 def test_only_the_owner_session_cancels_a_job():
     mgr, gate = JobManager(), threading.Event()
     job = mgr.submit("sweep", "owner", "a sweep", held(gate))
