@@ -324,6 +324,9 @@ def run_analysis(sel: Selection):
 
         st.info(md(note), icon=":material/hourglass_top:")
     bar = st.progress(0.0, text="Reading base and agents…")
+    from app.charts import load_library
+
+    loader = load_library()  # the browser loads the chart library during the pass, not after it
 
     def on_progress(p) -> None:
         eta = f", about {p.eta:.0f} s left" if p.eta is not None else ""
@@ -341,9 +344,11 @@ def run_analysis(sel: Selection):
                 store.results.put(_akey(sel), hit)
     except Exception as exc:  # noqa: BLE001
         bar.empty()
+        loader.empty()
         show_error(exc, "The analysis")
         return None
     bar.empty()
+    loader.empty()
     return hit
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 
 import pandas as pd
 import streamlit as st
@@ -14,6 +15,11 @@ from evaluation.report import csv_bytes, result_frame, result_json
 from evaluation.sweep import SweepResult
 from merging.common.errors import printable
 from merging.common.units import format_seconds
+
+
+def sweep_csv(res: SweepResult) -> bytes:
+    """Every score of the sweep as CSV (made when its download is clicked)."""
+    return csv_bytes(result_frame(res))
 
 
 def entries_frame(entries) -> pd.DataFrame:
@@ -267,5 +273,5 @@ def every_score(res: SweepResult) -> None:
     c = st.columns(2)
     c[0].download_button("JSON", (json.dumps(result_json(res, "local"), indent=2) + "\n").encode(), "sweep.json",
                          "application/json", key="sweep_dl_json", icon=":material/download:", width="stretch")
-    c[1].download_button("CSV", csv_bytes(result_frame(res)), "sweep.csv", "text/csv", key="sweep_dl_csv",
+    c[1].download_button("CSV", partial(sweep_csv, res), "sweep.csv", "text/csv", key="sweep_dl_csv",
                          icon=":material/download:", width="stretch")

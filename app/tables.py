@@ -3,10 +3,13 @@ shortened at their start so their end (the folder's own name) stays visible; a t
 sideways with a visible scroll bar and its first column pinned; static tables wrap their headers."""
 from __future__ import annotations
 
+from functools import partial
+from typing import Callable
+
 import pandas as pd
 import streamlit as st
 
-from merging.common.escaping import printable
+from merging.common.escaping import csv_bytes, printable
 
 CHAR_PX, PAD_PX, MAX_PX = 7.5, 28, 520  # a 14 px character in the data grid, the cell's padding, the widest column
 PATH_CHARS = 40  # a path in a table or a line of text: its last 40 characters (the folder's own name and more)
@@ -17,6 +20,12 @@ ROWS_SHOWN = 12  # a table shows this many rows before it scrolls
 TABLE_CSS = ("[data-testid='stDataFrame'] .dvn-scroller,[data-testid='stTable']>div{scrollbar-width:thin!important;"
              "scrollbar-color:rgba(128,128,128,.7) transparent!important}"
              "[data-testid='stTable'] th,[data-testid='stTable'] td{white-space:normal!important}")
+
+
+def csv_later(frame: pd.DataFrame) -> Callable[[], bytes]:
+    """A download button's data: the frame as CSV (escaped, see csv_bytes), made when the button is clicked, not
+    on every draw of the page — most draws download nothing, and a many-tensor analysis's table is large."""
+    return partial(csv_bytes, frame)
 
 
 def path_end(text: object, limit: int = PATH_CHARS) -> str:

@@ -56,6 +56,7 @@ from .heterogeneity import (
 )
 from .layout import MIN_FONT, PAIR_PX, fit, panels, side_by_side, text_px
 from .render import (
+    LIBRARY_CSS,
     PAGE_WIDTH,
     SUBTITLE_NAMES,
     SUBTITLE_PX,
@@ -63,6 +64,7 @@ from .render import (
     beside,
     chart_px,
     export_name,
+    load_library,
     pair,
     show,
     styled,
@@ -100,7 +102,8 @@ __all__ = [
     # .layout
     "fit", "panels", "side_by_side", "text_px", "MIN_FONT", "PAIR_PX",
     # .render
-    "theme", "export_name", "PAGE_WIDTH", "TITLE_PX", "SUBTITLE_PX", "styled", "SUBTITLE_NAMES", "subtitle_of", "show",
+    "LIBRARY_CSS", "load_library", "theme", "export_name", "PAGE_WIDTH", "TITLE_PX", "SUBTITLE_PX", "styled",
+    "SUBTITLE_NAMES", "subtitle_of", "show",
     "chart_px", "pair", "beside",
     # .sweep
     "METHOD_SHORT", "PARAM_SHORT", "short_text", "short_candidate_labels", "short_candidate", "sweep_param_lines",

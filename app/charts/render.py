@@ -2,15 +2,32 @@
 from __future__ import annotations
 
 import re
+import uuid
 
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from merging.common.escaping import csv_bytes
+from app.tables import csv_later
 
 from .base import EXPORT_SCALE, EXPORT_WIDTH, FIG_FORMAT_KEY, FIG_FORMATS, NEUTRAL, eps_label, label, short_labels, wrap
 from .layout import GAP_PX, PAIR_PX, fit
+
+# An empty chart in a hidden container, drawn while a long pass runs (`load_library`): the browser loads and
+# compiles the chart library (megabytes of JavaScript, seconds on a slow machine) during the wait instead of after
+# it, when the page's charts arrive.
+LIBRARY_KEY = "plotly_loader"
+LIBRARY_CSS = f"[class*='st-key-{LIBRARY_KEY}-']{{display:none}}"
+
+
+def load_library():
+    """Draw the hidden empty chart that makes the browser load the chart library now; returns its place (empty it
+    when the pass is done)."""
+    tag = uuid.uuid4().hex[:8]  # a page may run two passes (the dilution page's two trios)
+    place = st.container(key=f"{LIBRARY_KEY}-{tag}", border=False)
+    place.plotly_chart(go.Figure(), key=f"{LIBRARY_KEY}-chart-{tag}", width="stretch", theme=None,
+                       config={"staticPlot": True})
+    return place
 
 
 def theme() -> str:
@@ -129,6 +146,6 @@ def show(fig: go.Figure, data: pd.DataFrame, caption: str, name: str, *, title: 
                                                      else 1}})
     row = st.container(horizontal=True, vertical_alignment="top", gap="small")
     row.caption(caption, width="stretch")  # the button keeps its width; the caption wraps beside it
-    row.download_button("CSV", csv_bytes(data), file_name=f"{filename}.csv", mime="text/csv",
+    row.download_button("CSV", csv_later(data), file_name=f"{filename}.csv", mime="text/csv",
                         key=f"csv_{name}", icon=":material/download:", type="tertiary", width="content",
                         help="Download the data behind this chart")

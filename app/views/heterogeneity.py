@@ -8,8 +8,7 @@ import streamlit as st
 
 from analysis import agreement, experts, paper, tables
 from app import charts, frames, state
-from app.tables import show_table
-from merging.common.escaping import csv_bytes
+from app.tables import csv_later, show_table
 
 st.title("Heterogeneity")
 st.markdown("RL fine-tuning often changes only part of the parameters, and agents differ in how many and which. "
@@ -42,11 +41,11 @@ log_small = top.toggle("log scale for shares", key="het_log",
                        help="Draw unique shares (against chance, per layer) on a log axis: a 0.5 % share next to "
                             "a 40 % one stays readable. Off: a linear axis zoomed to the data.")
 buttons = top.container(horizontal=True, horizontal_alignment="right", width="content")
-buttons.download_button("All data", csv_bytes(res.frame), "analysis_statistics.csv", "text/csv",
+buttons.download_button("All data", csv_later(res.frame), "analysis_statistics.csv", "text/csv",
                         key="csv_all_stats", icon=":material/download:",
                         help="Every statistic of the pass: one row per agent × tensor × ε (CSV).")
 if len(agents) > 1:
-    buttons.download_button("Pair data", csv_bytes(res.pairs), "analysis_pairs.csv", "text/csv",
+    buttons.download_button("Pair data", csv_later(res.pairs), "analysis_pairs.csv", "text/csv",
                             key="csv_all_pairs", icon=":material/download:",
                             help="The shared-region sums per pair of agents × tensor × ε: elements both changed, "
                                  "same sign, Σ τ_a·τ_b, Σ τ_a², Σ τ_b² (CSV).")
@@ -297,7 +296,7 @@ with state.guard("Drawing the charts"):
         show_table(shown, config=formats, height=360)
         st.caption(f"{len(shown):,} rows (agent × tensor), largest unique count first; click a header to sort. "
                    "ρ empty = ∞ (no unique element in the tensor).")
-        st.download_button("CSV", csv_bytes(grouped), f"{charts.export_name(name, group_params)}.csv",
+        st.download_button("CSV", csv_later(grouped), f"{charts.export_name(name, group_params)}.csv",
                            "text/csv", key="csv_rho_tensor", icon=":material/download:", type="tertiary")
 
     # ---------------------------------------------------------------- where

@@ -10,8 +10,8 @@ import streamlit as st
 from analysis import tables
 from app import charts, frames, jobs, presets, state
 from app.forms import TA_LAMBDA_KEY
+from app.tables import csv_later
 from merging.common.errors import RamStudioError, printable
-from merging.common.escaping import csv_bytes
 from merging.common.units import format_seconds
 from merging.methods import get_method, regions
 
@@ -259,7 +259,7 @@ def tuner() -> None:
         with left:
             st.subheader("λ_t per agent")
             st.table(frames.lambda_rows(lam))
-            st.download_button("CSV", csv_bytes(lam),
+            st.download_button("CSV", csv_later(lam),
                                f"{charts.export_name('lambda_table', params)}.csv", "text/csv",
                                key="csv_lambda_table", icon=":material/download:")
             st.caption("λ_t > 1 boosts an agent's unique update to make up for what averaging its shared "

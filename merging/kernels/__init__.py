@@ -121,6 +121,18 @@ def prepare(names: Iterable[str] = ALL, dtypes: Iterable[str] = DTYPES, wait: bo
             _WARMUP.wait(names, d, timeout=30.0)
 
 
+def preload() -> tuple[str, ...]:
+    """Load, in the background, every kernel already compiled on disk (never starts a compile): a long-lived
+    process (the app's server) calls it as it starts, so its first pass does not wait for numba to import and
+    load them. Returns the dtypes asked for."""
+    if not kernels_enabled():
+        return ()
+    dtypes = tuple(d for d in DTYPES if cached_marker_exists(d))
+    if dtypes:
+        _WARMUP.request(ALL, dtypes)
+    return dtypes
+
+
 def settle(names: Iterable[str], dtype: str) -> None:
     """Wait for kernels asked for with `prepare(wait=False)` if they are being loaded from the cache (a
     fraction of a second, overlapping the first reads), never for a compile. A kernel counts as cached once

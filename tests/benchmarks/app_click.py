@@ -37,6 +37,7 @@ APP_MAIN = ROOT / "app" / "main.py"
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"]
 MODELS = ("base", "agent_code", "agent_tool", "agent_memory")
+CHART = '[class*="st-key-chart_"] [data-testid="stPlotlyChart"]'  # a page's chart (not the hidden library loader)
 
 
 class Server:
@@ -109,7 +110,7 @@ def app_analysis(browser, folders: list[Path], tmp: Path) -> dict:
         select(pg, server, folders)
         la, cpu0, t = load(), proc_cpu(server.proc.pid), time.perf_counter()
         nav(pg, "Heterogeneity")
-        pg.locator('[data-testid="stPlotlyChart"]').first.wait_for(timeout=600_000)
+        pg.locator(CHART).first.wait_for(timeout=600_000)
         settle(pg)
         wall = time.perf_counter() - t
         cpu = proc_cpu(server.proc.pid) - cpu0

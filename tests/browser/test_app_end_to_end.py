@@ -146,6 +146,7 @@ def test_app_loads_with_charts(page, server):
     assert page.locator('[data-testid="stPlotlyChart"]').count() >= 5
     page.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
     assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.locator("[class*='st-key-plotly_loader-']").count() == 0  # the hidden loader went with the pass
     shoot(page, "heterogeneity")
     name = "density_per_agent__eps-1e-5__agents-code+memory+tool"
     with page.expect_download() as download:  # every chart's data comes as CSV, named like the figure
