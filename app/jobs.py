@@ -155,9 +155,7 @@ class JobManager:
                        "Wait for it to finish" + (" or cancel it." if same.owner == owner else "."))
 
     def _live(self) -> list[Job]:
-        """The jobs still working (lock held). A job whose work has ended is being filed (its size measured) for a
-        moment before it leaves the running set: a page already shows it as ended, so it no longer holds a slot —
-        a restart right after a cancel is not refused as busy."""
+        """The jobs still working (lock held): one whose work has ended, while its record is filed, holds no slot."""
         return [j for j in self._running.values() if j.running]
 
     def _work(self, job: Job, work: Callable[[Job], Any], hint: str) -> None:
