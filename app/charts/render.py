@@ -21,13 +21,14 @@ LIBRARY_CSS = f"[class*='st-key-{LIBRARY_KEY}-']{{display:none}}"
 
 
 def load_library():
-    """Draw the hidden empty chart that makes the browser load the chart library now; returns its place (empty it
-    when the pass is done)."""
+    """Draw the hidden empty chart that makes the browser load the chart library now; returns its place, an
+    `st.empty` (call its `.empty()` when the pass is done: the chart goes in the same run)."""
     tag = uuid.uuid4().hex[:8]  # a page may run two passes (the dilution page's two trios)
-    place = st.container(key=f"{LIBRARY_KEY}-{tag}", border=False)
+    slot = st.empty()
+    place = slot.container(key=f"{LIBRARY_KEY}-{tag}", border=False)
     place.plotly_chart(go.Figure(), key=f"{LIBRARY_KEY}-chart-{tag}", width="stretch", theme=None,
                        config={"staticPlot": True})
-    return place
+    return slot
 
 
 def theme() -> str:
