@@ -60,6 +60,15 @@ def _ident(st: os.stat_result) -> Identity:
     return st.st_dev, st.st_ino
 
 
+FileVersion = tuple[int, int, int, int]  # (st_dev, st_ino, st_ctime_ns, st_size)
+
+
+def _version(st: os.stat_result) -> FileVersion:
+    """An existing output file as checked: its identity, and its change time and size — a file removed and written
+    again at once by someone else can get the same inode number back, but not the same change time and size."""
+    return st.st_dev, st.st_ino, st.st_ctime_ns, st.st_size
+
+
 def _where(fd: int, fallback: Path) -> Path:
     """Where an open folder really is now (/proc's view of the handle), else the path resolved."""
     try:
@@ -147,26 +156,26 @@ def _rename_no_replace(fd: int, tmp: str, name: str) -> bool:
     return True
 
 
-def _replace_same(fd: int, tmp: str, name: str, expected: Identity) -> bool:
+def _replace_same(fd: int, tmp: str, name: str, expected: FileVersion) -> bool:
     """Replace `name` by `tmp` only while `name` is the file `expected` (False when it is something else)."""
-    err = _renameat2(fd, tmp, name, _RENAME_EXCHANGE)
-    if err == errno.ENOENT:  # it was removed meanwhile: nothing to replace
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:  # it was removed meanwhile: nothing to replace
         return _rename_no_replace(fd, tmp, name)
-    if err == 0:
-        st = os.stat(tmp, dir_fd=fd, follow_symlinks=False)  # what came out of the exchange
-        if _ident(st) == expected and stat.S_ISREG(st.st_mode):
+    if _version(st) != expected or not stat.S_ISREG(st.st_mode):
+        return False
+    err = _renameat2(fd, tmp, name, _RENAME_EXCHANGE)
+    if err == errno.ENOENT:
+        return _rename_no_replace(fd, tmp, name)
+    if err == 0:  # what came out of the exchange must be that file still (a rename changes its ctime, not these)
+        st = os.stat(tmp, dir_fd=fd, follow_symlinks=False)
+        if _ident(st) == expected[:2] and st.st_size == expected[3] and stat.S_ISREG(st.st_mode):
             _unlink(fd, tmp)
             return True
         if _renameat2(fd, tmp, name, _RENAME_EXCHANGE) != 0:  # not the checked file: put it back
             raise OSError(errno.EIO, f"could not restore {name} after a refused replace")
         return False
-    try:
-        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return _rename_no_replace(fd, tmp, name)
-    if _ident(st) != expected or not stat.S_ISREG(st.st_mode):
-        return False
-    os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+    os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # no exchange on this file system: checked just above
     return True
 
 
@@ -180,7 +189,7 @@ class FileTarget:
     overwrite: bool
     dir_fd: int = -1
     dir_ident: Identity | None = None
-    existed: Identity | None = None
+    existed: FileVersion | None = None
     what: str = "output file"
     written: bool = field(default=False, repr=False)
 
@@ -221,7 +230,7 @@ def check_output_file(out: str | Path, inputs: list[Protected], *, overwrite: bo
     if not overwrite:
         target.close()
         raise RamStudioError(f"output file {path} exists.", "Choose another name, or pass --overwrite to replace it.")
-    target.existed = _ident(st)
+    target.existed = _version(st)
     return target
 
 

@@ -87,10 +87,21 @@ def test_overwrite_replaces_the_checked_file_only(setup):
     assert path.read_bytes() == b"new report"
     target = check_output_file(path, inputs, overwrite=True)
     path.unlink()
-    path.write_text("another writer's result")  # a new file (another inode) at the same name
+    path.write_text("another writer's result")  # a new file at the same name (often with the same inode number back)
     with pytest.raises(RamStudioError, match="replaced by another file"):
         write_file_atomically(target, b"ours")
     assert path.read_text() == "another writer's result"
+    reused = 0
+    for i in range(20):  # removed and written again at once: the file system gives the freed inode number back
+        target = check_output_file(path, inputs, overwrite=True)
+        before = path.stat().st_ino
+        path.unlink()
+        path.write_text(f"writer {i:02d}")  # even the same size as the file checked
+        reused += path.stat().st_ino == before
+        with pytest.raises(RamStudioError, match="replaced by another file"):
+            write_file_atomically(target, b"ours")
+        assert path.read_text() == f"writer {i:02d}"
+    print(f"inode number given back in {reused} of 20")
     target = check_output_file(path, inputs, overwrite=True)
     path.unlink()  # removed meanwhile: nothing to replace, the report is written
     write_file_atomically(target, b"ours")
