@@ -28,4 +28,3 @@ def test_the_loader_is_drawn_during_the_pass_and_gone_after_it():
     at.session_state["done"] = True
     at.run()
     assert not at.exception and loaders(at) == []  # … and emptied in the same run once it is done
-
