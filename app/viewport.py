@@ -14,11 +14,12 @@ KEY = "_viewport"  # the component's key
 WIDTH_KEY = "_content_px"  # the last width the browser reported, kept when the component's state is not
 CSS = f".st-key-{KEY}{{display:none}}"  # the component draws nothing; its element takes no room either
 
-# The last width sent is kept on the window for 10 s, shared by every mount of the component in this tab: a run that
-# began before the server knew the width mounts it again with `known` empty, and the page's height changing as its
-# charts draw fires the observer — without this, each would send the same width again and restart the page's run
-# (and a report sent just after a click on another page's link brings the old page back). After 10 s a server that
-# still does not know (a new session in the same tab) is told again. For 2 s after a click on a link to another
+# The last width sent is kept on the window for 10 s, shared by every mount of the component in this tab, and while
+# it is that recent a new measurement is compared with it rather than with the width the mount was given (which lags
+# a report until the run it starts mounts the component again): the page's height changing as its charts draw fires
+# the observer, and without this the same width was sent again and restarted the page's run (and a report sent just
+# after a click on another page's link brings the old page back). After 10 s a server that still does not know (a
+# new session in the same tab) is told again. For 2 s after a click on a link to another
 # page nothing is sent (it is measured again then): a report sent meanwhile names the old page, and its rerun could
 # take the user back there.
 _JS = """
@@ -26,6 +27,10 @@ export default function(component) {
   const { setStateValue, data } = component;
   const main = document.querySelector('[data-testid="stMainBlockContainer"]');
   if (!main) return;
+  // One measuring instance per tab, the newest: every run mounts the component again without always tearing the
+  // previous mount down, and an older mount still listening reports with the width it knew then (measured: after
+  // eight runs one resize was sent eight times, each starting the page's run again).
+  if (window.__ramStudioViewportStop) window.__ramStudioViewportStop();
   let timer = null;
   if (!window.__ramStudioNavWatch) {  // a click on a link to another page of the app, noted once per tab
     window.__ramStudioNavWatch = true;
@@ -40,7 +45,7 @@ export default function(component) {
     const cs = getComputedStyle(main);
     const w = Math.round(main.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight));
     const sent = window.__ramStudioWidth;
-    const known = (data && data.known) || (sent && Date.now() - sent.at < 10000 ? sent.w : null);
+    const known = sent && Date.now() - sent.at < 10000 ? sent.w : (data && data.known);
     if (w > 0 && (!known || Math.abs(w - known) >= data.step)) {
       window.__ramStudioWidth = { w: w, at: Date.now() };
       setStateValue('width', w);
@@ -51,13 +56,21 @@ export default function(component) {
   measure();
   // The system's light/dark switching: Streamlit recolours the page at once but the charts keep the theme of the
   // run that drew them; a rerun (once the page has its new colours, which the run reads) draws them again.
+  // The scheme last reported is kept on the window: a switch can come while no mount listens (Streamlit mounts the
+  // component again when the page recolours), and the mount after it reports the switch.
   const media = window.matchMedia('(prefers-color-scheme: dark)');
+  const current = () => (media.matches ? 'dark' : 'light');
   let scheme = null;
   const recolour = () => { clearTimeout(scheme);
-    scheme = setTimeout(() => setStateValue('scheme', media.matches ? 'dark' : 'light'), 300); };
+    scheme = setTimeout(() => { window.__ramStudioScheme = current(); setStateValue('scheme', current()); }, 300); };
   media.addEventListener('change', recolour);
-  return () => { observer.disconnect(); clearTimeout(timer); clearTimeout(scheme);
-    media.removeEventListener('change', recolour); };
+  if (!window.__ramStudioScheme) window.__ramStudioScheme = current();
+  else if (window.__ramStudioScheme !== current()) recolour();
+  const stop = () => { observer.disconnect(); clearTimeout(timer); clearTimeout(scheme);
+    media.removeEventListener('change', recolour);
+    if (window.__ramStudioViewportStop === stop) window.__ramStudioViewportStop = null; };
+  window.__ramStudioViewportStop = stop;
+  return stop;
 }
 """
 

@@ -17,18 +17,25 @@ import json
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import pandas as pd
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from merging.common.errors import Cancelled
 
-from .generation import greedy_texts
-from .modeling import load_checkpoint
 from .suites import DEMO_SUITE, SUITE_CONFIG_KEY, SUITES, TaskSuite, get_suite
 from .tasks import TASKS, Example, eval_set, subset_key
+
+if TYPE_CHECKING:  # torch and transformers load with a model: `--help` and a refused argument answer at once
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+
+def greedy_texts(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, prompts: Sequence[str],
+                 max_new_tokens: int) -> list[str]:
+    """The demo's batched greedy decoder (demo.generation), imported on first use."""
+    from .generation import greedy_texts as decode
+
+    return decode(model, tokenizer, prompts, max_new_tokens)
 
 
 def greedy_outputs(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
@@ -69,6 +76,8 @@ def evaluate_loaded(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast,
     total, done = sum(len(v) for v in sets.values()), 0
     rows = []
     outcomes: dict[str, list[int]] = {}
+    import torch
+
     torch.manual_seed(0)
     for task in tasks:
         if cancel is not None and cancel.is_set():
@@ -102,6 +111,10 @@ def evaluate_model(model_dir: Path, tasks: Sequence[str] | None = None, split: s
                    limit: int | None = None, suite: TaskSuite | None = None) -> pd.DataFrame:
     """Load a model folder (bf16 weights upcast to fp32) and return its tidy accuracy table, on
     `suite` or else on the suite the folder's config.json names (`suite_of_folder`)."""
+    import torch
+
+    from .modeling import load_checkpoint
+
     torch.set_num_threads(max(1, torch.get_num_threads()))
     suite = suite or suite_of_folder(Path(model_dir))
     model, tokenizer = load_checkpoint(Path(model_dir))
@@ -250,9 +263,6 @@ def display_table(df: pd.DataFrame) -> pd.DataFrame:
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m demo.evaluate FOLDER`: score one demo-compatible folder (the demo's own tool; the
     product's command is `ram-studio evaluate`)."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # transformers' "Loading weights" bars would fill stderr
     parser = argparse.ArgumentParser(prog="python -m demo.evaluate", description=__doc__.splitlines()[0],
                                      epilog="Accuracy is printed in %. " + " ".join(
                                          f"'{k}': {v}." for k, v in COLUMN_NOTES.items()))
@@ -291,6 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     overwrite=args.overwrite)
         except RamStudioError as exc:
             parser.error(f"{exc.message} {exc.hint}")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # transformers' "Loading weights" bars would fill stderr
     df = evaluate_model(Path(args.model), tasks, args.split, args.limit, suite)
     shown = display_table(df)
     print(f"suite: {suite.name} ({suite.description})")

@@ -127,3 +127,23 @@ def test_a_mistyped_path_is_said_once(server, page, tmp_path):
     assert "not selected" in text and "Qwen2.5-7B-Instruct-typo" in text, text
     assert page.get_by_text("Selected.").count() == 0
     assert sidebar_models(page) == ["base", "code", "memory", "tool"]  # still the demo: nothing was selected
+
+
+def test_one_resize_is_one_report_however_many_runs_came_before(server, page):
+    """Every run mounts the width-measuring component again; only the newest mount listens. After several runs,
+    one change of the window's width sends the server one message (one rerun of the page), not one per earlier
+    mount; a quiet page sends none."""
+    sent: list[float] = []
+    page.on("websocket", lambda ws: ws.on("framesent", lambda _: sent.append(time.time())))
+    page.goto(f"{server}/models?{LINK}")
+    page.get_by_role("heading", name="Models", level=1).wait_for()
+    settle(page)
+    for width in (1100, 1000, 1100, 1000):  # four runs, each mounting the component again
+        page.set_viewport_size({"width": width, "height": 900})
+        settle(page)
+    start = len(sent)
+    page.wait_for_timeout(3000)
+    assert len(sent) == start, f"{len(sent) - start} messages from a page nobody touched"
+    page.set_viewport_size({"width": 1100, "height": 900})
+    settle(page)
+    assert len(sent) - start == 1, f"one resize sent {len(sent) - start} messages"
