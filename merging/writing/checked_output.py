@@ -25,7 +25,7 @@ import stat
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from merging.common.errors import RamStudioError, printable
 from merging.writing.placement import PARTIAL_MARK, Identity, Protected, refuse_inside_inputs
@@ -60,13 +60,16 @@ def _ident(st: os.stat_result) -> Identity:
     return st.st_dev, st.st_ino
 
 
-FileVersion = tuple[int, int, int, int]  # (st_dev, st_ino, st_ctime_ns, st_size)
+class FileVersion(NamedTuple):
+    """An existing output file as checked: its identity, and its change time and size — a file removed and written
+    again at once by someone else can get the same inode number back, but not the same change time and size."""
+    ident: Identity
+    ctime_ns: int
+    size: int
 
 
 def _version(st: os.stat_result) -> FileVersion:
-    """An existing output file as checked: its identity, and its change time and size — a file removed and written
-    again at once by someone else can get the same inode number back, but not the same change time and size."""
-    return st.st_dev, st.st_ino, st.st_ctime_ns, st.st_size
+    return FileVersion(_ident(st), st.st_ctime_ns, st.st_size)
 
 
 def _where(fd: int, fallback: Path) -> Path:
@@ -169,7 +172,7 @@ def _replace_same(fd: int, tmp: str, name: str, expected: FileVersion) -> bool:
         return _rename_no_replace(fd, tmp, name)
     if err == 0:  # what came out of the exchange must be that file still (a rename changes its ctime, not these)
         st = os.stat(tmp, dir_fd=fd, follow_symlinks=False)
-        if _ident(st) == expected[:2] and st.st_size == expected[3] and stat.S_ISREG(st.st_mode):
+        if _ident(st) == expected.ident and st.st_size == expected.size and stat.S_ISREG(st.st_mode):
             _unlink(fd, tmp)
             return True
         if _renameat2(fd, tmp, name, _RENAME_EXCHANGE) != 0:  # not the checked file: put it back
