@@ -8,6 +8,10 @@ private folder, and ended with the sweep.
 - Token authentication (Ray ≥ 2.52): unless RAY_AUTH_MODE is set, the instance runs with RAY_AUTH_MODE=token and a
   fresh random token passed in the environment (RAY_AUTH_TOKEN; nothing written to ~/.ray), so another user of
   the machine cannot submit work to it even through loopback.
+- Workers at this command's priority: Ray starts its workers 15 steps nicer than the process that started it, so
+  on a machine with other work a Ray sweep ran many times slower than the same sweep in-process; the local
+  instance's workers keep the command's niceness (RAY_worker_niceness=0, an increment; a value set by the user
+  is kept).
 - A private folder (`mkdtemp`, mode 0700) holds the session (sockets, logs) instead of the shared /tmp/ray.
 - Ended with the sweep: `stop` shuts it down; a small watcher process (evaluation/ray_reaper.py) ends whatever is
   left of it once the CLI process is gone — also after SIGKILL — identifying its processes by a random marker in
@@ -30,6 +34,7 @@ from merging.common.errors import RamStudioError
 MIN_VERSION = (2, 52)  # the first Ray with token authentication
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 MARK_ENV = "RAM_STUDIO_RAY_SESSION"
+NICENESS_ENV = "RAY_worker_niceness"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
@@ -77,6 +82,9 @@ class LocalRay:
             if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
                 changes["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
         changes.setdefault("RAY_USAGE_STATS_ENABLED", os.environ.get("RAY_USAGE_STATS_ENABLED", "0"))
+        # Ray raises its workers' niceness by 15 (an increment over this process's); the workers here are the
+        # sweep itself, so they run at this command's own priority unless RAY_worker_niceness says otherwise.
+        changes.setdefault(NICENESS_ENV, os.environ.get(NICENESS_ENV, "0"))
         saved = {k: os.environ.get(k) for k in changes}
         constants = sys.modules.get("ray._private.ray_constants")
         constant = getattr(constants, "ENABLE_RAY_CLUSTER", None)

@@ -23,6 +23,7 @@ def local_ray(tmp_path_factory, monkeypatch):
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    monkeypatch.setenv("RAY_worker_niceness", "0")  # as the CLI's local instance: Ray's +15 starves the workers
     # the session folder holds unix sockets (at most 107 bytes of path): a short folder of the test run's tmp
     ray.init(num_cpus=2, include_dashboard=False, _temp_dir=str(tmp_path_factory.mktemp("ray")), log_to_driver=False)
     try:

@@ -1,8 +1,8 @@
 """`sweep --executor ray` with the local instance it starts itself (one start in this module, in this process):
 every Ray process of it listens on loopback only and runs with token authentication (a token in the environment:
-nothing written to ~/.ray); a worker killed mid-sweep (as the OOM killer would) ends the command with one line
-saying how many scores are kept; nothing of the instance survives the command; the sweep then resumes from the
-kept scores."""
+nothing written to ~/.ray), its workers at the command's own priority; the workers killed mid-sweep (as the OOM
+killer would) end the command with one line saying how many scores are kept; nothing of the instance survives the
+command; the sweep then resumes from the kept scores."""
 from __future__ import annotations
 
 import json
@@ -33,8 +33,11 @@ SWEEP = ["sweep", "demo:base", "demo:code", "demo:tool", "--try", "task_arithmet
 
 
 class Killer(threading.Thread):
-    """Once the sweep has stored a score, note the Ray processes (this process's descendants), their sockets and a
-    worker's environment, then SIGKILL that worker."""
+    """Once the sweep has stored a score: stop every worker at once (SIGSTOP, so that the scorings still queued or
+    running cannot finish while we look), note the Ray processes (this process's descendants), their sockets and a
+    worker's environment, then SIGKILL the workers, as the OOM killer would. The store is polled cheaply and the
+    workers stopped right after the first score, so that work always remains: killing one worker later could find
+    the sweep's last scorings on the other one and the command ending well."""
 
     def __init__(self, store: Path) -> None:
         super().__init__(daemon=True)
@@ -43,15 +46,18 @@ class Killer(threading.Thread):
     def run(self) -> None:
         deadline = time.time() + 600
         while time.time() < deadline:
-            kids = descendants(os.getpid())
-            workers = [k for k in kids if "WorkerActor" in cmdline(k)]
-            if workers and self.store.is_dir() and any(self.store.glob("*.json")):
+            if self.store.is_dir() and any(self.store.glob("*.json")):
+                kids = descendants(os.getpid())
+                workers = [k for k in kids if "WorkerActor" in cmdline(k)]
+                for w in workers:
+                    os.kill(w.pid, signal.SIGSTOP)
                 self.seen.update(procs=kids, folder=session_folder(kids), env=workers[0].environ(),
                                  listening=listening(kids + [psutil.Process()]),
-                                 stored=len(list(self.store.glob("*.json"))))
-                os.kill(workers[0].pid, signal.SIGKILL)
+                                 stored=len(list(self.store.glob("*.json"))), nice={w.nice() for w in workers})
+                for w in workers:
+                    os.kill(w.pid, signal.SIGKILL)
                 return
-            time.sleep(0.2)
+            time.sleep(0.02)
 
 
 def test_a_killed_worker_is_one_line_nothing_survives_and_the_sweep_resumes(capsys, tmp_path, monkeypatch):
@@ -71,6 +77,7 @@ def test_a_killed_worker_is_one_line_nothing_survives_and_the_sweep_resumes(caps
     assert seen["listening"] and seen["listening"] <= LOOPBACK, seen["listening"]
     assert seen["env"].get("RAY_AUTH_MODE") == "token" and len(seen["env"].get("RAY_AUTH_TOKEN", "")) == 64
     assert not (tmp_path / "home" / ".ray").exists()
+    assert seen["nice"] == {os.nice(0)}, "the workers run at the command's own priority"
     assert not survivors([p for p in seen["procs"] if "ray_reaper" not in cmdline(p)], 15)
     assert seen["folder"].name.startswith("ram-studio-ray-") and not seen["folder"].exists()
     report = tmp_path / "resumed.json"
