@@ -1,6 +1,6 @@
 """Every chart builder of `app.charts` drawn from a real analysis of agents named like the paper's (2–8 of them): the
-cases tests/app/charts/test_chart_rules.py checks as figures and tests/browser/test_chart_builders.py renders in
-chromium."""
+cases tests/app/charts/test_chart_rules.py checks as figures and the browser chart gallery
+(tests/browser/chart_gallery.py) draws in chromium."""
 from __future__ import annotations
 
 from pathlib import Path

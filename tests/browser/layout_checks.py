@@ -3,8 +3,12 @@ any two texts that overlap (title, legend, axis titles, tick labels, annotations
 on bars, markers and cells, colour bars), the legend over the plot, a text cut by the chart's edge, a legend that
 scrolls, a text under MIN_FONT px; for every table, a column that runs past the visible edge without a visible
 scroll bar or a cell whose text is cut; and any text Streamlit shortens with an ellipsis (a button "C…", a select box
-"custom (the controls bel"). Used by the layout tests of tests/browser/."""
+"custom (the controls bel"); the plot keeps most of the chart's height. Used by the layout tests of tests/browser/,
+on Streamlit pages or on figures drawn by plotly.js alone (`render`)."""
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 MIN_FONT = 10
 
@@ -118,11 +122,15 @@ def chart_problems(m: dict) -> list[str]:
         g = ax["labels"]
         bad += [f"tick labels overlap: '{g[i]['t']}' '{g[i + 1]['t']}'" for i in range(len(g) - 1)
                 if overlap(g[i]["b"], g[i + 1]["b"])]
-    for t in ticks:  # a tick label never spills into a panel
-        bad += [f"tick label '{t['t']}' inside a plot" for p in m["plots"] if overlap(t["b"], p, slack=2)]
-    height = svg[3] - svg[1] - (max(t["b"][3] for t in m["title"]) - svg[1] if m["title"] else 0)
-    bad += [f"plot area squeezed: {p[3] - p[1]:.0f} of {height:.0f} px" for p in m["plots"]
-            if p[3] - p[1] < 0.3 * height / max(1, len(m["plots"]))]
+    for t in ticks + m["title"]:  # a tick label or the title never spills into a panel
+        bad += [f"'{t['t']}' inside a plot" for p in m["plots"] if overlap(t["b"], p, slack=2)]
+    # the plot keeps most of the height the title and a legend above the plots leave: a single plot 45 %, panels
+    # their share of 30 %
+    above = [t["b"][3] for t in m["title"]] + [lg[3] for lg in m["legend"] if m["plots"] and
+                                              lg[3] <= min(p[1] for p in m["plots"]) + 1]
+    height = svg[3] - max([svg[1], *above])
+    least = 0.45 * height if len(m["plots"]) == 1 else 0.3 * height / max(1, len(m["plots"]))
+    bad += [f"plot area squeezed: {p[3] - p[1]:.0f} of {height:.0f} px" for p in m["plots"] if p[3] - p[1] < least]
     return sorted(set(bad))
 
 
@@ -142,3 +150,32 @@ def page_problems(page) -> dict[str, list[str]]:
     out["tables"] = [p for t in page.evaluate(TABLES) for p in table_problems(t)]
     out["ellipses"] = [f"text shortened with an ellipsis: '{t}'" for t in page.evaluate(ELLIPSES)]
     return {k: v for k, v in out.items() if v}
+
+
+def render(browser, figures: dict, path: Path, scheme: str = "light") -> list[dict]:
+    """Figures drawn by plotly.js alone (no Streamlit), each `width` × the app's PAGE_WIDTH wide, on one page
+    written to `path` (with a screenshot beside it); the measurements `chart_problems` reads, one per figure."""
+    import plotly
+
+    from app import charts
+
+    js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    divs = []
+    for name, (fig, width) in figures.items():
+        spec = json.dumps(fig.to_plotly_json(), cls=plotly.utils.PlotlyJSONEncoder)
+        px = int(charts.PAGE_WIDTH * width)
+        divs.append(f'<div id="{name}" style="width:{px}px;height:{int(fig.layout.height)}px;margin:8px"></div>'
+                    f'<script>var s={spec};Plotly.newPlot("{name}",s.data,s.layout,{{staticPlot:true}});</script>')
+    bg = "#0E1117" if scheme == "dark" else "#FFFFFF"
+    path.write_text(f'<html><body style="background:{bg};font-family:Arial"><script src="{js.as_uri()}"></script>'
+                    + "".join(divs) + "</body></html>")
+    page = browser.new_page(viewport={"width": charts.PAGE_WIDTH + 40, "height": 900})
+    try:
+        page.goto(path.as_uri())
+        page.wait_for_function(f"document.querySelectorAll('.main-svg').length >= {len(figures)}")
+        page.wait_for_timeout(300)
+        boxes = page.evaluate(CHARTS)
+        page.screenshot(path=str(path.with_suffix(".png")), full_page=True)
+    finally:
+        page.close()
+    return boxes

@@ -200,7 +200,7 @@ def test_structure_charts_stay_readable_with_long_names(browser, families, tmp_p
     from analysis import experts
     from analysis.stats import analyze
     from app import charts
-    from tests.browser.test_chart_builders import check, render
+    from tests.browser.layout_checks import chart_problems, render
     from tests.chart_cases import EPS
 
     moe = analyze(*_long_named(families, "qwen3_moe", n, tmp_path / "moe", **MOE), use_cache=False)
@@ -220,5 +220,5 @@ def test_structure_charts_stay_readable_with_long_names(browser, families, tmp_p
                    for name, (fig, title, _width) in cases.items()}
         boxes = render(browser, figures, ARTIFACTS / f"structure-charts-{n}-agents-{scheme}.html", scheme)
         assert len(boxes) == len(figures)
-        problems = {m["id"]: check(m) for m in boxes}
+        problems = {m["id"]: chart_problems(m) for m in boxes}
         assert not {k: v for k, v in problems.items() if v}, problems

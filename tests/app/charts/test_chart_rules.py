@@ -1,4 +1,4 @@
-"""The chart rules on the figures themselves (the rendered geometry is in tests/browser/test_chart_builders.py): λ in
+"""The chart rules on the figures themselves (the rendered geometry is in tests/browser/test_chart_layout.py): λ in
 its own units on axes from 1, the log switch for ρ only and log axes labelled at decades, one module order in every
 chart, short agent names with the full names on hover for 2–8 agents."""
 from __future__ import annotations
