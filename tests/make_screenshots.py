@@ -22,6 +22,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from tests.browser.chromium import ARGS, CHROMIUM
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {"models": "Models", "heterogeneity": "Heterogeneity", "tune": "Tune", "dilution": "Signal dilution",
          "sweep": "Sweep", "merge": "Merge & export"}
@@ -29,10 +31,8 @@ PAGES = {"models": "Models", "heterogeneity": "Heterogeneity", "tune": "Tune", "
 SWEEP_YAML = ("grids:\n  - ram_plus r=0,0.05,0.1,0.15,0.2\n  - task_arithmetic lambda=0.3,0.5,0.7,1.0\n"
               "  - ties lambda=0.5,1.0 density=0.1,0.2,0.3\n")
 SWEEP_EXAMPLES = 40  # per task and split: readable differences, a couple of minutes on a CPU
-CHROMIUM = "/usr/bin/chromium"
 PAPER_NAMES = {"base": "Qwen2.5-7B-Instruct", "code": "ReasonFlux-Coder-7B",
                "tool": "Qwen2.5-7B-Instruct-ToolRL-grpo-cold", "memory": "RL-MemoryAgent-7B"}
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 
 
 def settle(pg, timeout: float = 180) -> None:

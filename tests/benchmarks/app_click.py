@@ -31,11 +31,10 @@ import urllib.request
 from pathlib import Path
 
 from tests.benchmarks.app_vs_cli import digest, load, proc_cpu, timed
+from tests.browser.chromium import ARGS, CHROMIUM
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_MAIN = ROOT / "app" / "main.py"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"]
 MODELS = ("base", "agent_code", "agent_tool", "agent_memory")
 CHART = '[class*="st-key-chart_"] [data-testid="stPlotlyChart"]'  # a page's chart (not the hidden library loader)
 

@@ -32,9 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.browser.chromium import CHROMIUM
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = Path(__file__).with_name("app_job_page.py")
-CHROMIUM = "/usr/bin/chromium"
 DEMO = ROOT / "assets" / "demo" / "models"
 
 

@@ -18,19 +18,15 @@ from pathlib import Path
 import pytest
 
 from tests.app_helpers import APP_MAIN, app_env, open_page_by_link
+from tests.browser.chromium import ARGS, CHROMIUM, needs_chromium
 from tests.paths import REPO_ROOT
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 ROOT = APP_MAIN.parent.parent
 
 sync_api = pytest.importorskip("playwright.sync_api")
 # CI sets RAM_STUDIO_REQUIRE_BROWSER: there a missing chromium fails the tests instead of skipping them.
-REQUIRED = bool(os.environ.get("RAM_STUDIO_REQUIRE_BROWSER"))
-pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists() and not REQUIRED, reason="system chromium not installed"),
-              pytest.mark.timeout(300)]
+pytestmark = [needs_chromium, pytest.mark.timeout(300)]
 
 
 def free_port() -> int:

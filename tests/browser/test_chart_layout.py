@@ -13,10 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.app_helpers import start_server, stop_server
+from tests.browser.chromium import ARGS, CHROMIUM, needs_chromium
 
-CHROMIUM = "/usr/bin/chromium"
-# Scroll bars as people see them: Playwright hides them by default, which would hide a table's only cue.
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"]
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 GALLERY = Path(__file__).with_name("chart_gallery.py")
@@ -25,9 +23,7 @@ CHARTS = 29  # tests/chart_cases.py's 21 and tests/browser/gallery_cases.py's 8
 SIDEBAR_AND_PADDING = 460  # the window less the main column's content: sidebar 300 px, padding 2 × 80 px
 
 sync_api = pytest.importorskip("playwright.sync_api")
-REQUIRED = bool(os.environ.get("RAM_STUDIO_REQUIRE_BROWSER"))
-pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists() and not REQUIRED, reason="system chromium not installed"),
-              pytest.mark.timeout(900)]
+pytestmark = [needs_chromium, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +40,7 @@ def gallery(tmp_path_factory):
 def browser():
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_api.sync_playwright() as p:
+        # scroll bars as people see them: Playwright hides them by default, which would hide a table's only cue
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True,
                               ignore_default_args=["--hide-scrollbars"])
         yield b

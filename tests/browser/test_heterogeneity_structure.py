@@ -16,17 +16,14 @@ from pathlib import Path
 import pytest
 
 from tests.app_helpers import APP_MAIN, app_env
+from tests.browser.chromium import ARGS, CHROMIUM, needs_chromium
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 MOE = dict(num_hidden_layers=6, num_experts=16)
 VL = dict(num_hidden_layers=4)
 
 sync_api = pytest.importorskip("playwright.sync_api")
-REQUIRED = bool(os.environ.get("RAM_STUDIO_REQUIRE_BROWSER"))
-pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists() and not REQUIRED, reason="system chromium not installed"),
-              pytest.mark.timeout(900)]
+pytestmark = [needs_chromium, pytest.mark.timeout(900)]
 
 
 def _free_port() -> int:

@@ -12,16 +12,12 @@ import pytest
 
 from app.jobs import READ_ONLY
 from tests.app_helpers import app_env, start_server, stop_server
+from tests.browser.chromium import ARGS, CHROMIUM, needs_chromium
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 sync_api = pytest.importorskip("playwright.sync_api")
-REQUIRED = bool(os.environ.get("RAM_STUDIO_REQUIRE_BROWSER"))  # CI: a missing chromium fails instead of skipping
-pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists() and not REQUIRED, reason="system chromium not installed"),
-              pytest.mark.timeout(400)]
+pytestmark = [needs_chromium, pytest.mark.timeout(400)]
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.app_helpers import APP_MAIN, app_env
+from tests.browser.chromium import ARGS, CHROMIUM, needs_chromium
 from tests.make_screenshots import paper_named_copies, select_long_names, settle
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "noise"
 # Seven candidates of three methods (a grid of three values draws Table 2's lines; two-value grids put every best at an
 # edge, which the page warns about) on 20 examples per task: what the page shows, at a fraction of a full sweep's cost.
@@ -26,8 +25,7 @@ GRIDS = ("grids:\n  - task_arithmetic lambda=0.5,1.0\n  - ties lambda=1.0 densit
 EXAMPLES = 20
 
 sync_api = pytest.importorskip("playwright.sync_api")
-pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("RAM_STUDIO_REQUIRE_BROWSER"),
-                                 reason="system chromium not installed"), pytest.mark.timeout(2400)]
+pytestmark = [needs_chromium, pytest.mark.timeout(2400)]
 
 
 @pytest.fixture(scope="module")

@@ -12,18 +12,15 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from tests.app_helpers import app_env, start_server, stop_server
+from tests.browser.chromium import ARGS, CHROMIUM, needs_chromium
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PAGES = {"models": "Models", "heterogeneity": "Heterogeneity", "tune": "Tune", "dilution": "Signal dilution",
          "sweep": "Sweep", "merge": "Merge & export"}
 LINK = "base=demo:base&agent=demo:code&agent=demo:tool"  # two of the demo's three agents
 
 sync_api = pytest.importorskip("playwright.sync_api")
-REQUIRED = bool(os.environ.get("RAM_STUDIO_REQUIRE_BROWSER"))
-pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists() and not REQUIRED, reason="system chromium not installed"),
-              pytest.mark.timeout(600)]
+pytestmark = [needs_chromium, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,8 @@ from urllib.parse import urlencode
 import pytest
 
 from tests.app_helpers import app_env, start_server, stop_server
+from tests.browser.chromium import ARGS, CHROMIUM, needs_chromium
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 MB = 1_000_000
 ANALYSIS_LIMIT, JOB_LIMIT = 8 * MB, 50_000
 SETS, MERGES, WARM_UP, PER_SET = 14, 4, 4, 16
@@ -33,9 +31,7 @@ SESSION_TTL = 10  # seconds Streamlit keeps a closed tab's session (server.disco
 # recently closed tabs the server remembers (their page elements, 60-80 MB here), not what the limits keep.
 
 sync_api = pytest.importorskip("playwright.sync_api")
-REQUIRED = bool(os.environ.get("RAM_STUDIO_REQUIRE_BROWSER"))  # CI: a missing chromium fails instead of skipping
-pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists() and not REQUIRED, reason="system chromium not installed"),
-              pytest.mark.timeout(900)]
+pytestmark = [needs_chromium, pytest.mark.timeout(900)]
 
 
 def build_models(root: Path, agents: int = 18) -> tuple[Path, list[Path]]:
