@@ -18,6 +18,7 @@ from merging.reading.refs import (
     parse_ref,
     resolve,
 )
+from tests.cli_helpers import run
 from tests.paths import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -87,19 +88,16 @@ def test_quick_shared_build(shared_quick: Path) -> None:
     assert info["config"]["suite"] == "shared" and info["config"]["warmup"]["format_slip_rate"] > 0
 
 
-def test_evaluate_picks_the_suite_from_the_model(shared_quick: Path, tmp_path: Path) -> None:
+def test_evaluate_picks_the_suite_from_the_model(shared_quick: Path, tmp_path: Path, capsys, monkeypatch) -> None:
     """`ram-studio evaluate` scores a demo-shared model (or any folder whose config names the suite) on the
     shared suite, `--suite` overrides it, and an unknown suite name is one clear line with exit 2."""
     env_root = shared_quick / "models-shared"
-    import os
-    env = {**os.environ, "RAM_STUDIO_DEMO_SHARED_ROOT": str(env_root)}
+    monkeypatch.setenv("RAM_STUDIO_DEMO_SHARED_ROOT", str(env_root))
 
     def evaluate(*args: str) -> dict:
         out = tmp_path / f"eval-{len(list(tmp_path.iterdir()))}.json"
-        proc = subprocess.run([sys.executable, "-m", "ram_studio", "evaluate", *args, "--tasks", "code",
-                               "--limit", "4", "--json", str(out)], cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=300)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        code, _, err = run(capsys, "evaluate", *args, "--tasks", "code", "--limit", "4", "--json", out)
+        assert code == 0, err
         return json.loads(out.read_text())
 
     assert evaluate("demo-shared:code")["suite"] == "shared"
@@ -111,7 +109,5 @@ def test_evaluate_picks_the_suite_from_the_model(shared_quick: Path, tmp_path: P
         (bad / f.name).write_bytes(f.read_bytes())
     config = json.loads((bad / "config.json").read_text())
     (bad / "config.json").write_text(json.dumps({**config, "ram_studio_demo_suite": "\x1b[31mevil"}))
-    proc = subprocess.run([sys.executable, "-m", "ram_studio", "evaluate", str(bad), "--limit", "2"], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "unknown task suite" in proc.stderr and "\x1b" not in proc.stderr
-    assert "Traceback" not in proc.stderr
+    code, _, err = run(capsys, "evaluate", bad, "--limit", "2")  # one line, never a traceback (run checks it)
+    assert code == 2 and "unknown task suite" in err and "\x1b" not in err
