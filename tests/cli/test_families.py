@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from ram_studio.cli import main
+from tests.cli_helpers import run
 from tests.families import FAMILIES, LAYOUTS, forward_ok, load
 from tests.numpy_merges import expected_merge, read_folder, stored
 
@@ -103,7 +102,8 @@ def _merged_bytes(tmp_path, name: str, base, agents, method: str) -> bytes:
 
 @pytest.mark.parametrize("base_layout,agent_layout", [("saved", "state_dict"), ("state_dict", "saved")])
 @pytest.mark.parametrize("family", MIXED)
-def test_mixed_layouts_merge_to_the_bytes_of_the_base_layout(families, tmp_path, family, base_layout, agent_layout):
+def test_mixed_layouts_merge_to_the_bytes_of_the_base_layout(families, tmp_path, capsys, family, base_layout,
+                                                             agent_layout):
     from analysis.stats import analyze
 
     base = families.base(family, base_layout)
@@ -118,11 +118,10 @@ def test_mixed_layouts_merge_to_the_bytes_of_the_base_layout(families, tmp_path,
     a = analyze(base, same, use_cache=False).frame.drop(columns=["agent"])
     b = analyze(base, mixed, use_cache=False).frame.drop(columns=["agent"])
     assert a.equals(b)
-    shown = subprocess.run([sys.executable, "-m", "ram_studio", "inspect", str(base), *map(str, mixed)],
-                           capture_output=True, text=True, timeout=300)
-    assert shown.returncode == 0, shown.stderr
-    assert "compatible" in shown.stdout and "(read in the base's layout)" in shown.stdout
-    lines = [line for line in shown.stdout.splitlines() if line.startswith("layout: ")]
+    code, shown, err = run(capsys, "inspect", base, *mixed)
+    assert code == 0, err
+    assert "compatible" in shown and "(read in the base's layout)" in shown
+    lines = [line for line in shown.splitlines() if line.startswith("layout: ")]
     assert {line.split(":")[1].strip() for line in lines} == {"agent1", "agent2"}
     kind = FAMILIES[family].kind
     assert any(("expert" if kind == "moe" else "read as the base's") in line for line in lines), lines
