@@ -36,7 +36,7 @@ class Killer(threading.Thread):
     """Once the sweep has stored a score: stop every worker at once (SIGSTOP, so that the scorings still queued or
     running cannot finish while we look), note the Ray processes (this process's descendants), their sockets and a
     worker's environment, then SIGKILL the workers, as the OOM killer would. The store is polled cheaply and the
-    workers stopped right after the first score, so that work always remains: killing one worker later could find
+    workers stopped right after the first score, while most of the sweep remains: killing one worker later could find
     the sweep's last scorings on the other one and the command ending well."""
 
     def __init__(self, store: Path) -> None:
